@@ -1,0 +1,45 @@
+"""Determined's ``determined.pytorch`` trial API, run locally.
+
+Subclass :class:`PyTorchTrial`, wrap models/optimizers/schedulers with the
+:class:`PyTorchTrialContext`, and train with ``init()`` + ``Trainer(...).fit()``.
+"""
+
+from determined_lite.config.units import Batch, Epoch, Record
+from determined_lite.pytorch._callback import (
+    CallbackError,
+    PyTorchCallback,
+    RemovableHandle,
+    register_global_callback,
+)
+from determined_lite.pytorch._checkpoint import load_trial_from_checkpoint_path
+from determined_lite.pytorch._context import PyTorchExperimentalContext, PyTorchTrialContext, TorchData
+from determined_lite.pytorch._controller import TrainResult
+from determined_lite.pytorch._data import DataLoader
+from determined_lite.pytorch._lr_scheduler import LRScheduler
+from determined_lite.pytorch._reducer import MetricReducer, Reducer
+from determined_lite.pytorch._trainer import Trainer, TrialInfo, init
+from determined_lite.pytorch._trial import PyTorchTrial, data_length
+
+__all__ = [
+    "Batch",
+    "CallbackError",
+    "DataLoader",
+    "Epoch",
+    "LRScheduler",
+    "MetricReducer",
+    "PyTorchCallback",
+    "PyTorchExperimentalContext",
+    "PyTorchTrial",
+    "PyTorchTrialContext",
+    "Record",
+    "Reducer",
+    "RemovableHandle",
+    "TorchData",
+    "TrainResult",
+    "Trainer",
+    "TrialInfo",
+    "data_length",
+    "init",
+    "load_trial_from_checkpoint_path",
+    "register_global_callback",
+]

@@ -1,0 +1,512 @@
+"""PyTorchTrialContext: what a trial uses to wrap its objects and drive backward/step."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Set, Union
+
+import numpy as np
+import torch
+
+from determined_lite.distributed import DistributedContext, SingleProcessContext
+from determined_lite.pytorch._callback import CallbackList
+from determined_lite.pytorch._lr_scheduler import LRScheduler
+from determined_lite.pytorch._reducer import MetricReducer, WrappedReducer, wrap_reducer
+
+logger = logging.getLogger("determined_lite")
+
+TorchData = Union[Dict[str, Any], Sequence[Any], np.ndarray, torch.Tensor]
+
+
+def default_device(distributed: DistributedContext) -> torch.device:
+    """``cuda:<local_rank>`` when CUDA is present, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", distributed.local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _to_device(data: Any, device: torch.device, non_blocking: bool) -> Any:
+    if isinstance(data, torch.Tensor):
+        return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, np.ndarray):
+        if data.dtype == object:
+            return data
+        return torch.from_numpy(data).to(device, non_blocking=non_blocking)
+    if isinstance(data, dict):
+        return {k: _to_device(v, device, non_blocking) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(_to_device(v, device, non_blocking) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(_to_device(v, device, non_blocking) for v in data)
+    return data
+
+
+class _WrappedOptimizer:
+    """Bookkeeping for one wrapped optimizer (the object the trial holds is ``optimizer``)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, backward_passes_per_step: int) -> None:
+        self.optimizer = optimizer
+        self.backward_passes_per_step = backward_passes_per_step
+        self.steps = 0
+
+    def parameters(self) -> List[torch.nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+
+class PyTorchExperimentalContext:
+    """Experimental features of Determined's context, same names and meaning."""
+
+    def __init__(self, parent: "PyTorchTrialContext") -> None:
+        self._parent = parent
+
+    def use_amp(self) -> None:
+        """Automatic mixed precision with no further code: autocast around ``train_batch`` and
+        ``evaluate_batch``, a loss scaler in ``backward``/``step_optimizer`` (CUDA: float16 with a
+        ``torch.amp.GradScaler``; CPU: bfloat16, which needs no scaling)."""
+        self._parent._enable_amp()
+
+    def disable_auto_to_device(self) -> None:
+        """Leave batches where the data loader put them; the trial moves them itself."""
+        self._parent._auto_to_device = False
+
+    def disable_dataset_reproducibility_checks(self) -> None:
+        """Accept any iterable (e.g. a plain ``torch.utils.data.DataLoader``) as a data loader.
+
+        The harness then cannot shard it across workers, nor skip exactly to a batch on resume
+        beyond iterating past the batches already trained.
+        """
+        self._parent._dataset_checks = False
+
+    def wrap_reducer(
+        self,
+        reducer: Union[Callable[[List[Any]], Any], MetricReducer],
+        name: Optional[str] = None,
+        for_training: bool = True,
+        for_validation: bool = True,
+    ) -> MetricReducer:
+        """See :meth:`PyTorchTrialContext.wrap_reducer`."""
+        return self._parent.wrap_reducer(reducer, name, for_training, for_validation)
+
+
+class PyTorchTrialContext:
+    """Runtime information and the wrapping/stepping API of one trial on one worker."""
+
+    def __init__(
+        self,
+        *,
+        hparams: Optional[Dict[str, Any]] = None,
+        exp_conf: Optional[Dict[str, Any]] = None,
+        distributed: Optional[DistributedContext] = None,
+        aggregation_frequency: int = 1,
+        average_aggregated_gradients: bool = True,
+        trial_seed: int = 0,
+        trial_id: Optional[int] = None,
+        experiment_id: Optional[int] = None,
+        device: Optional[torch.device] = None,
+        tensorboard_path: Optional[str] = None,
+    ) -> None:
+        if isinstance(aggregation_frequency, bool) or not isinstance(aggregation_frequency, int) or aggregation_frequency < 1:
+            raise ValueError(
+                "optimizations.aggregation_frequency must be a positive integer, got "
+                f"{aggregation_frequency!r}"
+            )
+        self._hparams = dict(hparams or {})
+        self._exp_conf = copy.deepcopy(exp_conf or {})
+        self._distributed = distributed or SingleProcessContext()
+        self._aggregation_frequency = aggregation_frequency
+        self._average_aggregated_gradients = average_aggregated_gradients
+        self._trial_seed = trial_seed
+        self._trial_id = trial_id
+        self._experiment_id = experiment_id
+        self.device = device or default_device(self._distributed)
+        self._tensorboard_path = tensorboard_path
+        self.experimental = PyTorchExperimentalContext(self)
+
+        self.models: List[torch.nn.Module] = []
+        self._wrapped_optimizers: List[_WrappedOptimizer] = []
+        self.lr_schedulers: List[LRScheduler] = []
+        self._scalers: List[Any] = []
+        self._reducers: List[WrappedReducer] = []
+
+        self._auto_to_device = True
+        self._dataset_checks = True
+        self._use_amp = False
+        self._amp_scaler: Optional[Any] = None
+        self._stop_requested = False
+
+        # Set by the training loop.
+        self._callbacks = CallbackList([], is_chief=self._distributed.is_chief)
+        self._batch_idx = 0
+        self._epoch_len: Optional[int] = None
+        self._training = False
+        self._scalers_to_update: Set[int] = set()
+
+    # --- information ------------------------------------------------------------------------
+    @property
+    def distributed(self) -> DistributedContext:
+        """Rank, size, local/cross ranks and object collectives of this worker."""
+        return self._distributed
+
+    @property
+    def optimizers(self) -> List[torch.optim.Optimizer]:
+        return [w.optimizer for w in self._wrapped_optimizers]
+
+    def get_hparams(self) -> Dict[str, Any]:
+        return dict(self._hparams)
+
+    def get_hparam(self, name: str) -> Any:
+        if name not in self._hparams:
+            raise ValueError(
+                f"hyperparameter {name!r} is not defined; defined hyperparameters: "
+                f"{sorted(self._hparams) or 'none'}"
+            )
+        return self._hparams[name]
+
+    def get_experiment_config(self) -> Dict[str, Any]:
+        return copy.deepcopy(self._exp_conf)
+
+    def get_data_config(self) -> Dict[str, Any]:
+        return copy.deepcopy(self._exp_conf.get("data") or {})
+
+    def get_trial_seed(self) -> int:
+        return self._trial_seed
+
+    def get_trial_id(self) -> Optional[int]:
+        return self._trial_id
+
+    def get_experiment_id(self) -> Optional[int]:
+        return self._experiment_id
+
+    def get_global_batch_size(self) -> int:
+        if "global_batch_size" not in self._hparams:
+            raise ValueError(
+                "get_global_batch_size() needs the hyperparameter 'global_batch_size'; "
+                f"defined hyperparameters: {sorted(self._hparams) or 'none'}"
+            )
+        value = self._hparams["global_batch_size"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"hyperparameter 'global_batch_size' must be a positive integer, got {value!r}"
+            )
+        return value
+
+    def get_per_slot_batch_size(self) -> int:
+        global_bs, size = self.get_global_batch_size(), self._distributed.size
+        if global_bs % size:
+            raise ValueError(
+                f"hyperparameter 'global_batch_size' ({global_bs}) must be divisible by the "
+                f"number of slots ({size})"
+            )
+        return global_bs // size
+
+    def get_tensorboard_path(self) -> Optional[str]:
+        return self._tensorboard_path
+
+    def get_stop_requested(self) -> bool:
+        return self._stop_requested
+
+    def set_stop_requested(self, stop_requested: bool) -> None:
+        """Ask the harness to checkpoint and end training at the next optimizer-step boundary."""
+        if not isinstance(stop_requested, bool):
+            raise TypeError(f"set_stop_requested() takes a bool, got {stop_requested!r}")
+        self._stop_requested = stop_requested
+
+    # --- epochs and batches -----------------------------------------------------------------
+    def _require_epoch_len(self) -> int:
+        if self._epoch_len is None:
+            raise RuntimeError(
+                "epoch information is only available once training started (inside train_batch "
+                "or a training callback)"
+            )
+        return self._epoch_len
+
+    def current_train_batch(self) -> int:
+        """Index of the training batch being trained (or next to be trained), from 0."""
+        return self._batch_idx
+
+    def current_train_epoch(self) -> int:
+        return self._batch_idx // self._require_epoch_len()
+
+    def is_epoch_start(self) -> bool:
+        return self._batch_idx % self._require_epoch_len() == 0
+
+    def is_epoch_end(self) -> bool:
+        return (self._batch_idx + 1) % self._require_epoch_len() == 0
+
+    # --- wrapping ---------------------------------------------------------------------------
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Move ``model`` to this worker's device and make it distributed-aware."""
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"wrap_model() needs a torch.nn.Module, got {type(model).__name__}")
+        if any(m is model for m in self.models):
+            raise ValueError(f"wrap_model() was already called on this {type(model).__name__}")
+        model = model.to(self.device)
+        wrapped = self._distributed.wrap_model(model, self.device)
+        self.models.append(wrapped)
+        return wrapped
+
+    def wrap_optimizer(
+        self, optimizer: torch.optim.Optimizer, backward_passes_per_step: int = 1
+    ) -> torch.optim.Optimizer:
+        """Register ``optimizer`` (built on wrapped models' parameters) with the harness."""
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"wrap_optimizer() needs a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+            raise ValueError(
+                "wrap_optimizer(backward_passes_per_step=...) must be a positive integer, got "
+                f"{backward_passes_per_step!r}"
+            )
+        if any(w.optimizer is optimizer for w in self._wrapped_optimizers):
+            raise ValueError("wrap_optimizer() was already called on this optimizer")
+        wrapped = self._distributed.wrap_optimizer(
+            optimizer, self.models, backward_passes_per_step * self._aggregation_frequency
+        )
+        self._wrapped_optimizers.append(_WrappedOptimizer(wrapped, backward_passes_per_step))
+        return wrapped
+
+    def wrap_lr_scheduler(
+        self,
+        lr_scheduler: Any,
+        step_mode: LRScheduler.StepMode,
+        frequency: int = 1,
+    ) -> LRScheduler:
+        """Register an LR scheduler that the harness steps per ``step_mode`` every ``frequency``."""
+        wrapped = LRScheduler(lr_scheduler, step_mode, frequency)
+        optimizer = getattr(lr_scheduler, "optimizer", None)
+        if optimizer is not None and self._find_optimizer(optimizer) is None:
+            raise ValueError(
+                "wrap_lr_scheduler(): the scheduler's optimizer was not returned by "
+                "context.wrap_optimizer(); build the scheduler on the wrapped optimizer"
+            )
+        if step_mode is LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP and optimizer is None:
+            raise ValueError(
+                "STEP_EVERY_OPTIMIZER_STEP needs a scheduler with an .optimizer attribute"
+            )
+        self.lr_schedulers.append(wrapped)
+        return wrapped
+
+    def wrap_scaler(self, scaler: Any) -> Any:
+        """Register a ``torch.amp.GradScaler`` so it is checkpointed; pass it to ``step_optimizer``."""
+        if not all(hasattr(scaler, a) for a in ("scale", "step", "update", "state_dict")):
+            raise TypeError(
+                f"wrap_scaler() needs a torch.amp.GradScaler, got {type(scaler).__name__}"
+            )
+        if self._use_amp:
+            raise RuntimeError(
+                "wrap_scaler() cannot be combined with experimental.use_amp(), which manages "
+                "its own scaler"
+            )
+        self._scalers.append(scaler)
+        return scaler
+
+    def wrap_reducer(
+        self,
+        reducer: Union[Callable[[List[Any]], Any], MetricReducer],
+        name: Optional[str] = None,
+        for_training: bool = True,
+        for_validation: bool = True,
+    ) -> MetricReducer:
+        """Register a custom metric reducer; returns the object to ``update()`` in the trial.
+
+        A function receives the flat list of every value passed to ``update()`` (across all
+        workers, in record order); a ``MetricReducer`` is reduced per slot then across slots.
+        With ``name`` the result is one metric of that name; with ``name=None`` it must be a
+        dict of metrics.
+        """
+        wrapped = wrap_reducer(reducer, name, for_training, for_validation)
+        if name is not None and any(r.name == name for r in self._reducers):
+            raise ValueError(f"a reducer named {name!r} is already registered")
+        self._reducers.append(wrapped)
+        return wrapped.reducer
+
+    def configure_apex_amp(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "configure_apex_amp() needs NVIDIA apex, which determined_lite does not support; "
+            "use native torch AMP instead: context.experimental.use_amp() for automatic mixed "
+            "precision, or scaler = context.wrap_scaler(torch.amp.GradScaler('cuda')) with "
+            "torch.autocast in train_batch and step_optimizer(opt, scaler=scaler)"
+        )
+
+    def get_optimizer(self) -> torch.optim.Optimizer:
+        """The single wrapped optimizer (Determined's older API)."""
+        if len(self._wrapped_optimizers) != 1:
+            raise RuntimeError(
+                f"get_optimizer() needs exactly one wrapped optimizer, found "
+                f"{len(self._wrapped_optimizers)}"
+            )
+        return self._wrapped_optimizers[0].optimizer
+
+    def get_model(self) -> torch.nn.Module:
+        """The single wrapped model (Determined's older API)."""
+        if len(self.models) != 1:
+            raise RuntimeError(
+                f"get_model() needs exactly one wrapped model, found {len(self.models)}"
+            )
+        return self.models[0]
+
+    # --- data -------------------------------------------------------------------------------
+    def to_device(self, data: TorchData) -> TorchData:
+        """Move tensors and numpy arrays (nested in dicts, lists, tuples) to this worker's device."""
+        return _to_device(data, self.device, non_blocking=self.device.type == "cuda")
+
+    # --- backward and step ------------------------------------------------------------------
+    def _enable_amp(self) -> None:
+        if self._scalers:
+            raise RuntimeError("experimental.use_amp() cannot be combined with wrap_scaler()")
+        if self._use_amp:
+            return
+        self._use_amp = True
+        if self.device.type == "cuda":
+            self._amp_scaler = torch.amp.GradScaler("cuda")
+
+    def _autocast(self) -> ContextManager[Any]:
+        if not self._use_amp:
+            return contextlib.nullcontext()
+        dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        return torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def _is_update_batch(self) -> bool:
+        return (self._batch_idx + 1) % self._aggregation_frequency == 0
+
+    def backward(
+        self,
+        loss: torch.Tensor,
+        gradient: Optional[torch.Tensor] = None,
+        retain_graph: bool = False,
+        create_graph: bool = False,
+    ) -> None:
+        """Compute gradients of ``loss`` (scaled for AMP when ``use_amp`` is on)."""
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"backward() needs a torch.Tensor loss, got {type(loss).__name__}")
+        self._callbacks.call("on_before_backward", loss)
+        to_backprop = self._amp_scaler.scale(loss) if self._amp_scaler is not None else loss
+        to_backprop.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
+        self._callbacks.call("on_after_backward", loss)
+
+    def _find_optimizer(self, optimizer: Any) -> Optional[_WrappedOptimizer]:
+        for w in self._wrapped_optimizers:
+            if w.optimizer is optimizer or w.optimizer.param_groups is getattr(optimizer, "param_groups", None):
+                return w
+        return None
+
+    def step_optimizer(
+        self,
+        optimizer: torch.optim.Optimizer,
+        clip_grads: Optional[Callable[[Iterator], None]] = None,
+        auto_zero_grads: bool = True,
+        scaler: Optional[Any] = None,
+    ) -> None:
+        """Step ``optimizer`` on the last batch of each aggregation window; a no-op otherwise.
+
+        At a step: gradients are communicated, unscaled, divided by the aggregation frequency
+        (mean over the window), clipped by ``clip_grads(params)``, the optimizer steps, and the
+        gradients are zeroed unless ``auto_zero_grads=False``.
+        """
+        wrapped = self._find_optimizer(optimizer)
+        if wrapped is None:
+            raise ValueError(
+                "step_optimizer() got an optimizer that was not returned by context.wrap_optimizer()"
+            )
+        if not auto_zero_grads and self._aggregation_frequency > 1:
+            raise ValueError(
+                "step_optimizer(auto_zero_grads=False) cannot be used with "
+                f"optimizations.aggregation_frequency={self._aggregation_frequency}: the harness "
+                "must zero gradients after each aggregated step"
+            )
+        if scaler is not None and not any(s is scaler for s in self._scalers):
+            raise ValueError("step_optimizer(scaler=...) needs a scaler returned by context.wrap_scaler()")
+        if not self._is_update_batch():
+            return
+        scaler = scaler if scaler is not None else self._amp_scaler
+        opt = wrapped.optimizer
+        self._distributed.synchronize(opt)
+        if scaler is not None:
+            scaler.unscale_(opt)
+        params = wrapped.parameters()
+        if self._aggregation_frequency > 1 and self._average_aggregated_gradients:
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                torch._foreach_div_(grads, float(self._aggregation_frequency))
+        if clip_grads is not None:
+            clip_grads(params)
+        self._callbacks.call("on_before_optimizer_step", params)
+        with self._distributed.step_context(opt):
+            if scaler is not None:
+                scaler.step(opt)
+                self._scalers_to_update.add(id(scaler))
+            else:
+                opt.step()
+        self._callbacks.call("on_after_optimizer_step", opt)
+        if auto_zero_grads:
+            self._callbacks.call("on_before_optimizer_zero_grad", opt)
+            opt.zero_grad()
+            self._callbacks.call("on_after_optimizer_zero_grad", opt)
+        wrapped.steps += 1
+        for sched in self.lr_schedulers:
+            if (
+                sched.step_mode is LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP
+                and self._find_optimizer(sched.optimizer) is wrapped
+                and wrapped.steps % sched.frequency == 0
+            ):
+                self._step_scheduler(sched)
+
+    def _step_scheduler(self, sched: LRScheduler) -> None:
+        self._callbacks.call("on_before_scheduler_step", sched)
+        sched.step()
+        self._callbacks.call("on_after_scheduler_step", sched)
+
+    def _update_scalers(self) -> None:
+        """Once per batch, after every optimizer stepped: adjust the loss scale of used scalers."""
+        if not self._scalers_to_update:
+            return
+        for scaler in self._scalers + ([self._amp_scaler] if self._amp_scaler else []):
+            if id(scaler) in self._scalers_to_update:
+                scaler.update()
+        self._scalers_to_update.clear()
+
+    # --- state ------------------------------------------------------------------------------
+    def _state_dict(self) -> Dict[str, Any]:
+        return {
+            "models_state_dict": [_unwrap(m).state_dict() for m in self.models],
+            "optimizers_state_dict": [w.optimizer.state_dict() for w in self._wrapped_optimizers],
+            "optimizer_steps": [w.steps for w in self._wrapped_optimizers],
+            "lr_schedulers_state_dict": [s.state_dict() for s in self.lr_schedulers],
+            "scalers_state_dict": [s.state_dict() for s in self._scalers],
+            "amp_scaler_state_dict": self._amp_scaler.state_dict() if self._amp_scaler else None,
+        }
+
+    def _load_state_dict(self, state: Dict[str, Any], strict: bool = True) -> None:
+        def check(key: str, have: int) -> List[Any]:
+            saved = state.get(key, [])
+            if strict and len(saved) != have:
+                raise ValueError(
+                    f"checkpoint has {len(saved)} entries in {key!r} but the trial wrapped {have}; "
+                    "the trial's __init__ must wrap the same objects as when it was saved"
+                )
+            return saved
+
+        for model, sd in zip(self.models, check("models_state_dict", len(self.models))):
+            _unwrap(model).load_state_dict(sd)
+        if not strict:
+            return
+        for w, sd in zip(self._wrapped_optimizers, check("optimizers_state_dict", len(self._wrapped_optimizers))):
+            w.optimizer.load_state_dict(sd)
+        for w, steps in zip(self._wrapped_optimizers, state.get("optimizer_steps", [])):
+            w.steps = steps
+        for s, sd in zip(self.lr_schedulers, check("lr_schedulers_state_dict", len(self.lr_schedulers))):
+            s.load_state_dict(sd)
+        for s, sd in zip(self._scalers, check("scalers_state_dict", len(self._scalers))):
+            s.load_state_dict(sd)
+        if self._amp_scaler is not None and state.get("amp_scaler_state_dict"):
+            self._amp_scaler.load_state_dict(state["amp_scaler_state_dict"])
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module inside a distributed wrapper (DDP and friends expose ``.module``)."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.module
+    return model

@@ -1,0 +1,97 @@
+"""LRScheduler: a torch LR scheduler that the harness steps, saves and restores."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict
+
+import torch
+
+
+class LRScheduler:
+    """Wraps a torch LR scheduler; the harness calls ``step()`` as ``step_mode`` says.
+
+    Attribute access falls through to the wrapped scheduler, so ``get_last_lr()`` and friends
+    work as usual.
+    """
+
+    class StepMode(enum.Enum):
+        """When the harness calls ``scheduler.step()``.
+
+        STEP_EVERY_OPTIMIZER_STEP counts real optimizer steps of the scheduler's optimizer (so
+        it is right under gradient aggregation); STEP_EVERY_BATCH counts training batches;
+        STEP_EVERY_EPOCH counts epochs; MANUAL_STEP leaves every call to the trial.
+        """
+
+        STEP_EVERY_EPOCH = 1
+        STEP_EVERY_BATCH = 2
+        MANUAL_STEP = 3
+        STEP_EVERY_OPTIMIZER_STEP = 4
+
+    def __init__(
+        self,
+        scheduler: Any,
+        step_mode: "LRScheduler.StepMode",
+        frequency: int = 1,
+    ) -> None:
+        if not isinstance(step_mode, LRScheduler.StepMode):
+            raise TypeError(
+                "wrap_lr_scheduler(step_mode=...) must be an LRScheduler.StepMode, got "
+                f"{step_mode!r}"
+            )
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+            raise ValueError(
+                f"wrap_lr_scheduler(frequency=...) must be a positive integer, got {frequency!r}"
+            )
+        if (
+            isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            and step_mode is not LRScheduler.StepMode.MANUAL_STEP
+        ):
+            raise ValueError(
+                "ReduceLROnPlateau needs a metric to step, so it can only be wrapped with "
+                f"step_mode=LRScheduler.StepMode.MANUAL_STEP (got {step_mode.name}); call "
+                "scheduler.step(metric) yourself, e.g. from a callback's on_validation_end"
+            )
+        if not hasattr(scheduler, "step") or not hasattr(scheduler, "state_dict"):
+            raise TypeError(
+                "wrap_lr_scheduler(lr_scheduler=...) must be a torch LR scheduler, got "
+                f"{type(scheduler).__name__}"
+            )
+        self._scheduler = scheduler
+        self._step_mode = step_mode
+        self._frequency = frequency
+
+    @property
+    def scheduler(self) -> Any:
+        return self._scheduler
+
+    @property
+    def step_mode(self) -> "LRScheduler.StepMode":
+        return self._step_mode
+
+    @property
+    def frequency(self) -> int:
+        return self._frequency
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        self._scheduler.step(*args, **kwargs)
+
+    def get_last_lr(self) -> Any:
+        return self._scheduler.get_last_lr()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self._scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self._scheduler.load_state_dict(state_dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_scheduler":
+            raise AttributeError(name)
+        return getattr(self._scheduler, name)
+
+    def __repr__(self) -> str:
+        return (
+            f"LRScheduler({type(self._scheduler).__name__}, {self._step_mode.name}, "
+            f"frequency={self._frequency})"
+        )

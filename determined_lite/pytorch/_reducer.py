@@ -1,0 +1,331 @@
+"""Metric reduction: built-in reducers, custom MetricReducers, and per-slot → cross-slot merging.
+
+Every reduction is split in two: each worker turns what it saw into a small picklable
+"partial" (``per_slot``), the partials of all workers travel in ONE all-gather, and every
+worker merges them the same way (``cross_slot``). Single process is the same path with one
+partial.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import json
+import numbers
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+
+class Reducer(enum.Enum):
+    """How per-batch validation metrics become one value.
+
+    ``AVG`` is weighted by batch length (the true per-record mean, whatever the batch sizes
+    and however records are spread across workers); ``BATCH_AVG`` is Determined's unweighted
+    mean of per-batch values.
+    """
+
+    AVG = "avg"
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    BATCH_AVG = "batch_avg"
+
+
+class MetricReducer(abc.ABC):
+    """A user-defined metric computed correctly across workers (see ``wrap_reducer``)."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Forget collected values; called before every training chunk and validation."""
+
+    @abc.abstractmethod
+    def per_slot_reduce(self) -> Any:
+        """This worker's picklable intermediate result."""
+
+    @abc.abstractmethod
+    def cross_slot_reduce(self, per_slot_metrics: List[Any]) -> Any:
+        """The final metric (or dict of metrics) from every worker's ``per_slot_reduce``, by rank."""
+
+
+class _FunctionReducer(MetricReducer):
+    """Buffers every ``update`` value; the user's function sees them all at once, in order."""
+
+    def __init__(self, fn: Callable[[List[Any]], Any]) -> None:
+        self._fn = fn
+        self._values: List[Any] = []
+
+    def update(self, value: Any) -> None:
+        self._values.append(value)
+
+    def reset(self) -> None:
+        self._values = []
+
+    def per_slot_reduce(self) -> List[Any]:
+        return self._values
+
+    def cross_slot_reduce(self, per_slot_metrics: List[Any]) -> Any:
+        flat = [v for slot in per_slot_metrics for v in slot]
+        return self._fn(flat)
+
+    def __repr__(self) -> str:
+        return f"FunctionReducer({getattr(self._fn, '__qualname__', self._fn)!r})"
+
+
+class WrappedReducer:
+    """A registered custom reducer with its name and the workloads it takes part in."""
+
+    def __init__(
+        self,
+        reducer: MetricReducer,
+        name: Optional[str],
+        for_training: bool,
+        for_validation: bool,
+    ) -> None:
+        self.reducer = reducer
+        self.name = name
+        self.for_training = for_training
+        self.for_validation = for_validation
+
+    @property
+    def label(self) -> str:
+        return repr(self.name) if self.name is not None else repr(self.reducer)
+
+    def finish(self, per_slot: List[Any], workload: str) -> Dict[str, Any]:
+        """Cross-slot reduce and check the name/dict rule; returns metrics ready for JSON."""
+        result = self.reducer.cross_slot_reduce(per_slot)
+        if self.name is not None:
+            if isinstance(result, Mapping):
+                raise ValueError(
+                    f"reducer {self.label} was wrapped with name={self.name!r}, so "
+                    f"cross_slot_reduce() must return a single (non-dict) metric, but it returned "
+                    f"a dict with keys {sorted(result)}; pass name=None to return several metrics"
+                )
+            return {self.name: to_json_metric(result, self.name, workload)}
+        if not isinstance(result, Mapping):
+            raise ValueError(
+                f"reducer {self.label} was wrapped with name=None, so cross_slot_reduce() must "
+                f"return a dict of metric names to values, but it returned {type(result).__name__}; "
+                f"pass name='...' to return a single metric"
+            )
+        return {str(k): to_json_metric(v, str(k), workload) for k, v in result.items()}
+
+
+def wrap_reducer(
+    reducer: Union[Callable[[List[Any]], Any], MetricReducer],
+    name: Optional[str],
+    for_training: bool,
+    for_validation: bool,
+) -> WrappedReducer:
+    """Validate a user's reducer (function or MetricReducer) and wrap it."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"wrap_reducer(name=...) must be a string or None, got {name!r}")
+    if not (for_training or for_validation):
+        raise ValueError(
+            "wrap_reducer(...) with for_training=False and for_validation=False would never run"
+        )
+    if isinstance(reducer, MetricReducer):
+        impl = reducer
+    elif callable(reducer):
+        impl = _FunctionReducer(reducer)
+    else:
+        raise TypeError(
+            "wrap_reducer(reducer=...) must be a function taking a list of values or a "
+            f"determined_lite.pytorch.MetricReducer, got {type(reducer).__name__}"
+        )
+    return WrappedReducer(impl, name, for_training, for_validation)
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        return value.item() if value.numel() == 1 and value.dim() == 0 else value.tolist()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_json_metric(value: Any, name: str, workload: str) -> Any:
+    """``value`` as plain JSON data (tensors and numpy converted), or a TypeError naming it."""
+    plain = _plain(value)
+    try:
+        json.dumps(plain, allow_nan=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"{workload} metric {name!r} is not JSON-serializable ({type(value).__name__}: {e}); "
+            "metrics must be numbers, strings, tensors, numpy values, or lists/dicts of those"
+        ) from None
+    return plain
+
+
+# --- numbers --------------------------------------------------------------------------------
+
+
+def _as_array(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
+    """Stack per-batch metric values into one float64 array (one device transfer for tensors)."""
+    if all(isinstance(v, torch.Tensor) for v in values):
+        try:
+            stacked = torch.stack([v.detach() for v in values])
+        except RuntimeError as e:
+            raise ValueError(
+                f"{workload} metric {name!r} changes shape between batches ({e}); "
+                "a metric must have the same shape in every batch"
+            ) from None
+        return stacked.to(device="cpu", dtype=torch.float64).numpy()
+    converted = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            v = v.detach().cpu().to(torch.float64).numpy()
+        elif isinstance(v, bool) or not isinstance(v, (numbers.Number, np.ndarray, np.generic, list, tuple)):
+            raise TypeError(
+                f"{workload} metric {name!r} has a value of type {type(v).__name__} that cannot "
+                "be averaged; return numbers, tensors or numpy arrays (put other values in a "
+                "custom reducer via context.wrap_reducer)"
+            )
+        converted.append(np.asarray(v, dtype=np.float64))
+    try:
+        return np.stack(converted)
+    except ValueError as e:
+        raise ValueError(
+            f"{workload} metric {name!r} changes shape between batches ({e}); "
+            "a metric must have the same shape in every batch"
+        ) from None
+
+
+def _to_python(array: np.ndarray) -> Any:
+    return array.item() if array.ndim == 0 else array.tolist()
+
+
+# --- training metrics -----------------------------------------------------------------------
+
+
+def training_partial(batch_metrics: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Per-slot partial of a training chunk: per metric, (sum over batches, batch count)."""
+    names: Dict[str, None] = {}
+    for m in batch_metrics:
+        names.update(dict.fromkeys(m))
+    partial = {}
+    for name in names:
+        values = [m[name] for m in batch_metrics if name in m]
+        arr = _as_array(values, name, "training")
+        partial[name] = (arr.sum(axis=0), len(values))
+    return partial
+
+
+def training_cross_slot(partials: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Mean over every batch of every worker, per metric."""
+    totals: Dict[str, List[Any]] = {}
+    for partial in partials:
+        for name, (s, n) in partial.items():
+            acc = totals.setdefault(name, [0.0, 0])
+            acc[0] = acc[0] + s
+            acc[1] += n
+    return {name: _to_python(np.asarray(s / n)) for name, (s, n) in totals.items()}
+
+
+# --- validation metrics ---------------------------------------------------------------------
+
+
+def _reducer_for(reducers: Union[Reducer, Mapping[str, Reducer]], name: str) -> Reducer:
+    if isinstance(reducers, Reducer):
+        return reducers
+    if name not in reducers:
+        raise ValueError(
+            f"evaluation_reducer() returned a dict without a reducer for metric {name!r} "
+            f"(it has {sorted(reducers)}); add an entry or return a single Reducer"
+        )
+    return reducers[name]
+
+
+def check_evaluation_reducer(reducers: Any) -> Union[Reducer, Dict[str, Reducer]]:
+    """Validate what ``evaluation_reducer()`` returned."""
+    if isinstance(reducers, Reducer):
+        return reducers
+    if isinstance(reducers, Mapping) and all(isinstance(r, Reducer) for r in reducers.values()):
+        return dict(reducers)
+    raise TypeError(
+        "evaluation_reducer() must return a determined_lite.pytorch.Reducer or a dict of metric "
+        f"names to Reducers, got {reducers!r}"
+    )
+
+
+def validation_partial(
+    batch_metrics: List[Dict[str, Any]],
+    batch_lengths: List[int],
+    reducers: Union[Reducer, Mapping[str, Reducer]],
+) -> Dict[str, Any]:
+    """Per-slot partial of ``evaluate_batch`` outputs: small and mergeable per reducer kind."""
+    names: Dict[str, None] = {}
+    for m in batch_metrics:
+        names.update(dict.fromkeys(m))
+    partial = {}
+    for name in names:
+        kind = _reducer_for(reducers, name)
+        rows = [(m[name], n) for m, n in zip(batch_metrics, batch_lengths) if name in m]
+        arr = _as_array([v for v, _ in rows], name, "validation")
+        if kind is Reducer.AVG:
+            w = np.asarray([n for _, n in rows], dtype=np.float64)
+            w = w.reshape((-1,) + (1,) * (arr.ndim - 1))
+            partial[name] = (kind, (arr * w).sum(axis=0), float(w.sum()))
+        elif kind is Reducer.BATCH_AVG:
+            partial[name] = (kind, arr.sum(axis=0), float(len(rows)))
+        elif kind is Reducer.SUM:
+            partial[name] = (kind, arr.sum(axis=0), None)
+        elif kind is Reducer.MAX:
+            partial[name] = (kind, arr.max(axis=0), None)
+        else:
+            partial[name] = (kind, arr.min(axis=0), None)
+    return partial
+
+
+def validation_cross_slot(partials: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Merge per-slot validation partials (ordered by rank) into final metrics."""
+    merged: Dict[str, List[Any]] = {}
+    for partial in partials:
+        for name, (kind, value, weight) in partial.items():
+            if name not in merged:
+                merged[name] = [kind, value, weight]
+                continue
+            acc = merged[name]
+            if kind in (Reducer.AVG, Reducer.BATCH_AVG):
+                acc[1] = acc[1] + value
+                acc[2] = acc[2] + weight
+            elif kind is Reducer.SUM:
+                acc[1] = acc[1] + value
+            elif kind is Reducer.MAX:
+                acc[1] = np.maximum(acc[1], value)
+            else:
+                acc[1] = np.minimum(acc[1], value)
+    out = {}
+    for name, (kind, value, weight) in merged.items():
+        if kind in (Reducer.AVG, Reducer.BATCH_AVG):
+            value = value / weight if weight else np.full_like(value, np.nan)
+        out[name] = _to_python(np.asarray(value))
+    return out
+
+
+def merge_reducer_metrics(
+    base: Dict[str, Any], wrapped: Sequence[WrappedReducer], per_slot: List[List[Any]], workload: str
+) -> Dict[str, Any]:
+    """Add each custom reducer's result to ``base``; ``per_slot[rank][i]`` belongs to ``wrapped[i]``."""
+    out = dict(base)
+    for i, w in enumerate(wrapped):
+        for name, value in w.finish([slot[i] for slot in per_slot], workload).items():
+            if name in out:
+                raise ValueError(
+                    f"{workload} metric {name!r} is produced twice: by reducer {w.label} and by "
+                    f"{'train_batch' if workload == 'training' else 'evaluate_batch'} or another "
+                    "reducer; give one of them another name"
+                )
+            out[name] = value
+    return out

@@ -1,0 +1,72 @@
+"""The harness's own callbacks: metric logging and TensorBoard output (chief only)."""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from typing import Any, Dict, List, Optional
+
+from determined_lite.pytorch._callback import PyTorchCallback
+
+logger = logging.getLogger("determined_lite")
+
+
+def _scalars(metrics: Dict[str, Any]) -> Dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, numbers.Number) and not isinstance(v, bool)
+    }
+
+
+def _fmt(metrics: Dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.6g}" for k, v in _scalars(metrics).items())
+
+
+class MetricLogger(PyTorchCallback):
+    """Logs reduced training and validation metrics once per report (chief only)."""
+
+    def __init__(self, context: Any, is_chief: bool) -> None:
+        self._context = context
+        self._enabled = is_chief
+
+    def on_training_workload_end(self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]) -> None:
+        if self._enabled:
+            logger.info("batch %d training: %s", self._context.current_train_batch() + 1, _fmt(avg_metrics))
+
+    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+        if self._enabled:
+            logger.info("batch %d validation: %s", self._context._batch_idx + (1 if self._context._training else 0), _fmt(metrics))
+
+
+class TensorBoardMetrics(PyTorchCallback):
+    """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only)."""
+
+    def __init__(self, context: Any, path: Optional[str], is_chief: bool, total_batches: Any) -> None:
+        self._path = path
+        self._enabled = is_chief and path is not None
+        self._total_batches = total_batches
+        self._writer: Any = None
+
+    def _write(self, prefix: str, metrics: Dict[str, Any]) -> None:
+        if not self._enabled:
+            return
+        if self._writer is None:
+            from determined_lite.tensorboard.metric_writers.pytorch import TorchWriter
+
+            self._writer = TorchWriter(self._path)
+        step = self._total_batches()
+        for name, value in _scalars(metrics).items():
+            self._writer.writer.add_scalar(f"{prefix}/{name}", value, step)
+        self._writer.flush()
+
+    def on_training_workload_end(self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]) -> None:
+        self._write("training", avg_metrics)
+
+    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+        self._write("validation", metrics)
+
+    def on_trial_shutdown(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

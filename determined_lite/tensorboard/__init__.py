@@ -1,0 +1,47 @@
+"""Where a trial's TensorBoard event files go, and writers for them.
+
+The active trial (set by ``determined_lite.pytorch.init``) owns one directory,
+``$DET_LITE_HOME/tensorboard/experiment_<id>/trial_<id>/`` (or ``tensorboard/local/<run>/`` for
+a trial run from plain Python without an experiment); the harness and ``TorchWriter`` both
+write there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Optional
+
+_active_path: Optional[str] = None
+
+
+def det_lite_home() -> str:
+    """The storage root: ``$DET_LITE_HOME`` or ``~/.det-lite``."""
+    return os.path.abspath(os.path.expanduser(os.environ.get("DET_LITE_HOME") or "~/.det-lite"))
+
+
+def trial_tensorboard_path(experiment_id: Optional[int], trial_id: Optional[int]) -> str:
+    """The TensorBoard directory of a trial (a fresh local one when it has no ids)."""
+    root = os.path.join(det_lite_home(), "tensorboard")
+    if experiment_id is not None and trial_id is not None:
+        return os.path.join(root, f"experiment_{experiment_id}", f"trial_{trial_id}")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join(root, "local", f"run_{stamp}_{uuid.uuid4().hex[:8]}")
+
+
+def get_base_path() -> str:
+    """The active trial's TensorBoard directory."""
+    global _active_path
+    if _active_path is None:
+        _active_path = trial_tensorboard_path(None, None)
+    return _active_path
+
+
+def set_active_path(path: Optional[str]) -> None:
+    """Called by the harness when a trial starts (path) and ends (None)."""
+    global _active_path
+    _active_path = path
+
+
+__all__ = ["det_lite_home", "get_base_path", "set_active_path", "trial_tensorboard_path"]

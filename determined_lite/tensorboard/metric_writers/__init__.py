@@ -1,0 +1,1 @@
+"""Metric writers for TensorBoard (Determined's ``determined.tensorboard.metric_writers``)."""
