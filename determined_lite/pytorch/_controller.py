@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 import determined_lite
-from determined_lite.config.units import Batch, TrainUnit
+from determined_lite.config.units import Batch, Record, TrainUnit
 from determined_lite.pytorch import _checkpoint
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
@@ -208,8 +208,11 @@ class TrialController:
     def _interval(self, unit: Optional[TrainUnit]) -> Optional[int]:
         if unit is None:
             return None
-        gbs = self.context.get_global_batch_size() if unit.__class__.__name__ == "Record" else 0
-        return max(1, unit.to_batches(self._epoch_len, gbs))
+        return max(1, self._to_batches(unit))
+
+    def _to_batches(self, unit: TrainUnit) -> int:
+        gbs = self.context.get_global_batch_size() if isinstance(unit, Record) else 0
+        return unit.to_batches(self._epoch_len, gbs)
 
     # --- run --------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -224,8 +227,7 @@ class TrialController:
         if spec.test_mode:
             self._max_batches = k
         else:
-            gbs = ctx.get_global_batch_size() if spec.max_length.__class__.__name__ == "Record" else 0
-            requested = spec.max_length.to_batches(self._epoch_len, gbs)
+            requested = self._to_batches(spec.max_length)
             self._max_batches = -(-requested // k) * k
             if self._max_batches != requested:
                 logger.warning(
