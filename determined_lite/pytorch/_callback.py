@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+logger = logging.getLogger("determined_lite")
 
 
 class PyTorchCallback:
@@ -237,12 +240,12 @@ class CallbackList:
             self._by_hook[hook] = users
             if hook in _DEPRECATED_HOOKS:
                 for name, _ in users:
-                    warnings.warn(
+                    message = (
                         f"callback {name!r} overrides {hook}, which is deprecated; use "
-                        f"{_DEPRECATED_HOOKS[hook]}",
-                        DeprecationWarning,
-                        stacklevel=2,
+                        f"{_DEPRECATED_HOOKS[hook]}"
                     )
+                    warnings.warn(message, DeprecationWarning, stacklevel=2)
+                    logger.warning(message)  # DeprecationWarning is hidden outside __main__
 
     def __iter__(self) -> Iterator[Tuple[str, PyTorchCallback]]:
         return iter(self._named)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import warnings
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Set, Union
 
 import numpy as np
@@ -29,6 +30,8 @@ def default_device(distributed: DistributedContext) -> torch.device:
 
 def _to_device(data: Any, device: torch.device, non_blocking: bool) -> Any:
     if isinstance(data, torch.Tensor):
+        if data.device == device:
+            return data
         return data.to(device, non_blocking=non_blocking)
     if isinstance(data, np.ndarray):
         if data.dtype == object:
@@ -426,14 +429,16 @@ class PyTorchTrialContext:
         self._distributed.synchronize(opt)
         if scaler is not None:
             scaler.unscale_(opt)
-        params = wrapped.parameters()
-        if self._aggregation_frequency > 1 and self._average_aggregated_gradients:
-            grads = [p.grad for p in params if p.grad is not None]
-            if grads:
-                torch._foreach_div_(grads, float(self._aggregation_frequency))
-        if clip_grads is not None:
-            clip_grads(params)
-        self._callbacks.call("on_before_optimizer_step", params)
+        average = self._aggregation_frequency > 1 and self._average_aggregated_gradients
+        if average or clip_grads is not None or self._callbacks.has("on_before_optimizer_step"):
+            params = wrapped.parameters()
+            if average:
+                grads = [p.grad for p in params if p.grad is not None]
+                if grads:
+                    torch._foreach_div_(grads, float(self._aggregation_frequency))
+            if clip_grads is not None:
+                clip_grads(params)
+            self._callbacks.call("on_before_optimizer_step", params)
         with self._distributed.step_context(opt):
             if scaler is not None:
                 scaler.step(opt)
@@ -456,7 +461,15 @@ class PyTorchTrialContext:
 
     def _step_scheduler(self, sched: LRScheduler) -> None:
         self._callbacks.call("on_before_scheduler_step", sched)
-        sched.step()
+        wrapped = self._find_optimizer(getattr(sched, "optimizer", None))
+        if wrapped is not None and wrapped.steps == 0:
+            # STEP_EVERY_BATCH/EPOCH may legitimately step before the first optimizer step
+            # (e.g. under gradient aggregation); torch's ordering warning is noise here.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+                sched.step()
+        else:
+            sched.step()
         self._callbacks.call("on_after_scheduler_step", sched)
 
     def _update_scalers(self) -> None:

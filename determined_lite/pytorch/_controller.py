@@ -25,6 +25,7 @@ from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._reducer import (
+    LazyMetricList,
     check_evaluation_reducer,
     merge_reducer_metrics,
     to_json_metric,
@@ -248,6 +249,7 @@ class TrialController:
         if spec.latest_checkpoint:
             start, checkpoint_uuid, rng_state = self._restore(spec.latest_checkpoint)
         self.result.total_batches = start
+        self.dist.broadcast_initial_state(ctx.models, ctx.optimizers)
 
         self.callbacks.call("on_trial_startup", start, checkpoint_uuid)
         try:
@@ -294,9 +296,15 @@ class TrialController:
             metrics = self._check_training_output(out)
             if update:
                 ctx._update_scalers()
-            for sched in ctx.lr_schedulers:
-                if sched.step_mode is LRScheduler.StepMode.STEP_EVERY_BATCH and (batch_idx + 1) % sched.frequency == 0:
-                    ctx._step_scheduler(sched)
+                # STEP_EVERY_BATCH: the scheduler steps due on the k batches of this window are
+                # taken after its optimizer step, as in Determined ("never step the LR when the
+                # optimizer does not step"): stepping mid-window would decay the LR before the
+                # window's optimizer step and skip the schedule's first values. k = 1: per batch.
+                for sched in ctx.lr_schedulers:
+                    if sched.step_mode is LRScheduler.StepMode.STEP_EVERY_BATCH:
+                        for i in range(batch_idx - k + 1, batch_idx + 1):
+                            if (i + 1) % sched.frequency == 0:
+                                ctx._step_scheduler(sched)
             cbs.call("on_train_batch_end", metrics, batch_idx)
             self._chunk.append(metrics)
 
@@ -309,11 +317,12 @@ class TrialController:
                 cbs.call("on_training_epoch_end", epoch_idx)
 
             end = done >= self._max_batches
+            boundary = done % k == 0
             validate = end or _due(done, self._val_every)
             pending_checkpoint = pending_checkpoint or _due(done, self._ckpt_every)
-            report = validate or pending_checkpoint or _due(done, self._report_every)
+            report = validate or (pending_checkpoint and boundary) or _due(done, self._report_every)
             stop = ctx._stop_requested
-            if report or stop:
+            if report or (stop and boundary):
                 self._flush_training(done)
                 if self.spec.should_stop is not None and self.spec.should_stop():
                     stop = True
@@ -322,7 +331,6 @@ class TrialController:
                     pending_checkpoint = True
                 elif self.spec.checkpoint_policy == "all":
                     pending_checkpoint = True
-            boundary = done % k == 0
             if boundary and (pending_checkpoint or end or stop):
                 self._save_checkpoint(done)
                 pending_checkpoint = False
@@ -361,9 +369,7 @@ class TrialController:
         metrics = training_cross_slot([g["metrics"] for g in gathered])
         metrics = merge_reducer_metrics(metrics, reducers, [g["reducers"] for g in gathered], "training")
         metrics = {name: to_json_metric(v, name, "training") for name, v in metrics.items()}
-        batch_metrics = [
-            {name: to_json_metric(v, name, "training") for name, v in m.items()} for m in self._chunk
-        ] if self.callbacks.has("on_training_workload_end") else []
+        batch_metrics = LazyMetricList(self._chunk, "training")
         self._chunk = []
         self._reset_reducers(training=True)
         self.result.training_metrics.append({"total_batches": done, "metrics": metrics})
@@ -379,12 +385,19 @@ class TrialController:
         modes = [m.training for m in ctx.models]
         for m in ctx.models:
             m.eval()
+        # Validation never moves the training RNG streams: how often a trial validates (or
+        # validating at the end of a run that is resumed later) cannot change training.
+        rng = _checkpoint.capture_rng_state()
         try:
             with torch.no_grad(), ctx._autocast():
                 metrics = self._evaluate_full() if self._full_dataset else self._evaluate_batches()
         finally:
+            _checkpoint.restore_rng_state(rng)
             for m, mode in zip(ctx.models, modes):
                 m.train(mode)
+        # Training resumes with a fresh chunk: a reducer used for both workloads must not carry
+        # the values of this validation into it.
+        self._reset_reducers(training=True)
         metrics = {name: to_json_metric(v, name, "validation") for name, v in metrics.items()}
         self._last_validation = (done, metrics)
         self.result.validation_metrics.append({"total_batches": done, "metrics": metrics})

@@ -168,6 +168,30 @@ def to_json_metric(value: Any, name: str, workload: str) -> Any:
     return plain
 
 
+class LazyMetricList(Sequence):
+    """Per-batch metrics converted to plain JSON values only when someone reads them."""
+
+    def __init__(self, batches: List[Dict[str, Any]], workload: str) -> None:
+        self._batches = batches
+        self._workload = workload
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return {
+            name: to_json_metric(v, name, self._workload) for name, v in self._batches[index].items()
+        }
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, Sequence)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 # --- numbers --------------------------------------------------------------------------------
 
 
@@ -192,7 +216,14 @@ def _as_array(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
                 "be averaged; return numbers, tensors or numpy arrays (put other values in a "
                 "custom reducer via context.wrap_reducer)"
             )
-        converted.append(np.asarray(v, dtype=np.float64))
+        try:
+            converted.append(np.asarray(v, dtype=np.float64))
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"{workload} metric {name!r} has a value that is not an array of numbers ({e}); "
+                "return numbers, tensors or numpy arrays (put other values in a custom reducer "
+                "via context.wrap_reducer)"
+            ) from None
     try:
         return np.stack(converted)
     except ValueError as e:

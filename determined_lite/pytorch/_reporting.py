@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import numbers
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from determined_lite.pytorch._callback import PyTorchCallback
 
@@ -26,23 +26,23 @@ def _fmt(metrics: Dict[str, Any]) -> str:
 class MetricLogger(PyTorchCallback):
     """Logs reduced training and validation metrics once per report (chief only)."""
 
-    def __init__(self, context: Any, is_chief: bool) -> None:
-        self._context = context
+    def __init__(self, is_chief: bool, total_batches: Callable[[], int]) -> None:
         self._enabled = is_chief
+        self._total_batches = total_batches
 
     def on_training_workload_end(self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]) -> None:
         if self._enabled:
-            logger.info("batch %d training: %s", self._context.current_train_batch() + 1, _fmt(avg_metrics))
+            logger.info("batch %d training: %s", self._total_batches(), _fmt(avg_metrics))
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
         if self._enabled:
-            logger.info("batch %d validation: %s", self._context._batch_idx + (1 if self._context._training else 0), _fmt(metrics))
+            logger.info("batch %d validation: %s", self._total_batches(), _fmt(metrics))
 
 
 class TensorBoardMetrics(PyTorchCallback):
     """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only)."""
 
-    def __init__(self, context: Any, path: Optional[str], is_chief: bool, total_batches: Any) -> None:
+    def __init__(self, path: Optional[str], is_chief: bool, total_batches: Callable[[], int]) -> None:
         self._path = path
         self._enabled = is_chief and path is not None
         self._total_batches = total_batches

@@ -110,7 +110,7 @@ def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
         return info.context_dir
     try:
         return inspect.getsourcefile(type(trial))
-    except TypeError:
+    except (TypeError, OSError):  # defined in a REPL, `python -c` or a notebook: no file
         return None
 
 
@@ -164,9 +164,12 @@ class Trainer:
         )
         controller: TrialController
         is_chief = ctx.distributed.is_chief
+        def total_batches() -> int:
+            return controller.result.total_batches
+
         core = [
-            ("_core.tensorboard", TensorBoardMetrics(ctx, ctx.get_tensorboard_path(), is_chief, lambda: controller.result.total_batches)),
-            ("_core.logger", MetricLogger(ctx, is_chief)),
+            ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, total_batches)),
+            ("_core.logger", MetricLogger(is_chief, total_batches)),
         ] + list(core_callbacks)
         controller = TrialController(self.trial, ctx, spec, core)
         return controller.run()
