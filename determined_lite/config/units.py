@@ -14,9 +14,7 @@ class TrainUnit:
 
     def __post_init__(self) -> None:
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 1:
-            raise ValueError(
-                f"{type(self).__name__} length must be a positive integer, got {self.value!r}"
-            )
+            raise ValueError(f"{type(self).__name__} length must be a positive integer, got {self.value!r}")
 
     def to_batches(self, epoch_length: int, global_batch_size: int) -> int:
         """The same length in batches, given the epoch length (in batches) and global batch size."""
@@ -57,7 +55,7 @@ def length_from_config(value: Any, field: str = "max_length") -> TrainUnit:
         raise ValueError(
             f"{field}: expected one of {{batches: N}}, {{epochs: N}}, {{records: N}}, got {value!r}"
         )
-    (unit, n), = value.items()
+    ((unit, n),) = value.items()
     if unit not in _UNITS:
         raise ValueError(f"{field}: unknown unit {unit!r}; expected batches, epochs or records")
     try:

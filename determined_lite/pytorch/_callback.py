@@ -151,9 +151,7 @@ _DEPRECATED_HOOKS = {
     "on_validation_step_end": "on_validation_end",
 }
 HOOKS = tuple(
-    name
-    for name, value in vars(PyTorchCallback).items()
-    if name.startswith("on_") and callable(value)
+    name for name, value in vars(PyTorchCallback).items() if name.startswith("on_") and callable(value)
 )
 
 
@@ -230,11 +228,7 @@ class CallbackList:
         self._by_hook: Dict[str, List[Tuple[str, PyTorchCallback]]] = {}
         for hook in HOOKS:
             base = getattr(PyTorchCallback, hook)
-            users = [
-                (name, cb)
-                for name, cb in self._named
-                if getattr(type(cb), hook, base) is not base
-            ]
+            users = [(name, cb) for name, cb in self._named if getattr(type(cb), hook, base) is not base]
             if hook in CHIEF_ONLY_HOOKS and not is_chief:
                 users = []
             self._by_hook[hook] = users
@@ -259,8 +253,7 @@ class CallbackList:
                 getattr(cb, hook)(*args)
             except Exception as e:
                 raise CallbackError(
-                    f"callback {name!r} ({type(cb).__qualname__}) raised in {hook}: "
-                    f"{type(e).__name__}: {e}"
+                    f"callback {name!r} ({type(cb).__qualname__}) raised in {hook}: {type(e).__name__}: {e}"
                 ) from e
 
     def state_dict(self) -> Dict[str, Any]:

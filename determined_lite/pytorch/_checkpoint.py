@@ -71,9 +71,7 @@ def _fsync_tree(path: str) -> None:
 
 
 def _dir_size(path: str) -> int:
-    return sum(
-        os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
-    )
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def copy_code(context_dir: str, dest: str) -> None:
@@ -147,7 +145,9 @@ def read_metadata(path: str) -> Dict[str, Any]:
             raise ValueError(f"{meta_path}: not valid JSON ({e})") from None
 
 
-def read_checkpoint(path: str, map_location: Any = "cpu", **torch_load_kwargs: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def read_checkpoint(
+    path: str, map_location: Any = "cpu", **torch_load_kwargs: Any
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """``(state, metadata)`` of the checkpoint at ``path``, with clear errors if incomplete."""
     metadata = read_metadata(path)
     state_path = os.path.join(path, STATE_FILE)

@@ -110,7 +110,11 @@ class PyTorchTrialContext:
         device: Optional[torch.device] = None,
         tensorboard_path: Optional[str] = None,
     ) -> None:
-        if isinstance(aggregation_frequency, bool) or not isinstance(aggregation_frequency, int) or aggregation_frequency < 1:
+        if (
+            isinstance(aggregation_frequency, bool)
+            or not isinstance(aggregation_frequency, int)
+            or aggregation_frequency < 1
+        ):
             raise ValueError(
                 "optimizations.aggregation_frequency must be a positive integer, got "
                 f"{aggregation_frequency!r}"
@@ -190,9 +194,7 @@ class PyTorchTrialContext:
             )
         value = self._hparams["global_batch_size"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f"hyperparameter 'global_batch_size' must be a positive integer, got {value!r}"
-            )
+            raise ValueError(f"hyperparameter 'global_batch_size' must be a positive integer, got {value!r}")
         return value
 
     def get_per_slot_batch_size(self) -> int:
@@ -255,10 +257,12 @@ class PyTorchTrialContext:
     ) -> torch.optim.Optimizer:
         """Register ``optimizer`` (built on wrapped models' parameters) with the harness."""
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(
-                f"wrap_optimizer() needs a torch.optim.Optimizer, got {type(optimizer).__name__}"
-            )
-        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+            raise TypeError(f"wrap_optimizer() needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if (
+            isinstance(backward_passes_per_step, bool)
+            or not isinstance(backward_passes_per_step, int)
+            or backward_passes_per_step < 1
+        ):
             raise ValueError(
                 "wrap_optimizer(backward_passes_per_step=...) must be a positive integer, got "
                 f"{backward_passes_per_step!r}"
@@ -286,22 +290,17 @@ class PyTorchTrialContext:
                 "context.wrap_optimizer(); build the scheduler on the wrapped optimizer"
             )
         if step_mode is LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP and optimizer is None:
-            raise ValueError(
-                "STEP_EVERY_OPTIMIZER_STEP needs a scheduler with an .optimizer attribute"
-            )
+            raise ValueError("STEP_EVERY_OPTIMIZER_STEP needs a scheduler with an .optimizer attribute")
         self.lr_schedulers.append(wrapped)
         return wrapped
 
     def wrap_scaler(self, scaler: Any) -> Any:
         """Register a ``torch.amp.GradScaler`` so it is checkpointed; pass it to ``step_optimizer``."""
         if not all(hasattr(scaler, a) for a in ("scale", "step", "update", "state_dict")):
-            raise TypeError(
-                f"wrap_scaler() needs a torch.amp.GradScaler, got {type(scaler).__name__}"
-            )
+            raise TypeError(f"wrap_scaler() needs a torch.amp.GradScaler, got {type(scaler).__name__}")
         if self._use_amp:
             raise RuntimeError(
-                "wrap_scaler() cannot be combined with experimental.use_amp(), which manages "
-                "its own scaler"
+                "wrap_scaler() cannot be combined with experimental.use_amp(), which manages its own scaler"
             )
         self._scalers.append(scaler)
         return scaler
@@ -338,17 +337,14 @@ class PyTorchTrialContext:
         """The single wrapped optimizer (Determined's older API)."""
         if len(self._wrapped_optimizers) != 1:
             raise RuntimeError(
-                f"get_optimizer() needs exactly one wrapped optimizer, found "
-                f"{len(self._wrapped_optimizers)}"
+                f"get_optimizer() needs exactly one wrapped optimizer, found {len(self._wrapped_optimizers)}"
             )
         return self._wrapped_optimizers[0].optimizer
 
     def get_model(self) -> torch.nn.Module:
         """The single wrapped model (Determined's older API)."""
         if len(self.models) != 1:
-            raise RuntimeError(
-                f"get_model() needs exactly one wrapped model, found {len(self.models)}"
-            )
+            raise RuntimeError(f"get_model() needs exactly one wrapped model, found {len(self.models)}")
         return self.models[0]
 
     # --- data -------------------------------------------------------------------------------
@@ -392,7 +388,9 @@ class PyTorchTrialContext:
 
     def _find_optimizer(self, optimizer: Any) -> Optional[_WrappedOptimizer]:
         for w in self._wrapped_optimizers:
-            if w.optimizer is optimizer or w.optimizer.param_groups is getattr(optimizer, "param_groups", None):
+            if w.optimizer is optimizer or w.optimizer.param_groups is getattr(
+                optimizer, "param_groups", None
+            ):
                 return w
         return None
 
@@ -506,7 +504,9 @@ class PyTorchTrialContext:
             _unwrap(model).load_state_dict(sd)
         if not strict:
             return
-        for w, sd in zip(self._wrapped_optimizers, check("optimizers_state_dict", len(self._wrapped_optimizers))):
+        for w, sd in zip(
+            self._wrapped_optimizers, check("optimizers_state_dict", len(self._wrapped_optimizers))
+        ):
             w.optimizer.load_state_dict(sd)
         for w, steps in zip(self._wrapped_optimizers, state.get("optimizer_steps", [])):
             w.steps = steps

@@ -10,7 +10,6 @@ import dataclasses
 import inspect
 import itertools
 import logging
-import math
 import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -78,8 +77,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.checkpoint_policy not in CHECKPOINT_POLICIES:
             raise ValueError(
-                f"checkpoint_policy must be one of {CHECKPOINT_POLICIES}, got "
-                f"{self.checkpoint_policy!r}"
+                f"checkpoint_policy must be one of {CHECKPOINT_POLICIES}, got {self.checkpoint_policy!r}"
             )
         for field in ("max_length", "validation_period", "checkpoint_period", "reporting_period"):
             value = getattr(self, field)
@@ -127,7 +125,10 @@ class TrialController:
             raise TypeError(
                 f"Trainer needs a determined_lite.pytorch.PyTorchTrial, got {type(self.trial).__name__}"
             )
-        batch, full = _overrides(self.trial, "evaluate_batch"), _overrides(self.trial, "evaluate_full_dataset")
+        batch, full = (
+            _overrides(self.trial, "evaluate_batch"),
+            _overrides(self.trial, "evaluate_full_dataset"),
+        )
         if batch == full:
             which = "both" if batch else "neither"
             raise TypeError(
@@ -179,8 +180,7 @@ class TrialController:
             n = len(loader)
         except TypeError:
             raise TypeError(
-                "the training data loader has no len(); det-lite needs the epoch length to "
-                "schedule epochs"
+                "the training data loader has no len(); det-lite needs the epoch length to schedule epochs"
             ) from None
         if n < 1:
             raise ValueError("the training data loader yields no batch")
@@ -234,7 +234,9 @@ class TrialController:
                 logger.warning(
                     "max_length is %d batches, not a multiple of aggregation_frequency=%d; "
                     "training runs to batch %d so that the last optimizer step is complete",
-                    requested, k, self._max_batches,
+                    requested,
+                    k,
+                    self._max_batches,
                 )
         self._val_every = None if spec.test_mode else self._interval(spec.validation_period)
         self._ckpt_every = None if spec.test_mode else self._interval(spec.checkpoint_period)
@@ -280,6 +282,9 @@ class TrialController:
         epoch_len = self._epoch_len
         auto_to_device = ctx._auto_to_device
         pending_checkpoint = False
+        # An external stop (spec.should_stop, polled at reports) seen mid-window is kept until
+        # the next optimizer-step boundary, where training stops.
+        external_stop = False
         models = ctx.models
         for batch_idx in itertools.count(start):
             epoch_idx = batch_idx // epoch_len
@@ -291,7 +296,7 @@ class TrialController:
                 batch = ctx.to_device(batch)
             cbs.call("on_train_batch_start", batch, batch_idx)
             update = (batch_idx + 1) % k == 0
-            with ctx._autocast(), (self.dist.no_sync(models) if not update else _NULL):
+            with ctx._autocast(), self.dist.no_sync(models) if not update else _NULL:
                 out = trial.train_batch(batch, epoch_idx, batch_idx)
             metrics = self._check_training_output(out)
             if update:
@@ -312,7 +317,10 @@ class TrialController:
             self.result.total_batches = done
             if done % epoch_len == 0:
                 for sched in ctx.lr_schedulers:
-                    if sched.step_mode is LRScheduler.StepMode.STEP_EVERY_EPOCH and (done // epoch_len) % sched.frequency == 0:
+                    if (
+                        sched.step_mode is LRScheduler.StepMode.STEP_EVERY_EPOCH
+                        and (done // epoch_len) % sched.frequency == 0
+                    ):
                         ctx._step_scheduler(sched)
                 cbs.call("on_training_epoch_end", epoch_idx)
 
@@ -321,11 +329,11 @@ class TrialController:
             validate = end or _due(done, self._val_every)
             pending_checkpoint = pending_checkpoint or _due(done, self._ckpt_every)
             report = validate or (pending_checkpoint and boundary) or _due(done, self._report_every)
-            stop = ctx._stop_requested
+            stop = ctx._stop_requested or external_stop
             if report or (stop and boundary):
                 self._flush_training(done)
-                if self.spec.should_stop is not None and self.spec.should_stop():
-                    stop = True
+                if not stop and self.spec.should_stop is not None and self.spec.should_stop():
+                    stop = external_stop = True
             if validate:
                 if self._validate() and self.spec.checkpoint_policy != "none":
                     pending_checkpoint = True
@@ -344,9 +352,7 @@ class TrialController:
         if isinstance(out, torch.Tensor):
             return {"loss": out.detach()}
         if isinstance(out, dict):
-            return {
-                k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in out.items()
-            }
+            return {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
         raise TypeError(
             f"{type(self.trial).__name__}.train_batch() must return a torch.Tensor (the loss) or a "
             f"dict of metric names to values, got {type(out).__name__}"
@@ -354,7 +360,7 @@ class TrialController:
 
     def _reset_reducers(self, training: bool) -> None:
         for r in self.context._reducers:
-            if (r.for_training if training else r.for_validation):
+            if r.for_training if training else r.for_validation:
                 r.reducer.reset()
 
     def _flush_training(self, done: int) -> None:
@@ -448,7 +454,9 @@ class TrialController:
             try:
                 loader = self._val_loader
                 if isinstance(loader, DataLoader):
-                    loader = loader._validation_loader(rank=0, num_replicas=1, seed=self.context.get_trial_seed())
+                    loader = loader._validation_loader(
+                        rank=0, num_replicas=1, seed=self.context.get_trial_seed()
+                    )
                 metrics = self.trial.evaluate_full_dataset(loader)
                 if not isinstance(metrics, dict):
                     raise TypeError(
@@ -484,7 +492,9 @@ class TrialController:
         value = metrics[name]
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise TypeError(f"searcher metric {name!r} must be a number, got {value!r}")
-        better = self._best is None or (value < self._best if self.spec.smaller_is_better else value > self._best)
+        better = self._best is None or (
+            value < self._best if self.spec.smaller_is_better else value > self._best
+        )
         if better:
             self._best = float(value)
             self.result.best_validation = self._best
@@ -509,7 +519,11 @@ class TrialController:
         path = uuid = None
         if self.dist.is_chief:
             self.callbacks.call("on_checkpoint_save_start", state)
-            metrics = self._last_validation[1] if self._last_validation and self._last_validation[0] == done else None
+            metrics = (
+                self._last_validation[1]
+                if self._last_validation and self._last_validation[0] == done
+                else None
+            )
             metadata = {
                 "trial_id": ctx.get_trial_id(),
                 "experiment_id": ctx.get_experiment_id(),
@@ -533,7 +547,9 @@ class TrialController:
             self.callbacks.call("on_checkpoint_upload_end", uuid)
         uuid, path = self.dist.broadcast((uuid, path)) if self.dist.size > 1 else (uuid, path)
         self._last_checkpoint_batch = done
-        metrics = self._last_validation[1] if self._last_validation and self._last_validation[0] == done else None
+        metrics = (
+            self._last_validation[1] if self._last_validation and self._last_validation[0] == done else None
+        )
         self.result.checkpoints.append(
             {"uuid": uuid, "path": path, "total_batches": done, "metrics": metrics}
         )
@@ -551,7 +567,11 @@ class TrialController:
         start = trainer["total_batches"]
         self._last_checkpoint_batch = start
         logger.info("resuming from checkpoint %s at batch %d", path, start)
-        return start, metadata.get("uuid", os.path.basename(os.path.normpath(path))), rng[self.dist.rank % len(rng)]
+        return (
+            start,
+            metadata.get("uuid", os.path.basename(os.path.normpath(path))),
+            rng[self.dist.rank % len(rng)],
+        )
 
 
 class _NullContext:

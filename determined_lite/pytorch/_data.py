@@ -80,9 +80,7 @@ def _rank_training_batches(
     global_size = batch_size * num_replicas
     full, tail = divmod(len(order), global_size)
     lo = rank * batch_size
-    batches = [
-        list(order[j * global_size + lo : j * global_size + lo + batch_size]) for j in range(full)
-    ]
+    batches = [list(order[j * global_size + lo : j * global_size + lo + batch_size]) for j in range(full)]
     if tail >= num_replicas and not drop_last:
         start, count = _contiguous_share(tail, num_replicas, rank)
         start += full * global_size
@@ -182,8 +180,7 @@ class DataLoader:
         drop_last = bool(drop_last)
         if sampler is not None and shuffle:
             raise ValueError(
-                "sampler option is mutually exclusive with shuffle=True: shuffle inside your "
-                "sampler instead"
+                "sampler option is mutually exclusive with shuffle=True: shuffle inside your sampler instead"
             )
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -193,9 +190,7 @@ class DataLoader:
                     f"shuffle={shuffle}, sampler={sampler!r}, drop_last={drop_last}"
                 )
             if not hasattr(batch_sampler, "__iter__"):
-                raise ValueError(
-                    f"batch_sampler must be an iterable of index lists, got {batch_sampler!r}"
-                )
+                raise ValueError(f"batch_sampler must be an iterable of index lists, got {batch_sampler!r}")
             batch_size = None
         elif batch_size is None:
             raise ValueError(
@@ -212,9 +207,7 @@ class DataLoader:
             raise ValueError(f"timeout must be a number >= 0 (seconds), got {timeout!r}")
         if prefetch_factor is not None:
             if num_workers == 0:
-                raise ValueError(
-                    "prefetch_factor needs num_workers > 0; leave it None with num_workers=0"
-                )
+                raise ValueError("prefetch_factor needs num_workers > 0; leave it None with num_workers=0")
             _check_int("prefetch_factor", prefetch_factor, 0)
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers=True needs num_workers > 0")
@@ -330,9 +323,7 @@ class DataLoader:
             )
         return length
 
-    def _rank_epoch_batches(
-        self, seed: int, rank: int, num_replicas: int, epoch: int
-    ) -> list[_Batch]:
+    def _rank_epoch_batches(self, seed: int, rank: int, num_replicas: int, epoch: int) -> list[_Batch]:
         """Training batches of ``rank`` for one epoch."""
         units = self._epoch_units(seed, epoch)
         if self._batch_sampler is not None:
@@ -411,9 +402,7 @@ class DataLoader:
         """Determined's method: repeat=True -> the training stream (skip = batches to skip);
         repeat=False -> one validation-style pass (skip batches skipped). Seed 0."""
         if repeat:
-            return self._training_loader(
-                seed=0, rank=rank, num_replicas=num_replicas, start_batch=skip
-            )
+            return self._training_loader(seed=0, rank=rank, num_replicas=num_replicas, start_batch=skip)
         return self._pass_loader(seed=0, rank=rank, num_replicas=num_replicas, skip=skip)
 
     def _torch_loader(

@@ -36,8 +36,7 @@ class LRScheduler:
     ) -> None:
         if not isinstance(step_mode, LRScheduler.StepMode):
             raise TypeError(
-                "wrap_lr_scheduler(step_mode=...) must be an LRScheduler.StepMode, got "
-                f"{step_mode!r}"
+                f"wrap_lr_scheduler(step_mode=...) must be an LRScheduler.StepMode, got {step_mode!r}"
             )
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
             raise ValueError(

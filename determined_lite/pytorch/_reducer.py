@@ -122,9 +122,7 @@ def wrap_reducer(
     if name is not None and not isinstance(name, str):
         raise TypeError(f"wrap_reducer(name=...) must be a string or None, got {name!r}")
     if not (for_training or for_validation):
-        raise ValueError(
-            "wrap_reducer(...) with for_training=False and for_validation=False would never run"
-        )
+        raise ValueError("wrap_reducer(...) with for_training=False and for_validation=False would never run")
     if isinstance(reducer, MetricReducer):
         impl = reducer
     elif callable(reducer):
@@ -181,9 +179,7 @@ class LazyMetricList(Sequence):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return {
-            name: to_json_metric(v, name, self._workload) for name, v in self._batches[index].items()
-        }
+        return {name: to_json_metric(v, name, self._workload) for name, v in self._batches[index].items()}
 
     def __eq__(self, other: Any) -> bool:
         return list(self) == list(other) if isinstance(other, (list, Sequence)) else NotImplemented

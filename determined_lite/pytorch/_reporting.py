@@ -13,9 +13,7 @@ logger = logging.getLogger("determined_lite")
 
 def _scalars(metrics: Dict[str, Any]) -> Dict[str, float]:
     return {
-        k: float(v)
-        for k, v in metrics.items()
-        if isinstance(v, numbers.Number) and not isinstance(v, bool)
+        k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Number) and not isinstance(v, bool)
     }
 
 
@@ -30,7 +28,9 @@ class MetricLogger(PyTorchCallback):
         self._enabled = is_chief
         self._total_batches = total_batches
 
-    def on_training_workload_end(self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]) -> None:
+    def on_training_workload_end(
+        self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
+    ) -> None:
         if self._enabled:
             logger.info("batch %d training: %s", self._total_batches(), _fmt(avg_metrics))
 
@@ -60,7 +60,9 @@ class TensorBoardMetrics(PyTorchCallback):
             self._writer.writer.add_scalar(f"{prefix}/{name}", value, step)
         self._writer.flush()
 
-    def on_training_workload_end(self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]) -> None:
+    def on_training_workload_end(
+        self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
+    ) -> None:
         self._write("training", avg_metrics)
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:

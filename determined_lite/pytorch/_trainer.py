@@ -8,7 +8,6 @@ import inspect
 import logging
 import os
 import random
-import sys
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from determined_lite import tensorboard
@@ -22,6 +21,8 @@ from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._trial import PyTorchTrial
 
 logger = logging.getLogger("determined_lite")
+
+DEFAULT_REPORTING_PERIOD = Batch(100)  # Determined's default scheduling unit
 
 
 @dataclasses.dataclass
@@ -46,7 +47,10 @@ def _conf(exp_conf: Dict[str, Any], *path: str, default: Any = None) -> Any:
 
 
 def checkpoint_root(exp_conf: Dict[str, Any]) -> str:
-    """Where checkpoints go: ``checkpoint_storage.host_path[/storage_path]`` or ``$DET_LITE_HOME/checkpoints``."""
+    """Where checkpoints go.
+
+    ``checkpoint_storage.host_path[/storage_path]``, else ``$DET_LITE_HOME/checkpoints``.
+    """
     host_path = _conf(exp_conf, "checkpoint_storage", "host_path")
     if host_path is None:
         return os.path.join(tensorboard.det_lite_home(), "checkpoints")
@@ -82,7 +86,9 @@ def init(
     average = _conf(exp_conf, "optimizations", "average_aggregated_gradients", default=True)
     tb_path = None
     if enable_tensorboard_logging:
-        tb_path = info.tensorboard_path or tensorboard.trial_tensorboard_path(info.experiment_id, info.trial_id)
+        tb_path = info.tensorboard_path or tensorboard.trial_tensorboard_path(
+            info.experiment_id, info.trial_id
+        )
 
     seed_everything(seed)
     context = PyTorchTrialContext(
@@ -126,7 +132,7 @@ class Trainer:
         checkpoint_period: Optional[TrainUnit] = None,
         validation_period: Optional[TrainUnit] = None,
         max_length: Optional[TrainUnit] = None,
-        reporting_period: TrainUnit = Batch(100),
+        reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD,
         checkpoint_policy: str = "best",
         latest_checkpoint: Optional[str] = None,
         step_zero_validation: bool = False,
@@ -164,6 +170,7 @@ class Trainer:
         )
         controller: TrialController
         is_chief = ctx.distributed.is_chief
+
         def total_batches() -> int:
             return controller.result.total_batches
 

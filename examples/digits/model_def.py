@@ -34,9 +34,7 @@ def load_splits() -> Tuple[torch.utils.data.TensorDataset, torch.utils.data.Tens
     from sklearn.model_selection import train_test_split
 
     x, y = load_digits(return_X_y=True)
-    x_train, x_val, y_train, y_val = train_test_split(
-        x, y, test_size=0.2, random_state=0, stratify=y
-    )
+    x_train, x_val, y_train, y_val = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
 
     def to_dataset(xs: np.ndarray, ys: np.ndarray) -> torch.utils.data.TensorDataset:
         features = torch.from_numpy((xs / 16.0).astype(np.float32))
@@ -114,9 +112,7 @@ class DigitsTrial(PyTorchTrial):
         )
 
     def build_training_data_loader(self) -> DataLoader:
-        return DataLoader(
-            self.train_ds, batch_size=self.context.get_per_slot_batch_size(), shuffle=True
-        )
+        return DataLoader(self.train_ds, batch_size=self.context.get_per_slot_batch_size(), shuffle=True)
 
     def build_validation_data_loader(self) -> DataLoader:
         return DataLoader(self.val_ds, batch_size=self.context.get_per_slot_batch_size())

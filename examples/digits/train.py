@@ -109,9 +109,7 @@ def run(config_path: str, context_dir: Optional[str] = None) -> RunResult:
             trainer = pytorch.Trainer(trial, ctx)
             trainer.fit(max_length=max_length, **periods)
     if not recorder.validations:
-        raise RuntimeError(
-            "training finished without a single validation; set min_validation_period"
-        )
+        raise RuntimeError("training finished without a single validation; set min_validation_period")
     return RunResult(recorder.validations, recorder.checkpoint_dirs)
 
 
@@ -132,8 +130,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     final = dict(result.final_metrics)
     matrix = final.pop("confusion_matrix", None)
-    print(f"done in {elapsed:.1f} s: {len(result.validations)} validations, "
-          f"{len(result.checkpoint_dirs)} checkpoints")
+    print(
+        f"done in {elapsed:.1f} s: {len(result.validations)} validations, "
+        f"{len(result.checkpoint_dirs)} checkpoints"
+    )
     print("final validation metrics:", json.dumps(final, sort_keys=True))
     if matrix is not None:
         print("confusion matrix (rows: true class, columns: predicted):")

@@ -58,7 +58,9 @@ def _fit(
     return trial, result
 
 
-def _expected_hooks(max_batches: int, epoch_len: int, k: int, validation: int, reporting: int, checkpoint: int) -> List[str]:
+def _expected_hooks(
+    max_batches: int, epoch_len: int, k: int, validation: int, reporting: int, checkpoint: int
+) -> List[str]:
     """The hook sequence of a fresh run (validation: 2 batches; periods divide max_batches)."""
     seq = ["on_trial_startup", "on_training_start"]
     for i in range(max_batches):
@@ -396,7 +398,11 @@ def test_training_workload_end_gets_averages_and_batch_metrics() -> None:
     assert [avg["bidx"] for avg, _ in ends] == [0.5, 2.5, 4.0]
     assert [[m["bidx"] for m in batch] for _, batch in ends] == [[0.0, 1.0], [2.0, 3.0], [4.0]]
     batch_losses = [metrics["loss"].item() for metrics, _ in rec.args("on_train_batch_end")]
-    assert [[m["loss"] for m in batch] for _, batch in ends] == [batch_losses[0:2], batch_losses[2:4], batch_losses[4:5]]
+    assert [[m["loss"] for m in batch] for _, batch in ends] == [
+        batch_losses[0:2],
+        batch_losses[2:4],
+        batch_losses[4:5],
+    ]
     for avg, batch in ends:
         assert avg["loss"] == sum(m["loss"] for m in batch) / len(batch)
         assert all(type(m["loss"]) is float for m in batch)
@@ -441,7 +447,10 @@ def test_chief_only_hooks_skipped_on_other_workers() -> None:
     from determined_lite.pytorch._callback import CHIEF_ONLY_HOOKS, CallbackList
 
     assert CHIEF_ONLY_HOOKS == {
-        "on_checkpoint_save_start", "on_checkpoint_write_end", "on_checkpoint_upload_end", "on_checkpoint_end",
+        "on_checkpoint_save_start",
+        "on_checkpoint_write_end",
+        "on_checkpoint_upload_end",
+        "on_checkpoint_end",
     }
     for is_chief in (True, False):
         rec = Recorder("r", [])
@@ -450,7 +459,11 @@ def test_chief_only_hooks_skipped_on_other_workers() -> None:
         cbs.call("on_checkpoint_write_end", "/x")
         cbs.call("on_checkpoint_upload_end", "u")
         cbs.call("on_train_batch_end", {}, 0)
-        expected = ["on_checkpoint_save_start", "on_checkpoint_write_end", "on_checkpoint_upload_end"] if is_chief else []
+        expected = (
+            ["on_checkpoint_save_start", "on_checkpoint_write_end", "on_checkpoint_upload_end"]
+            if is_chief
+            else []
+        )
         assert rec.hooks() == expected + ["on_train_batch_end"]
         assert cbs.has("on_checkpoint_write_end") is is_chief
 

@@ -293,7 +293,9 @@ def test_load_trial_with_explicit_class_when_module_is_gone(good_checkpoint: Pat
     assert torch.equal(loaded.model.weight, state["context"]["models_state_dict"][0]["weight"])
 
 
-def test_load_trial_imports_class_from_checkpoint_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_trial_imports_class_from_checkpoint_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The trial's module is no longer importable: it is found in the checkpoint's code/."""
     name = "det_lite_ckpt_probe_module"
     src = tmp_path / "src"

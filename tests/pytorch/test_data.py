@@ -77,9 +77,7 @@ def test_epoch_length_values() -> None:
 def test_attributes_are_read_only() -> None:
     ds = _ds(5)
     dl = DataLoader(ds, batch_size=2, shuffle=True, drop_last=True)
-    assert (dl.dataset, dl.batch_size, dl.shuffle, dl.drop_last, dl.num_workers) == (
-        ds, 2, True, True, 0
-    )
+    assert (dl.dataset, dl.batch_size, dl.shuffle, dl.drop_last, dl.num_workers) == (ds, 2, True, True, 0)
     with pytest.raises(AttributeError):
         dl.batch_size = 3  # type: ignore[misc]
     assert DataLoader(ds, batch_sampler=[[0, 1]]).batch_size is None
@@ -208,9 +206,7 @@ def test_validation_sharding(replicas: int, expected: List[List[List[int]]]) -> 
 
 @pytest.mark.parametrize("replicas", [2, 3, 5])
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_validation_concat_equals_single_process_with_shuffle(
-    replicas: int, drop_last: bool
-) -> None:
+def test_validation_concat_equals_single_process_with_shuffle(replicas: int, drop_last: bool) -> None:
     dl = DataLoader(_ds(11), batch_size=3, shuffle=True, drop_last=drop_last)
     single = _batches(dl._validation_loader(seed=2))
     assert len(single) == (3 if drop_last else 4)

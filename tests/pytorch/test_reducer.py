@@ -86,7 +86,9 @@ def test_each_builtin_reducer_in_a_trial(reducer: Reducer, expected: float) -> N
 
 def test_unit_partial_matches_hand_values() -> None:
     got = {
-        kind: validation_cross_slot([validation_partial([{"m": v} for v in BATCH_VALUES], BATCH_LENGTHS, kind)])
+        kind: validation_cross_slot(
+            [validation_partial([{"m": v} for v in BATCH_VALUES], BATCH_LENGTHS, kind)]
+        )
         for kind in Reducer
     }
     assert got == {
@@ -166,7 +168,8 @@ class _Vector(IdTrial):
 @pytest.mark.parametrize(
     "kind, vec, mat",
     [
-        # batches [0,1] [2,3] [4]: vec = [0.5,1] [2.5,3] [4,4]; mat = [[0,1],[2,1]] [[2,3],[2,5]] [[4,4],[1,4]]
+        # batches [0,1] [2,3] [4]: vec = [0.5,1] [2.5,3] [4,4];
+        # mat = [[0,1],[2,1]] [[2,3],[2,5]] [[4,4],[1,4]]
         (Reducer.AVG, [2.0, 12 / 5], [[8 / 5, 12 / 5], [9 / 5, 16 / 5]]),
         (Reducer.BATCH_AVG, [7 / 3, 8 / 3], [[2.0, 8 / 3], [5 / 3, 10 / 3]]),
         (Reducer.SUM, [7.0, 8.0], [[6.0, 8.0], [5.0, 10.0]]),
@@ -345,9 +348,7 @@ class _Counting(IdTrial):
         self.both = EventReducer()
         assert context.wrap_reducer(self.both, name="both") is self.both
         self.train_only = context.wrap_reducer(EventReducer(), name="train_only", for_validation=False)
-        self.val_only = context.experimental.wrap_reducer(
-            EventReducer(), name="val_only", for_training=False
-        )
+        self.val_only = context.experimental.wrap_reducer(EventReducer(), name="val_only", for_training=False)
         self.all = [self.both, self.train_only, self.val_only]
 
     def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:

@@ -28,7 +28,9 @@ def test_train_batch_must_return_a_tensor_or_dict(value: Any, type_name: str) ->
         def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> Any:
             return value
 
-    with pytest.raises(TypeError, match=rf"T\.train_batch\(\) must return a torch\.Tensor .*got {type_name}$"):
+    with pytest.raises(
+        TypeError, match=rf"T\.train_batch\(\) must return a torch\.Tensor .*got {type_name}$"
+    ):
         fit(T)
 
 
@@ -63,8 +65,12 @@ def test_non_serializable_reducer_result_names_it(training: bool) -> None:
     class T(IdTrial):
         def __init__(self, context: PyTorchTrialContext) -> None:
             super().__init__(context)
-            context.wrap_reducer(lambda v: object(), name="opaque", for_training=training, for_validation=not training)
-            context.wrap_reducer(lambda v: {"inner": {1, 2}}, name=None, for_training=training, for_validation=not training)
+            context.wrap_reducer(
+                lambda v: object(), name="opaque", for_training=training, for_validation=not training
+            )
+            context.wrap_reducer(
+                lambda v: {"inner": {1, 2}}, name=None, for_training=training, for_validation=not training
+            )
 
     workload = "training" if training else "validation"
     with pytest.raises(TypeError, match=rf"{workload} metric 'opaque' is not JSON-serializable"):
@@ -110,7 +116,9 @@ def test_overriding_neither_evaluate_method() -> None:
         fit(Neither)
 
 
-@pytest.mark.parametrize("value, type_name", [(torch.tensor(1.0), "Tensor"), ([1.0], "list"), (None, "NoneType")])
+@pytest.mark.parametrize(
+    "value, type_name", [(torch.tensor(1.0), "Tensor"), ([1.0], "list"), (None, "NoneType")]
+)
 def test_evaluate_batch_must_return_a_dict(value: Any, type_name: str) -> None:
     class T(IdTrial):
         def evaluate_batch(self, batch: Any) -> Any:
@@ -169,7 +177,9 @@ def test_unknown_hparam_names_it() -> None:
             super().__init__(context)
             context.get_hparam("learning_rate")
 
-    with pytest.raises(ValueError, match=r"hyperparameter 'learning_rate' is not defined.*'global_batch_size'"):
+    with pytest.raises(
+        ValueError, match=r"hyperparameter 'learning_rate' is not defined.*'global_batch_size'"
+    ):
         fit(T)
 
 
@@ -199,7 +209,9 @@ def test_evaluation_reducer_must_return_reducers(value: Any) -> None:
         def evaluation_reducer(self) -> Any:
             return value
 
-    with pytest.raises(TypeError, match=r"evaluation_reducer\(\) must return a determined_lite\.pytorch\.Reducer"):
+    with pytest.raises(
+        TypeError, match=r"evaluation_reducer\(\) must return a determined_lite\.pytorch\.Reducer"
+    ):
         fit(T)
 
 

@@ -103,8 +103,13 @@ def test_torch_writer_and_harness_write_to_trial_path(home: Path) -> None:
     assert scalars["custom/numpy"] == [(4, 2.5)]
     assert scalars["custom/int"] == [(5, 7.0)]
     assert set(scalars) == {
-        "training/loss", "training/bidx", "validation/xmean",
-        "custom/bidx", "custom/tensor", "custom/numpy", "custom/int",
+        "training/loss",
+        "training/bidx",
+        "validation/xmean",
+        "custom/bidx",
+        "custom/tensor",
+        "custom/numpy",
+        "custom/int",
     }
 
 
