@@ -8,6 +8,8 @@ from typing import Any, ContextManager, Iterable, List, Sequence
 
 import torch
 
+_NULL = contextlib.nullcontext()  # reusable: nullcontext keeps no state
+
 
 class DistributedContext(abc.ABC):
     """Rank information, object collectives and the gradient engine of one worker.
@@ -98,14 +100,14 @@ class DistributedContext(abc.ABC):
 
     def no_sync(self, models: Iterable[torch.nn.Module]) -> ContextManager[None]:
         """Suspend gradient communication for a batch that does not step the optimizers."""
-        return contextlib.nullcontext()
+        return _NULL
 
     def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
         """Finish gradient communication for ``optimizer`` before it is clipped and stepped."""
 
     def step_context(self, optimizer: torch.optim.Optimizer) -> ContextManager[None]:
         """Context in which ``optimizer.step()`` runs after :meth:`synchronize`."""
-        return contextlib.nullcontext()
+        return _NULL
 
     def broadcast_initial_state(
         self, models: Sequence[torch.nn.Module], optimizers: Sequence[torch.optim.Optimizer]

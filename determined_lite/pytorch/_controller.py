@@ -6,13 +6,14 @@ hooks and never branches on the backend.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import itertools
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -281,11 +282,12 @@ class TrialController:
         k = ctx._aggregation_frequency
         epoch_len = self._epoch_len
         auto_to_device = ctx._auto_to_device
+        every_batch = _schedulers(ctx, LRScheduler.StepMode.STEP_EVERY_BATCH)
+        every_epoch = _schedulers(ctx, LRScheduler.StepMode.STEP_EVERY_EPOCH)
         pending_checkpoint = False
         # An external stop (spec.should_stop, polled at reports) seen mid-window is kept until
         # the next optimizer-step boundary, where training stops.
         external_stop = False
-        models = ctx.models
         for batch_idx in itertools.count(start):
             epoch_idx = batch_idx // epoch_len
             ctx._batch_idx = batch_idx
@@ -296,7 +298,7 @@ class TrialController:
                 batch = ctx.to_device(batch)
             cbs.call("on_train_batch_start", batch, batch_idx)
             update = (batch_idx + 1) % k == 0
-            with ctx._autocast(), self.dist.no_sync(models) if not update else _NULL:
+            with self._batch_context(update):
                 out = trial.train_batch(batch, epoch_idx, batch_idx)
             metrics = self._check_training_output(out)
             if update:
@@ -305,22 +307,18 @@ class TrialController:
                 # taken after its optimizer step, as in Determined ("never step the LR when the
                 # optimizer does not step"): stepping mid-window would decay the LR before the
                 # window's optimizer step and skip the schedule's first values. k = 1: per batch.
-                for sched in ctx.lr_schedulers:
-                    if sched.step_mode is LRScheduler.StepMode.STEP_EVERY_BATCH:
-                        for i in range(batch_idx - k + 1, batch_idx + 1):
-                            if (i + 1) % sched.frequency == 0:
-                                ctx._step_scheduler(sched)
+                for sched in every_batch:
+                    for i in range(batch_idx - k + 1, batch_idx + 1):
+                        if (i + 1) % sched.frequency == 0:
+                            ctx._step_scheduler(sched)
             cbs.call("on_train_batch_end", metrics, batch_idx)
             self._chunk.append(metrics)
 
             done = batch_idx + 1
             self.result.total_batches = done
             if done % epoch_len == 0:
-                for sched in ctx.lr_schedulers:
-                    if (
-                        sched.step_mode is LRScheduler.StepMode.STEP_EVERY_EPOCH
-                        and (done // epoch_len) % sched.frequency == 0
-                    ):
+                for sched in every_epoch:
+                    if (done // epoch_len) % sched.frequency == 0:
                         ctx._step_scheduler(sched)
                 cbs.call("on_training_epoch_end", epoch_idx)
 
@@ -346,6 +344,17 @@ class TrialController:
                 self.result.stopped_early = not end
                 break
         ctx._training = False
+
+    def _batch_context(self, update: bool) -> ContextManager[Any]:
+        """Autocast (AMP) and, off optimizer-step batches, no gradient communication."""
+        ctx = self.context
+        if not ctx._use_amp and update:
+            return _NULL
+        stack = contextlib.ExitStack()
+        stack.enter_context(ctx._autocast())
+        if not update:
+            stack.enter_context(self.dist.no_sync(ctx.models))
+        return stack
 
     # --- training metrics -------------------------------------------------------------------
     def _check_training_output(self, out: Any) -> Dict[str, Any]:
@@ -574,15 +583,11 @@ class TrialController:
         )
 
 
-class _NullContext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
+_NULL = contextlib.nullcontext()  # reusable: nullcontext keeps no state
 
 
-_NULL = _NullContext()
+def _schedulers(ctx: PyTorchTrialContext, mode: LRScheduler.StepMode) -> List[LRScheduler]:
+    return [s for s in ctx.lr_schedulers if s.step_mode is mode]
 
 
 def _due(done: int, every: Optional[int]) -> bool:
