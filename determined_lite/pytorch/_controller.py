@@ -245,7 +245,6 @@ class TrialController:
         self._best: Optional[float] = None
         self._last_validation: Optional[Tuple[int, Dict[str, Any]]] = None
         self._last_checkpoint_batch: Optional[int] = None
-        self._warned_no_metric = False
 
         checkpoint_uuid, rng_state = None, None
         start = 0
