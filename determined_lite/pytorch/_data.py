@@ -11,6 +11,7 @@ batch ``b * N`` would see.
 
 from __future__ import annotations
 
+import random
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -94,6 +95,53 @@ def _training_length(num_records: int, batch_size: int, num_replicas: int, drop_
     return full + (1 if tail >= num_replicas and not drop_last else 0)
 
 
+def _batch_seed(seed: int, purpose: int, rank: int, index: int) -> int:
+    """Seed of one batch's loading in a worker process (63 bits)."""
+    state = np.random.SeedSequence([seed, purpose, rank, index]).generate_state(1, np.uint64)
+    return int(state[0]) >> 1
+
+
+class _SeededBatch(list):
+    """A batch of dataset keys with the seed its records are loaded with in a worker."""
+
+    def __init__(self, keys: Sequence, seed: int) -> None:
+        super().__init__(keys)
+        self.seed = seed
+
+    def __reduce__(self) -> Any:
+        return (_SeededBatch, (list(self), self.seed))
+
+
+class _WorkerSeededDataset(torch.utils.data.Dataset):
+    """Loads each batch in a worker with python/numpy/torch seeded from the batch's seed.
+
+    Worker processes have their own RNGs that no checkpoint can capture; seeding per batch
+    makes random augmentation in ``__getitem__`` depend only on the trial seed and the batch
+    index, so resume is exact and the result does not depend on ``num_workers``. (With
+    ``num_workers=0`` records load in the main process, whose RNGs checkpoints do capture.)
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.dataset[key]
+
+    def __getitems__(self, keys: Sequence) -> list:
+        seed = getattr(keys, "seed", None)
+        if seed is not None and torch.utils.data.get_worker_info() is not None:
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            torch.manual_seed(seed)
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return getitems(list(keys))
+        return [self.dataset[k] for k in keys]
+
+
 class _TrainingBatchSampler(torch.utils.data.Sampler):
     """Infinite stream of one rank's batches from global batch ``start_batch`` on.
 
@@ -102,12 +150,17 @@ class _TrainingBatchSampler(torch.utils.data.Sampler):
     """
 
     def __init__(
-        self, epoch_batches: Callable[[int], list[_Batch]], epoch_length: int, start_batch: int
+        self,
+        epoch_batches: Callable[[int], list[_Batch]],
+        epoch_length: int,
+        start_batch: int,
+        batch_seed: Optional[Callable[[int], int]] = None,
     ) -> None:
         super().__init__()
         self._epoch_batches = epoch_batches
         self._epoch_length = epoch_length
         self._start_batch = start_batch
+        self._batch_seed = batch_seed
 
     def __iter__(self) -> Iterator[_Batch]:
         epoch, offset = divmod(self._start_batch, self._epoch_length)
@@ -119,7 +172,12 @@ class _TrainingBatchSampler(torch.utils.data.Sampler):
                     f"epoch length is {self._epoch_length}; det-lite needs every epoch to have "
                     "the same size (check your sampler/batch_sampler)"
                 )
-            yield from batches[offset:]
+            if self._batch_seed is None:
+                yield from batches[offset:]
+            else:
+                first = epoch * self._epoch_length
+                for i in range(offset, len(batches)):
+                    yield _SeededBatch(batches[i], self._batch_seed(first + i))
             offset = 0
             epoch += 1
 
@@ -127,10 +185,16 @@ class _TrainingBatchSampler(torch.utils.data.Sampler):
 class _PassBatchSampler(torch.utils.data.Sampler):
     """One finite pass over batches that ``make_batches()`` builds when iterated."""
 
-    def __init__(self, make_batches: Callable[[], list[_Batch]], length: int) -> None:
+    def __init__(
+        self,
+        make_batches: Callable[[], list[_Batch]],
+        length: int,
+        batch_seed: Optional[Callable[[int], int]] = None,
+    ) -> None:
         super().__init__()
         self._make_batches = make_batches
         self._length = length
+        self._batch_seed = batch_seed
 
     def __len__(self) -> int:
         return self._length
@@ -142,7 +206,11 @@ class _PassBatchSampler(torch.utils.data.Sampler):
                 f"expected {self._length} batches in this pass, got {len(batches)}; det-lite "
                 "needs your sampler/batch_sampler to yield the same amount every epoch"
             )
-        yield from batches
+        if self._batch_seed is None:
+            yield from batches
+        else:
+            for i, batch in enumerate(batches):
+                yield _SeededBatch(batch, self._batch_seed(i))
 
 
 class DataLoader:
@@ -344,7 +412,9 @@ class DataLoader:
         def epoch_batches(epoch: int) -> list[_Batch]:
             return self._rank_epoch_batches(seed, rank, num_replicas, epoch)
 
-        sampler = _TrainingBatchSampler(epoch_batches, length, start_batch)
+        sampler = _TrainingBatchSampler(
+            epoch_batches, length, start_batch, self._worker_seeds(seed, _TRAINING, rank, 0)
+        )
         return self._torch_loader(sampler, _loader_generator(seed, start_batch, rank, _TRAINING))
 
     # --- validation ------------------------------------------------------------------
@@ -384,7 +454,9 @@ class DataLoader:
         def make_batches() -> list[_Batch]:
             return self._validation_batches(seed, first, count)
 
-        sampler = _PassBatchSampler(make_batches, count)
+        # Keyed by the single-process batch index: the same records load with the same
+        # seeds however many ranks share the pass.
+        sampler = _PassBatchSampler(make_batches, count, self._worker_seeds(seed, _VALIDATION, 0, first))
         return self._torch_loader(sampler, _loader_generator(seed, skip, rank, _VALIDATION))
 
     def _validation_loader(
@@ -405,12 +477,21 @@ class DataLoader:
             return self._training_loader(seed=0, rank=rank, num_replicas=num_replicas, start_batch=skip)
         return self._pass_loader(seed=0, rank=rank, num_replicas=num_replicas, skip=skip)
 
+    def _worker_seeds(
+        self, seed: int, purpose: int, rank: int, offset: int
+    ) -> Optional[Callable[[int], int]]:
+        """Per-batch seeds for loading in worker processes; None when loading in-process."""
+        if self._num_workers == 0:
+            return None
+        return lambda index: _batch_seed(seed, purpose, rank, offset + index)
+
     def _torch_loader(
         self, batch_sampler: torch.utils.data.Sampler, generator: torch.Generator
     ) -> torch.utils.data.DataLoader:
         """A torch loader over the user's dataset driven by ``batch_sampler``."""
+        dataset = self._dataset if self._num_workers == 0 else _WorkerSeededDataset(self._dataset)
         return torch.utils.data.DataLoader(
-            self._dataset,
+            dataset,
             batch_sampler=batch_sampler,
             num_workers=self._num_workers,
             collate_fn=self._collate_fn,

@@ -505,3 +505,46 @@ def test_two_workers_one_pass() -> None:
     assert _batches(loader) == single
     assert torch.equal(torch.random.get_rng_state(), state)
     assert _batches(dl._training_loader(seed=1), 5)[:4] == single
+
+
+# --- random augmentation in worker processes -------------------------------------------------
+
+
+class _NoisyDataset(torch.utils.data.Dataset):
+    """Record i is ``i + noise``; the noise comes from the loading process's torch RNG."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor(float(i)) + torch.rand(())
+
+
+def _values(loader: torch.utils.data.DataLoader, count: int) -> List[torch.Tensor]:
+    return [batch for batch, _ in zip(loader, range(count))]
+
+
+def test_worker_augmentation_resumes_exactly_and_ignores_worker_count() -> None:
+    dl = {w: DataLoader(_NoisyDataset(), batch_size=3, shuffle=True, num_workers=w) for w in (1, 2)}
+    full = _values(dl[2]._training_loader(seed=5, start_batch=0), 10)
+    resumed = _values(dl[2]._training_loader(seed=5, start_batch=6), 4)
+    for a, b in zip(full[6:], resumed):
+        assert torch.equal(a, b)
+    one_worker = _values(dl[1]._training_loader(seed=5, start_batch=0), 10)
+    for a, b in zip(full, one_worker):
+        assert torch.equal(a, b)
+    # The noise is real (values are not integers) and differs between epochs of a record.
+    flat = torch.cat(full)
+    assert not torch.equal(flat, flat.floor())
+    other_seed = _values(dl[2]._training_loader(seed=6, start_batch=0), 1)
+    assert not torch.equal(other_seed[0], full[0])
+
+
+def test_worker_augmentation_in_validation_is_the_same_across_ranks() -> None:
+    dl = DataLoader(_NoisyDataset(), batch_size=3, num_workers=2)
+    single = torch.cat(list(dl._validation_loader(seed=1)))
+    sharded = torch.cat(
+        [b for r in range(2) for b in dl._validation_loader(rank=r, num_replicas=2, seed=1)]
+    )
+    assert torch.equal(single, sharded)
+    assert torch.equal(single, torch.cat(list(dl._validation_loader(seed=1))))  # every pass
