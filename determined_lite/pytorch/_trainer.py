@@ -64,7 +64,7 @@ def init(
     hparams: Optional[Dict[str, Any]] = None,
     exp_conf: Optional[Dict[str, Any]] = None,
     distributed: Optional[DistributedContext] = None,
-    aggregation_frequency: int = 1,
+    aggregation_frequency: Optional[int] = None,
     enable_tensorboard_logging: bool = True,
     trial_info: Optional[TrialInfo] = None,
 ) -> Iterator[PyTorchTrialContext]:
@@ -72,6 +72,7 @@ def init(
 
     The trial seed is ``trial_info.trial_seed``, else ``reproducibility.experiment_seed`` of
     ``exp_conf``, else a random one (logged, and saved in checkpoints).
+    ``aggregation_frequency`` defaults to ``optimizations.aggregation_frequency``, else 1.
     """
     exp_conf = dict(exp_conf or {})
     info = trial_info or TrialInfo()
@@ -81,7 +82,7 @@ def init(
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
         logger.info("no reproducibility.experiment_seed given; using trial seed %d", seed)
-    if aggregation_frequency == 1:
+    if aggregation_frequency is None:
         aggregation_frequency = _conf(exp_conf, "optimizations", "aggregation_frequency", default=1)
     average = _conf(exp_conf, "optimizations", "average_aggregated_gradients", default=True)
     tb_path = None

@@ -28,7 +28,7 @@ def run(
     *,
     hparams: Optional[Dict[str, Any]] = None,
     exp_conf: Optional[Dict[str, Any]] = None,
-    k: int = 1,
+    k: Optional[int] = None,
     **fit_kwargs: Any,
 ) -> Tuple[Any, pytorch.TrainResult]:
     hp = {"lr": LR, "global_batch_size": 2, **(hparams or {})}
@@ -68,6 +68,12 @@ def totals(records: List[Dict[str, Any]]) -> List[int]:
 
 
 # --- closed form ---------------------------------------------------------------------------
+
+
+def test_explicit_aggregation_frequency_wins_over_the_config() -> None:
+    trial, _ = run(k=1, exp_conf={"optimizations": {"aggregation_frequency": 3}}, max_length=pytorch.Batch(3))
+    assert trial.context._aggregation_frequency == 1
+    assert_close_seq(trial.recorder.weights, expected_weights(0.0, LR, xs(3), aggregation=1))
 
 
 @pytest.mark.parametrize("k", [1, 3])
