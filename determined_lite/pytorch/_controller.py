@@ -382,7 +382,6 @@ class TrialController:
         )
         metrics = training_cross_slot([g["metrics"] for g in gathered])
         metrics = merge_reducer_metrics(metrics, reducers, [g["reducers"] for g in gathered], "training")
-        metrics = {name: to_json_metric(v, name, "training") for name, v in metrics.items()}
         batch_metrics = LazyMetricList(self._chunk, "training")
         self._chunk = []
         self._reset_reducers(training=True)
@@ -412,7 +411,6 @@ class TrialController:
         # Training resumes with a fresh chunk: a reducer used for both workloads must not carry
         # the values of this validation into it.
         self._reset_reducers(training=True)
-        metrics = {name: to_json_metric(v, name, "validation") for name, v in metrics.items()}
         self._last_validation = (done, metrics)
         self.result.validation_metrics.append({"total_batches": done, "metrics": metrics})
         improved = self._track_best(metrics)
@@ -524,14 +522,12 @@ class TrialController:
                 "world_size": self.dist.size,
             },
         }
+        metrics = (
+            self._last_validation[1] if self._last_validation and self._last_validation[0] == done else None
+        )
         path = uuid = None
         if self.dist.is_chief:
             self.callbacks.call("on_checkpoint_save_start", state)
-            metrics = (
-                self._last_validation[1]
-                if self._last_validation and self._last_validation[0] == done
-                else None
-            )
             metadata = {
                 "trial_id": ctx.get_trial_id(),
                 "experiment_id": ctx.get_experiment_id(),
@@ -555,9 +551,6 @@ class TrialController:
             self.callbacks.call("on_checkpoint_upload_end", uuid)
         uuid, path = self.dist.broadcast((uuid, path)) if self.dist.size > 1 else (uuid, path)
         self._last_checkpoint_batch = done
-        metrics = (
-            self._last_validation[1] if self._last_validation and self._last_validation[0] == done else None
-        )
         self.result.checkpoints.append(
             {"uuid": uuid, "path": path, "total_batches": done, "metrics": metrics}
         )

@@ -236,13 +236,18 @@ def _to_python(array: np.ndarray) -> Any:
 # --- training metrics -----------------------------------------------------------------------
 
 
-def training_partial(batch_metrics: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Per-slot partial of a training chunk: per metric, (sum over batches, batch count)."""
+def _metric_names(batch_metrics: List[Dict[str, Any]]) -> List[str]:
+    """Every metric name of a list of per-batch dicts, in first-seen order."""
     names: Dict[str, None] = {}
     for m in batch_metrics:
         names.update(dict.fromkeys(m))
+    return list(names)
+
+
+def training_partial(batch_metrics: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Per-slot partial of a training chunk: per metric, (sum over batches, batch count)."""
     partial = {}
-    for name in names:
+    for name in _metric_names(batch_metrics):
         values = [m[name] for m in batch_metrics if name in m]
         arr = _as_array(values, name, "training")
         partial[name] = (arr.sum(axis=0), len(values))
@@ -292,11 +297,8 @@ def validation_partial(
     reducers: Union[Reducer, Mapping[str, Reducer]],
 ) -> Dict[str, Any]:
     """Per-slot partial of ``evaluate_batch`` outputs: small and mergeable per reducer kind."""
-    names: Dict[str, None] = {}
-    for m in batch_metrics:
-        names.update(dict.fromkeys(m))
     partial = {}
-    for name in names:
+    for name in _metric_names(batch_metrics):
         kind = _reducer_for(reducers, name)
         rows = [(m[name], n) for m, n in zip(batch_metrics, batch_lengths) if name in m]
         arr = _as_array([v for v, _ in rows], name, "validation")
