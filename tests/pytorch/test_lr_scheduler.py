@@ -15,6 +15,7 @@ import torch
 
 from determined_lite import pytorch
 from determined_lite.pytorch import LRScheduler
+from tests.fixtures.linear import expected_weights
 from tests.fixtures.loop_trials import LoopTrial
 
 LR0 = 0.01
@@ -47,14 +48,7 @@ def batch_xs(n: int) -> List[List[float]]:
 
 def expected_weights_with_lrs(lrs: List[float], k: int, w0: float = 0.0) -> List[float]:
     """Weights after each batch when batch i trains (and, at a step, steps) with lrs[i]."""
-    w, acc, out = w0, 0.0, []
-    for i, (lr, batch) in enumerate(zip(lrs, batch_xs(len(lrs)), strict=True)):
-        acc += sum(2 * x * (w * x - 2 * x) for x in batch) / len(batch)
-        if (i + 1) % k == 0:
-            w -= lr * acc / k
-            acc = 0.0
-        out.append(w)
-    return out
+    return expected_weights(w0, lrs, batch_xs(len(lrs)), aggregation=k)
 
 
 # Scheduler steps completed before batch i (0-based) starts, per mode. STEP_EVERY_BATCH counts
