@@ -1,10 +1,35 @@
 """Who the workers are and how they talk: one context, several engines.
 
-The training loop only ever calls a :class:`DistributedContext`; the single-process backend
-lives here, Horovod and torch.distributed plug in behind the same interface.
+The training loop only ever calls a :class:`DistributedContext`. Backends: ``single`` (one
+process), ``horovod`` (Horovod over Gloo/MPI/NCCL) and ``torch`` (torch.distributed, gloo on
+CPU, nccl on CUDA). ``initialize(backend)`` joins the engine from the environment its launcher
+set up (``horovodrun`` or ``torch.distributed.run``).
 """
+
+from __future__ import annotations
+
+import os
 
 from determined_lite.distributed._base import DistributedContext
 from determined_lite.distributed._single import SingleProcessContext
 
-__all__ = ["DistributedContext", "SingleProcessContext"]
+# Seconds any collective setup or collective may wait for a peer before the worker fails.
+DEFAULT_TIMEOUT_S = float(os.environ.get("DET_LITE_DIST_TIMEOUT", "30"))
+
+
+def initialize(backend: str) -> DistributedContext:
+    """The context of this worker for ``backend`` (``single``, ``horovod`` or ``torch``)."""
+    if backend == "single":
+        return SingleProcessContext()
+    if backend == "horovod":
+        from determined_lite.distributed._horovod import HorovodContext
+
+        return HorovodContext.from_environment()
+    if backend == "torch":
+        from determined_lite.distributed._torch import TorchDistributedContext
+
+        return TorchDistributedContext.from_environment()
+    raise ValueError(f"unknown distributed backend {backend!r}; expected single, horovod or torch")
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "DistributedContext", "SingleProcessContext", "initialize"]

@@ -84,6 +84,10 @@ class DistributedContext(abc.ABC):
     def close(self) -> None:
         """Release the engine's resources."""
 
+    def abort(self) -> None:
+        """Tear down after an error on this worker so peers blocked in collectives fail fast."""
+        self.close()
+
     # --- gradient engine ------------------------------------------------------------------
     def wrap_model(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The model the trial trains (e.g. DDP around it); called once per ``wrap_model``."""

@@ -1,0 +1,153 @@
+"""Start a trial's workers and watch them: one process group per trial.
+
+One slot runs one worker process; N slots go through the engine's own launcher
+(``horovodrun`` or ``torch.distributed.run``), which starts N workers on this host or on the
+hosts listed in ``resources.hosts``. Output of every worker is read line by line (already
+rank-prefixed by the worker) and handed to ``on_output``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from determined_lite.launch._spec import WorkerResult, WorkerSpec
+
+OutputFn = Callable[[str], None]
+
+WORKER_MODULE = "determined_lite.launch.worker"
+
+
+def worker_command(spec_path: str) -> List[str]:
+    """The command line of one worker process."""
+    return [sys.executable, "-u", "-m", WORKER_MODULE, spec_path]
+
+
+def _command(spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]) -> Tuple[List[str], Dict[str, str]]:
+    if spec.backend == "single" or (spec.slots == 1 and not hosts):
+        if spec.slots != 1:
+            raise ValueError(f"the single-process backend runs 1 slot, got slots={spec.slots}")
+        return worker_command(spec_path), {}
+    if spec.backend == "horovod":
+        from determined_lite.launch._horovodrun import horovodrun_command
+
+        return horovodrun_command(spec, spec_path, hosts)
+    if spec.backend == "torch":
+        from determined_lite.launch._torchrun import torchrun_command
+
+        return torchrun_command(spec, spec_path, hosts)
+    raise ValueError(f"unknown distributed backend {spec.backend!r}")
+
+
+class TrialProcess:
+    """The running workers of one trial (a process group we can wait on and stop)."""
+
+    def __init__(self, argv: List[str], env: Dict[str, str], on_output: Optional[OutputFn], cwd: str) -> None:
+        self.argv = argv
+        self._proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            errors="replace",
+            start_new_session=True,  # its own process group: stop() reaches every worker
+        )
+        self._on_output = on_output
+        self._reader = threading.Thread(target=self._pump, name=f"trial-output-{self._proc.pid}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def _pump(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if self._on_output is not None:
+                self._on_output(line.rstrip("\n"))
+            else:
+                sys.stdout.write(line)
+
+    def poll(self) -> Optional[int]:
+        return self._proc.poll()
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        code = self._proc.wait(timeout)
+        self._reader.join(timeout=5)
+        # Whatever the launcher left behind (a worker that outlived it) goes with it.
+        self._kill_group(signal.SIGKILL)
+        return code
+
+    def stop(self, grace: float = 10.0) -> int:
+        """SIGTERM the whole process group, SIGKILL what is left after ``grace`` seconds."""
+        if self._proc.poll() is None:
+            self._kill_group(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self._kill_group(signal.SIGKILL)
+        return self.wait()
+
+    def _kill_group(self, sig: int) -> None:
+        try:
+            os.killpg(self._proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def launch(
+    spec: WorkerSpec,
+    spec_path: str,
+    *,
+    hosts: Optional[Sequence[str]] = None,
+    on_output: Optional[OutputFn] = None,
+    env: Optional[Dict[str, str]] = None,
+) -> TrialProcess:
+    """Write ``spec`` to ``spec_path`` and start the trial's workers."""
+    spec.save(spec_path)
+    argv, engine_env = _command(spec, spec_path, hosts)
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.update(engine_env)
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir)
+
+
+def run_trial(
+    spec: WorkerSpec,
+    spec_path: str,
+    *,
+    hosts: Optional[Sequence[str]] = None,
+    on_output: Optional[OutputFn] = None,
+    env: Optional[Dict[str, str]] = None,
+    timeout: Optional[float] = None,
+) -> Tuple[int, WorkerResult]:
+    """Launch, wait, and read the chief's result (an ``error`` result when it wrote none)."""
+    if os.path.exists(spec.result_path):
+        os.unlink(spec.result_path)
+    proc = launch(spec, spec_path, hosts=hosts, on_output=on_output, env=env)
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.stop()
+        raise
+    except BaseException:
+        proc.stop()
+        raise
+    if os.path.exists(spec.result_path):
+        result = WorkerResult.load(spec.result_path)
+        if code != 0 and result.status != "error":
+            result.status = "error"
+            result.error = result.error or f"workers exited with status {code}"
+    else:
+        result = WorkerResult(status="error", error=f"workers exited with status {code} before reporting")
+    return code, result

@@ -1,0 +1,99 @@
+"""What a trial's workers are asked to do, and what the chief reports back: plain JSON files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from typing import Any, Dict, List, Optional
+
+BACKENDS = ("single", "horovod", "torch")
+
+
+@dataclasses.dataclass
+class WorkerSpec:
+    """Everything a worker process needs to run (or resume) one trial; written as JSON.
+
+    ``max_length`` is the total length to reach, in Determined's form (``{"batches": n}``);
+    ``latest_checkpoint`` is the directory to resume from. ``store_path``, when set, makes the
+    chief write metrics, checkpoints and state to the experiment store and poll it for
+    pause/kill requests.
+    """
+
+    entrypoint: str
+    context_dir: str
+    exp_conf: Dict[str, Any]
+    hparams: Dict[str, Any]
+    result_path: str
+    max_length: Dict[str, int]
+    trial_seed: int
+    trial_id: Optional[int] = None
+    experiment_id: Optional[int] = None
+    latest_checkpoint: Optional[str] = None
+    test_mode: bool = False
+    store_path: Optional[str] = None
+    checkpoint_root: Optional[str] = None
+    tensorboard_path: Optional[str] = None
+    backend: str = "single"
+    slots: int = 1
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.slots < 1:
+            raise ValueError(f"slots must be >= 1, got {self.slots}")
+
+    def save(self, path: str) -> str:
+        _write_json_atomic(path, dataclasses.asdict(self))
+        return path
+
+    @classmethod
+    def load(cls, path: str) -> "WorkerSpec":
+        with open(path) as f:
+            return cls(**json.load(f))
+
+
+@dataclasses.dataclass
+class WorkerResult:
+    """What the chief worker reports when it exits.
+
+    ``status``: ``completed`` (reached max_length), ``stopped`` (a pause/kill request or the
+    trial asked to stop), ``invalid_hp`` (the trial raised ``InvalidHP``) or ``error``.
+    """
+
+    status: str
+    total_batches: int = 0
+    best_validation: Optional[float] = None
+    validation_metrics: Optional[Dict[str, Any]] = None  # the last validation
+    checkpoints: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    error: Optional[str] = None
+
+    @property
+    def latest_checkpoint(self) -> Optional[Dict[str, Any]]:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def save(self, path: str) -> str:
+        _write_json_atomic(path, dataclasses.asdict(self))
+        return path
+
+    @classmethod
+    def load(cls, path: str) -> "WorkerResult":
+        with open(path) as f:
+            return cls(**json.load(f))
+
+
+def _write_json_atomic(path: str, data: Dict[str, Any]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

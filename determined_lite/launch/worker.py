@@ -1,0 +1,147 @@
+"""Entry point of one worker process: ``python -m determined_lite.launch.worker SPEC.json``.
+
+Every launcher (in-process, ``horovodrun``, ``torch.distributed.run``) starts this module; it
+joins the engine named by the spec, runs the trial through the one training loop, and the chief
+writes a :class:`WorkerResult`. Exit status: 0 when the trial finished, stopped on request or
+raised ``InvalidHP`` (the result file says which), 1 on an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import determined_lite
+from determined_lite.config.units import Batch, TrainUnit, length_from_config
+from determined_lite.launch._logs import install_rank_prefix
+from determined_lite.launch._spec import WorkerResult, WorkerSpec
+
+logger = logging.getLogger("determined_lite")
+
+
+def import_entrypoint(entrypoint: str, context_dir: str) -> Any:
+    """Import ``module:Class`` with ``context_dir`` first on ``sys.path``; errors name the module."""
+    module_name, sep, attr = entrypoint.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"entrypoint must look like 'module:Class', got {entrypoint!r}")
+    context_dir = os.path.abspath(context_dir)
+    if context_dir not in sys.path:
+        sys.path.insert(0, context_dir)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            raise ImportError(
+                f"entrypoint {entrypoint!r}: no module {module_name!r} in context directory {context_dir}"
+            ) from e
+        raise
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ImportError(f"entrypoint {entrypoint!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _unit(exp_conf: Dict[str, Any], key: str) -> Optional[TrainUnit]:
+    value = exp_conf.get(key)
+    return None if value is None else length_from_config(value, key)
+
+
+def fit_arguments(exp_conf: Dict[str, Any]) -> Dict[str, Any]:
+    """``Trainer.fit`` keyword arguments from Determined's experiment-config fields."""
+    return {
+        "validation_period": _unit(exp_conf, "min_validation_period"),
+        "checkpoint_period": _unit(exp_conf, "min_checkpoint_period"),
+        "reporting_period": Batch(int(exp_conf.get("scheduling_unit") or 100)),
+        "checkpoint_policy": exp_conf.get("checkpoint_policy") or "best",
+        "step_zero_validation": bool(exp_conf.get("perform_initial_validation", False)),
+    }
+
+
+Hooks = Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]
+
+
+def _experiment_hooks(spec: WorkerSpec, is_chief: bool) -> Hooks:
+    """Store-writing callbacks and the pause/kill poll, when the trial belongs to an experiment."""
+    if spec.store_path is None:
+        return [], None
+    from determined_lite.experiment._worker_hooks import worker_hooks
+
+    return worker_hooks(spec, is_chief)
+
+
+def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] = ()) -> WorkerResult:
+    """Run the trial of ``spec`` on this worker and return what it did."""
+    from determined_lite.pytorch import Trainer, TrialInfo, init
+
+    trial_cls = import_entrypoint(spec.entrypoint, spec.context_dir)
+    info = TrialInfo(
+        trial_id=spec.trial_id,
+        experiment_id=spec.experiment_id,
+        trial_seed=spec.trial_seed,
+        context_dir=spec.context_dir,
+        checkpoint_root=spec.checkpoint_root,
+        tensorboard_path=spec.tensorboard_path,
+    )
+    callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
+    with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
+        trial = trial_cls(ctx)
+        result = Trainer(trial, ctx).fit(
+            max_length=length_from_config(spec.max_length, "max_length"),
+            latest_checkpoint=spec.latest_checkpoint,
+            test_mode=spec.test_mode,
+            should_stop=should_stop,
+            core_callbacks=list(callbacks) + list(extra_callbacks),
+            **fit_arguments(spec.exp_conf),
+        )
+    last = result.validation_metrics[-1]["metrics"] if result.validation_metrics else None
+    return WorkerResult(
+        status="stopped" if result.stopped_early else "completed",
+        total_batches=result.total_batches,
+        best_validation=result.best_validation,
+        validation_metrics=last,
+        checkpoints=result.checkpoints,
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1:
+        print("usage: python -m determined_lite.launch.worker SPEC.json", file=sys.stderr)
+        return 2
+    spec = WorkerSpec.load(argv[0])
+    from determined_lite import distributed
+
+    dist = distributed.initialize(spec.backend)
+    install_rank_prefix(dist.rank, dist.size)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.chdir(spec.context_dir)  # as in Determined: the trial runs inside its context directory
+    code = 0
+    try:
+        result = run(spec, dist)
+    except determined_lite.InvalidHP as e:
+        logger.warning("trial raised InvalidHP: %s", e)
+        result = WorkerResult(status="invalid_hp", error=str(e) or type(e).__name__)
+    except BaseException as e:  # noqa: B036 -- report everything, then fail the worker
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        result = WorkerResult(status="error", error=f"rank {dist.rank}: {type(e).__name__}: {e}")
+        code = 1
+        if dist.is_chief:
+            result.save(spec.result_path)
+        dist.abort()
+        return code
+    if dist.is_chief:
+        result.save(spec.result_path)
+    dist.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
