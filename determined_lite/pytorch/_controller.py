@@ -284,7 +284,7 @@ class TrialController:
         every_batch = _schedulers(ctx, LRScheduler.StepMode.STEP_EVERY_BATCH)
         every_epoch = _schedulers(ctx, LRScheduler.StepMode.STEP_EVERY_EPOCH)
         pending_checkpoint = False
-        # An external stop (spec.should_stop, polled at reports) seen mid-window is kept until
+        # An external stop (spec.should_stop, asked on the chief at reports) seen mid-window is kept until
         # the next optimizer-step boundary, where training stops.
         external_stop = False
         for batch_idx in itertools.count(start):
@@ -328,8 +328,7 @@ class TrialController:
             report = validate or (pending_checkpoint and boundary) or _due(done, self._report_every)
             stop = ctx._stop_requested or external_stop
             if report or (stop and boundary):
-                self._flush_training(done)
-                if not stop and self.spec.should_stop is not None and self.spec.should_stop():
+                if self._flush_training(done) and not stop:
                     stop = external_stop = True
             if validate:
                 if self._validate() and self.spec.checkpoint_policy != "none":
@@ -371,14 +370,19 @@ class TrialController:
             if r.for_training if training else r.for_validation:
                 r.reducer.reset()
 
-    def _flush_training(self, done: int) -> None:
-        """Reduce the chunk of batches since the last report, across batches then workers."""
+    def _flush_training(self, done: int) -> bool:
+        """Reduce the chunk of batches since the last report, across batches then workers.
+
+        Returns the chief's answer to ``spec.should_stop`` (asked on the chief only), which rides
+        in the same gather so that every rank stops at the same boundary.
+        """
         if not self._chunk:
-            return
+            return False
         reducers = [r for r in self.context._reducers if r.for_training]
         partial = training_partial(self._chunk)
+        vote = self.dist.is_chief and self.spec.should_stop is not None and bool(self.spec.should_stop())
         gathered = self.dist.allgather(
-            {"metrics": partial, "reducers": [r.reducer.per_slot_reduce() for r in reducers]}
+            {"metrics": partial, "reducers": [r.reducer.per_slot_reduce() for r in reducers], "stop": vote}
         )
         metrics = training_cross_slot([g["metrics"] for g in gathered])
         metrics = merge_reducer_metrics(metrics, reducers, [g["reducers"] for g in gathered], "training")
@@ -387,6 +391,7 @@ class TrialController:
         self._reset_reducers(training=True)
         self.result.training_metrics.append({"total_batches": done, "metrics": metrics})
         self.callbacks.call("on_training_workload_end", metrics, batch_metrics)
+        return bool(gathered[0]["stop"])
 
     # --- validation -------------------------------------------------------------------------
     def _validate(self) -> bool:
