@@ -1,5 +1,50 @@
-"""Experiment configuration: length units now; the validated schema comes with the experiments layer."""
+"""Experiment configuration: the validated ``experiment.yaml`` schema and Determined's length units.
 
+``load_config(path, overrides)`` reads and validates a config file; ``validate_config(raw)`` a
+parsed mapping. Both return an :class:`ExperimentConfig` (``.to_dict()``: the full config with
+Determined's defaults, what workers receive as ``exp_conf``; ``.unused_fields``: Determined
+fields accepted but not used locally) or raise :class:`ConfigError` (one line: file, dotted
+field path, what was expected). Importing this package does not import torch.
+"""
+
+from typing import Sequence
+
+from determined_lite.config._determined import unused_fields_warning
+from determined_lite.config._errors import ConfigError
+from determined_lite.config._hparams import constant_values, iter_leaves
+from determined_lite.config._schema import (
+    SEARCHERS,
+    ExperimentConfig,
+    environment_variables,
+    new_experiment_seed,
+    parse_host,
+    validate_config,
+)
+from determined_lite.config._yaml import apply_overrides, read_yaml
 from determined_lite.config.units import Batch, Epoch, Record, TrainUnit, length_from_config
 
-__all__ = ["Batch", "Epoch", "Record", "TrainUnit", "length_from_config"]
+
+def load_config(path: str, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read ``path`` (YAML), apply ``--config key.sub=value`` overrides (values read as YAML), validate."""
+    raw = apply_overrides(read_yaml(path), overrides)
+    return validate_config(raw, source=path)
+
+
+__all__ = [
+    "Batch",
+    "ConfigError",
+    "Epoch",
+    "ExperimentConfig",
+    "Record",
+    "SEARCHERS",
+    "TrainUnit",
+    "constant_values",
+    "environment_variables",
+    "iter_leaves",
+    "length_from_config",
+    "load_config",
+    "new_experiment_seed",
+    "parse_host",
+    "unused_fields_warning",
+    "validate_config",
+]

@@ -1,0 +1,64 @@
+"""Base model of every config section: strict types, unknown fields named with a suggestion."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, ClassVar, Tuple
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from determined_lite.config._errors import FieldError, describe, unknown_field_message
+
+
+class Section(BaseModel):
+    """Strict (no ``"5"`` -> 5, no ``true`` -> 1), closed (unknown keys are errors).
+
+    ``null_is_default``: like Determined, an explicit ``null`` means "use the default".
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", validate_default=False)
+
+    label: ClassVar[str] = "this section's"
+    null_is_default: ClassVar[bool] = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, BaseModel):
+            return data
+        if not isinstance(data, dict):
+            raise FieldError((), f"expected a mapping, got {describe(data)}")
+        for key in data:
+            if not isinstance(key, str):
+                raise FieldError((), f"field names must be strings, got {key!r}")
+            if key not in cls.model_fields:
+                raise FieldError((key,), unknown_field_message(key, list(cls.model_fields), cls.label))
+        if cls.null_is_default:
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+
+_SCALARS = (bool, int, float, str)
+
+
+def check_json(value: Any, loc: Tuple[Any, ...] = ()) -> None:
+    """Raise FieldError unless ``value`` is made of JSON types (what the store and workers receive)."""
+    if value is None or isinstance(value, _SCALARS):
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_json(item, loc + (i,))
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise FieldError(loc, f"mapping keys must be strings, got {key!r}")
+            check_json(item, loc + (key,))
+        return
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        raise FieldError(loc, f"expected a JSON value, got {describe(value)}")
+    raise FieldError(
+        loc,
+        f"expected a JSON value (string, number, boolean, null, list or mapping), "
+        f"got {type(value).__name__} {describe(value)}",
+    )

@@ -1,0 +1,439 @@
+"""The experiment config schema: Determined's fields that matter locally, with Determined's defaults.
+
+Decisions where det-lite differs from (or has to choose within) Determined:
+
+- ``searcher.max_length`` is required for every searcher, as ``{batches|records|epochs: n}``
+  with ``n >= 1``; a bare integer (older Determined) is read as batches. Lengths in epochs
+  work without ``records_per_epoch``: det-lite measures an epoch as one pass over the trial's
+  training DataLoader (``records_per_epoch`` is kept, default 0 = unknown).
+- ``min_validation_period`` / ``min_checkpoint_period``: unset or ``{unit: 0}`` normalise to
+  ``None`` (no periodic validation / checkpoint), which is what Determined's ``{batches: 0}``
+  default means.
+- ``reproducibility.experiment_seed``: when unset, a random seed in ``[0, 2**31)`` is drawn at
+  validation (Determined uses the clock) and stays in ``to_dict()``, so the stored config
+  fixes it for the experiment's lifetime.
+- ``checkpoint_storage``: only local storage (``shared_fs``). ``host_path`` is optional (unset:
+  ``$DET_LITE_HOME/checkpoints``), ``~`` is expanded and the result must be absolute. Remote
+  types are accepted with a warning, see ``_determined.py``.
+- ``resources``: ``slots_per_trial: 0`` (Determined: one process without a GPU) is read as 1.
+  ``distributed_backend`` (``horovod``|``torch``), ``hosts`` (``"host:slots"``, slots adding up
+  to ``slots_per_trial``) and ``ddp_options`` (torch's DistributedDataParallel defaults) are
+  det-lite's own.
+- ``optimizations.average_training_metrics`` defaults to true (current Determined docs).
+- ``environment.environment_variables``: a list (all devices) or ``{cpu, cuda, rocm, gpu}``
+  lists (``gpu`` is Determined's old name for ``cuda``), normalised to ``{cpu, cuda, rocm}``.
+- ``global_batch_size`` is a required hyperparameter: a positive integer, or an int /
+  categorical hyperparameter of positive integers; constant and categorical values must be
+  divisible by ``slots_per_trial`` (int ranges are checked when a trial's value is drawn).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import re
+from typing import Annotated, Any, ClassVar, Dict, List, Literal, Mapping, Optional, Tuple
+
+from pydantic import (
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from determined_lite.config._base import Section, check_json
+from determined_lite.config._determined import REMOTE_STORAGE, split_unused
+from determined_lite.config._errors import ConfigError, FieldError, describe, first_error, format_path
+from determined_lite.config._hparams import iter_leaves, normalize_hyperparameters
+
+PositiveInt = Annotated[StrictInt, Field(ge=1)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+
+LENGTH_UNITS = ("batches", "records", "epochs")
+
+
+def _length(value: Any, *, positive: bool) -> Optional[Dict[str, int]]:
+    bound = "positive int" if positive else "int >= 0"
+    expected = f"expected {{batches|records|epochs: {bound}}}"
+    if positive and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return {"batches": value}  # older Determined: a bare number of batches
+    if not isinstance(value, dict) or len(value) != 1:
+        raise FieldError((), f"{expected}, got {describe(value)}")
+    ((unit, n),) = value.items()
+    ok = (
+        unit in LENGTH_UNITS
+        and isinstance(n, int)
+        and not isinstance(n, bool)
+        and n >= (1 if positive else 0)
+    )
+    if not ok:
+        raise FieldError((), f"{expected}, got {describe(value)}")
+    return {unit: n} if n else None
+
+
+MaxLength = Annotated[Dict[str, int], PlainValidator(lambda v: _length(v, positive=True))]
+Period = Annotated[Optional[Dict[str, int]], PlainValidator(lambda v: _length(v, positive=False))]
+
+
+def _entrypoint(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", value.strip()):
+        raise FieldError((), f"expected 'package.module:TrialClass', got {describe(value)}")
+    return value.strip()
+
+
+def _json_mapping(value: Any) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise FieldError((), f"expected a mapping, got {describe(value)}")
+    check_json(value)
+    return copy.deepcopy(value)
+
+
+# ---------------------------------------------------------------------------------------- searcher
+
+SEARCHERS = ("single", "grid", "random", "adaptive_asha")
+_DETERMINED_ONLY_SEARCHERS = ("pbt", "custom", "async_halving", "adaptive", "adaptive_simple", "sync_halving")
+_COMMON = ("name", "metric", "smaller_is_better", "max_length", "source_trial_id", "source_checkpoint_uuid")
+SEARCHER_FIELDS: Dict[str, Tuple[str, ...]] = {
+    "single": _COMMON,
+    "grid": _COMMON + ("max_concurrent_trials",),
+    "random": _COMMON + ("max_trials", "max_concurrent_trials"),
+    "adaptive_asha": _COMMON + ("max_trials", "max_concurrent_trials", "divisor", "max_rungs", "mode"),
+}
+# Determined's defaults per searcher; max_concurrent_trials 0 (adaptive_asha) = the searcher chooses.
+SEARCHER_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    "grid": {"max_concurrent_trials": 16},
+    "random": {"max_concurrent_trials": 16},
+    "adaptive_asha": {"max_concurrent_trials": 0, "divisor": 4, "max_rungs": 5, "mode": "standard"},
+}
+
+
+class SearcherConfig(Section):
+    """``searcher``: which trials to run; ``to_dict()`` keeps only the chosen searcher's fields."""
+
+    label: ClassVar[str] = "searcher"
+
+    name: Literal["single", "grid", "random", "adaptive_asha"]
+    metric: StrictStr
+    smaller_is_better: StrictBool = True
+    max_length: MaxLength
+    max_trials: Optional[PositiveInt] = None
+    max_concurrent_trials: Optional[NonNegativeInt] = None
+    divisor: Optional[Annotated[float, Field(gt=1)]] = None
+    max_rungs: Optional[PositiveInt] = None
+    mode: Optional[Literal["aggressive", "standard", "conservative"]] = None
+    source_trial_id: Optional[StrictInt] = None
+    source_checkpoint_uuid: Optional[StrictStr] = None
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _supported(cls, value: Any) -> Any:
+        if value in _DETERMINED_ONLY_SEARCHERS:
+            raise ValueError(
+                f"Determined's {value!r} searcher is not available in det-lite; "
+                f"expected 'single', 'grid', 'random' or 'adaptive_asha'"
+            )
+        return value
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("expected the name of a validation metric, got ''")
+        return value
+
+    @model_validator(mode="after")
+    def _per_searcher(self) -> "SearcherConfig":
+        allowed = SEARCHER_FIELDS[self.name]
+        for key in type(self).model_fields:
+            if key in self.model_fields_set and key not in allowed:
+                raise FieldError(
+                    (key,), f"not a field of the {self.name!r} searcher (its fields: {', '.join(allowed)})"
+                )
+        if "max_trials" in allowed and self.max_trials is None:
+            raise FieldError(("max_trials",), f"the {self.name!r} searcher needs max_trials (a positive int)")
+        for key, default in SEARCHER_DEFAULTS.get(self.name, {}).items():
+            if getattr(self, key) is None:
+                setattr(self, key, default)
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        allowed = SEARCHER_FIELDS[self.name]
+        return {key: copy.deepcopy(getattr(self, key)) for key in type(self).model_fields if key in allowed}
+
+
+# --------------------------------------------------------------------------------------- resources
+
+
+def parse_host(entry: Any) -> Tuple[str, int]:
+    """``"host:slots"`` -> ``(host, slots)``; ValueError naming the expected form otherwise."""
+    if isinstance(entry, str):
+        host, sep, slots = entry.strip().rpartition(":")
+        if sep and host and slots.isdigit() and int(slots) >= 1:
+            return host, int(slots)
+    raise ValueError(f"expected 'host:slots' with slots a positive int, got {describe(entry)}")
+
+
+class DDPOptions(Section):
+    """``resources.ddp_options``: passed to torch's DistributedDataParallel (torch backend)."""
+
+    label: ClassVar[str] = "ddp_options"
+
+    find_unused_parameters: StrictBool = False
+    broadcast_buffers: StrictBool = True
+    gradient_as_bucket_view: StrictBool = False
+    bucket_cap_mb: Annotated[float, Field(gt=0)] = 25.0
+    static_graph: StrictBool = False
+
+
+class ResourcesConfig(Section):
+    label: ClassVar[str] = "resources"
+
+    slots_per_trial: NonNegativeInt = 1
+    distributed_backend: Literal["horovod", "torch"] = "horovod"
+    hosts: Optional[List[StrictStr]] = None
+    ddp_options: DDPOptions = Field(default_factory=DDPOptions)
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, hosts: Optional[List[str]]) -> Optional[List[str]]:
+        if not hosts:
+            return None
+        seen: Dict[str, int] = {}
+        for i, entry in enumerate(hosts):
+            try:
+                host, _ = parse_host(entry)
+            except ValueError as e:
+                raise FieldError((i,), str(e)) from None
+            if host in seen:
+                raise FieldError((i,), f"host {host!r} is already listed at hosts[{seen[host]}]")
+            seen[host] = i
+        return [h.strip() for h in hosts]
+
+    @model_validator(mode="after")
+    def _slots(self) -> "ResourcesConfig":
+        if self.slots_per_trial == 0:
+            self.slots_per_trial = 1
+        if self.hosts:
+            total = sum(parse_host(h)[1] for h in self.hosts)
+            if total != self.slots_per_trial:
+                raise FieldError(
+                    ("hosts",),
+                    f"the hosts' slots add up to {total}, but slots_per_trial is {self.slots_per_trial}",
+                )
+        return self
+
+
+# ------------------------------------------------------------------------------------------- others
+
+
+class OptimizationsConfig(Section):
+    label: ClassVar[str] = "optimizations"
+
+    aggregation_frequency: PositiveInt = 1
+    average_aggregated_gradients: StrictBool = True
+    average_training_metrics: StrictBool = True
+
+
+class CheckpointStorageConfig(Section):
+    label: ClassVar[str] = "checkpoint_storage"
+
+    type: Literal["shared_fs"] = "shared_fs"
+    host_path: Optional[StrictStr] = None
+    storage_path: Optional[StrictStr] = None
+    save_trial_best: NonNegativeInt = 1
+    save_trial_latest: NonNegativeInt = 1
+    save_experiment_best: NonNegativeInt = 0
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type(cls, value: Any) -> Any:
+        if value != "shared_fs":
+            remote = ", ".join(repr(t) for t in REMOTE_STORAGE)
+            raise ValueError(f"expected 'shared_fs' (or {remote}, stored locally), got {describe(value)}")
+        return value
+
+    @field_validator("host_path")
+    @classmethod
+    def _host_path(cls, value: str) -> str:
+        path = os.path.expanduser(value)
+        if not os.path.isabs(path):
+            raise ValueError(f"expected an absolute path (or one starting with ~), got {describe(value)}")
+        return os.path.normpath(path)
+
+    @model_validator(mode="after")
+    def _storage_path(self) -> "CheckpointStorageConfig":
+        if self.storage_path is None:
+            return self
+        if self.host_path is None:
+            raise FieldError(("host_path",), "required when storage_path is set")
+        full = os.path.normpath(os.path.join(self.host_path, self.storage_path))
+        if os.path.commonpath([full, self.host_path]) != self.host_path:
+            raise FieldError(
+                ("storage_path",),
+                "must be a relative directory or a subdirectory of host_path, "
+                f"got {describe(self.storage_path)}",
+            )
+        return self
+
+
+def new_experiment_seed() -> int:
+    """A fresh experiment seed (OS randomness; the clock would collide for same-second experiments)."""
+    return random.SystemRandom().randrange(2**31)
+
+
+class ReproducibilityConfig(Section):
+    label: ClassVar[str] = "reproducibility"
+
+    experiment_seed: Annotated[StrictInt, Field(ge=0, le=2**32 - 1)] = Field(
+        default_factory=new_experiment_seed
+    )
+
+
+ENV_DEVICES = ("cpu", "cuda", "rocm")
+
+
+def _key_values(items: Any, loc: Tuple[Any, ...]) -> List[str]:
+    if not isinstance(items, list):
+        raise FieldError(loc, f"expected a list of 'KEY=VALUE' strings, got {describe(items)}")
+    for i, item in enumerate(items):
+        if not (isinstance(item, str) and "=" in item and item.split("=", 1)[0].strip()):
+            raise FieldError(loc + (i,), f"expected 'KEY=VALUE', got {describe(item)}")
+    return list(items)
+
+
+def _environment_variables(value: Any) -> Dict[str, List[str]]:
+    if isinstance(value, list):
+        items = _key_values(value, ())
+        return {device: list(items) for device in ENV_DEVICES}
+    if not isinstance(value, dict):
+        raise FieldError(
+            (), f"expected a list of 'KEY=VALUE' strings or {{cpu|cuda|rocm: [...]}}, got {describe(value)}"
+        )
+    per_device: Dict[str, List[str]] = {device: [] for device in ENV_DEVICES}
+    for key, items in value.items():
+        if key not in ENV_DEVICES + ("gpu",):
+            raise FieldError((key,), "unknown field; expected cpu, cuda, rocm or gpu (an alias of cuda)")
+        if items is not None:
+            per_device["cuda" if key == "gpu" else key].extend(_key_values(items, (key,)))
+    return per_device
+
+
+class EnvironmentConfig(Section):
+    label: ClassVar[str] = "environment"
+
+    environment_variables: Annotated[Dict[str, List[str]], PlainValidator(_environment_variables)] = Field(
+        default_factory=lambda: {device: [] for device in ENV_DEVICES}
+    )
+
+
+# --------------------------------------------------------------------------------------- experiment
+
+
+class ExperimentConfig(Section):
+    """A validated experiment config. ``to_dict()`` is what the store keeps and workers receive."""
+
+    label: ClassVar[str] = "experiment config"
+
+    name: Optional[StrictStr] = None
+    description: Optional[StrictStr] = None
+    entrypoint: Annotated[str, PlainValidator(_entrypoint)]
+    hyperparameters: Annotated[Dict[str, Any], PlainValidator(normalize_hyperparameters)]
+    searcher: SearcherConfig
+    records_per_epoch: NonNegativeInt = 0
+    min_validation_period: Period = None
+    min_checkpoint_period: Period = None
+    scheduling_unit: PositiveInt = 100
+    perform_initial_validation: StrictBool = False
+    checkpoint_policy: Literal["best", "all", "none"] = "best"
+    max_restarts: NonNegativeInt = 5
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    optimizations: OptimizationsConfig = Field(default_factory=OptimizationsConfig)
+    checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
+    reproducibility: ReproducibilityConfig = Field(default_factory=ReproducibilityConfig)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    data: Annotated[Dict[str, Any], PlainValidator(_json_mapping)] = Field(default_factory=dict)
+
+    _unused_fields: List[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "ExperimentConfig":
+        _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
+        if self.searcher.name == "grid":
+            for loc, leaf in iter_leaves(self.hyperparameters):
+                if leaf["type"] in ("int", "double", "log") and leaf["count"] is None:
+                    raise FieldError(
+                        ("hyperparameters",) + loc + ("count",),
+                        "the grid searcher needs count "
+                        f"(how many values to take from this {leaf['type']} range)",
+                    )
+        return self
+
+    @property
+    def unused_fields(self) -> List[str]:
+        """Determined fields present in the config that det-lite accepted but does not use."""
+        return list(self._unused_fields)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """A plain JSON-able dict with every default filled in (valid input for validate_config)."""
+        out = self.model_dump()
+        out["searcher"] = self.searcher.to_dict()
+        return copy.deepcopy(out)
+
+
+def _check_global_batch_size(hparams: Dict[str, Any], slots: int) -> None:
+    loc: Tuple[Any, ...] = ("hyperparameters", "global_batch_size")
+    gbs = hparams.get("global_batch_size")
+    if gbs is None:
+        raise FieldError(
+            loc,
+            "missing required hyperparameter: the batch size summed over all slots "
+            "(per-slot batch = global_batch_size / slots_per_trial)",
+        )
+    kind = gbs.get("type")
+    if kind == "int":
+        if gbs["minval"] < 1:
+            raise FieldError(loc + ("minval",), f"expected a positive int, got {gbs['minval']}")
+        return
+    if kind == "const":
+        values: List[Tuple[Tuple[Any, ...], Any]] = [(loc, gbs["val"])]
+    elif kind == "categorical":
+        values = [(loc + ("vals", i), v) for i, v in enumerate(gbs["vals"])]
+    else:
+        raise FieldError(
+            loc, "expected a positive int (or an int or categorical hyperparameter of positive ints)"
+        )
+    for where, value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise FieldError(where, f"expected a positive int, got {describe(value)}")
+        if value % slots:
+            raise FieldError(
+                where,
+                f"{value} is not divisible by resources.slots_per_trial ({slots}); "
+                "each slot gets an equal share",
+            )
+
+
+def validate_config(raw: Mapping[str, Any], source: str = "<config>") -> ExperimentConfig:
+    """Validate a config mapping (already parsed); raise ConfigError naming ``source`` and the field."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"expected a mapping at the top level, got {describe(raw)}", source=source)
+    clean, unused = split_unused(raw)
+    try:
+        config = ExperimentConfig.model_validate(clean)
+    except ValidationError as e:
+        loc, message = first_error(e)
+        raise ConfigError(message, path=format_path(loc), source=source) from None
+    config._unused_fields = unused
+    return config
+
+
+def environment_variables(exp_conf: Mapping[str, Any], device: str = "cpu") -> Dict[str, str]:
+    """The ``KEY=VALUE`` variables of a normalised config (``to_dict()``) for ``cpu|cuda|rocm``, as a dict."""
+    items = exp_conf.get("environment", {}).get("environment_variables", {}).get(device, [])
+    return dict(item.split("=", 1) for item in items)
