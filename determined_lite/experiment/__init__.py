@@ -1,1 +1,187 @@
-"""Experiments: run a validated config's trials through the searcher, the launcher and the store."""
+"""Experiments: run a validated config's trials through the searcher, the launcher and the store.
+
+``create_experiment`` and ``activate_experiment`` are what ``det-lite experiment create`` and
+``det-lite experiment activate`` call; both return the process exit code (design.md: 0 when the
+experiment COMPLETED, 1 when it failed or stopped before completing, 2 for bad input).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from typing import Any, Dict, Optional, Sequence, TextIO
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _error(message: str) -> int:
+    print(f"det-lite: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
+    """Why ``module:Class`` cannot be found in ``context_dir`` (None when it can), without running it."""
+    module_name, sep, attr = entrypoint.partition(":")
+    if not sep or not module_name or not attr:
+        return f"entrypoint: expected 'module:Class', got {entrypoint!r}"
+    sys.path.insert(0, context_dir)
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path.remove(context_dir)
+    if spec is None:
+        return f"entrypoint {entrypoint!r}: no module {module_name!r} in context directory {context_dir}"
+    origin = spec.origin
+    if origin and origin.endswith(".py") and "." not in attr:
+        try:
+            with open(origin) as f:
+                tree = ast.parse(f.read(), filename=origin)
+        except (OSError, SyntaxError) as e:
+            return f"entrypoint {entrypoint!r}: cannot read module {module_name!r} ({origin}): {e}"
+        if attr not in _top_level_names(tree):
+            return f"entrypoint {entrypoint!r}: module {module_name!r} ({origin}) defines no {attr!r}"
+    return None
+
+
+def _top_level_names(tree: ast.Module) -> set:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try)):  # conditional definitions: accept anything
+            names |= _any_names(node)
+    return names
+
+
+def _any_names(node: ast.AST) -> set:
+    return {n.name for n in ast.walk(node) if isinstance(n, ast.ClassDef)} | {
+        a.asname or a.name
+        for n in ast.walk(node)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+
+
+def _pid_alive(pid: Optional[int]) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _spawn_background(experiment_id: int, test: bool = False, resume: bool = False) -> int:
+    from determined_lite.tensorboard import det_lite_home
+
+    run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
+    os.makedirs(run_dir, exist_ok=True)
+    argv = [sys.executable, "-m", "determined_lite.experiment._background", str(experiment_id)]
+    argv += ["--test"] if test else []
+    argv += ["--resume"] if resume else []
+    with open(os.path.join(run_dir, "runner.log"), "ab") as log:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return proc.pid
+
+
+def _run(experiment_id: int, *, test: bool, resume: bool, out: TextIO) -> int:
+    from determined_lite.experiment._runner import ExperimentRunner
+    from determined_lite.store import Store
+
+    runner = ExperimentRunner(Store(), experiment_id, test_mode=test, out=out, show_progress=out.isatty())
+    code = runner.run(resume=resume)
+    print(runner.summary(), file=out)
+    state = runner.store.get_experiment(experiment_id)["state"]
+    print(f"experiment {experiment_id}: {state}", file=out)
+    if test and code == EXIT_OK:
+        print("Model definition test succeeded", file=out)
+    return code
+
+
+def create_experiment(
+    config_path: str,
+    context_dir: str,
+    overrides: Sequence[str] = (),
+    detach: bool = False,
+    test: bool = False,
+    out: TextIO = sys.stdout,
+) -> int:
+    """Validate, record and run an experiment (in the foreground unless ``detach``)."""
+    from determined_lite.config import load_config
+    from determined_lite.store import Store
+
+    if not os.path.isdir(context_dir):
+        return _error(f"context directory {context_dir!r} does not exist")
+    context_dir = os.path.abspath(context_dir)
+    config = load_config(config_path, overrides)  # ConfigError → the CLI exits 2
+    if config.unused_fields:
+        from determined_lite.config import unused_fields_warning
+
+        print(
+            "det-lite: warning: " + unused_fields_warning(config.unused_fields, config_path), file=sys.stderr
+        )
+    raw: Dict[str, Any] = config.to_dict()
+    problem = check_entrypoint(raw["entrypoint"], context_dir)
+    if problem:
+        return _error(f"{config_path}: {problem}")
+    store = Store()
+    experiment_id = store.create_experiment(
+        raw, context_dir, os.path.abspath(config_path), raw.get("name") or "experiment"
+    )
+    print(f"Created experiment {experiment_id}", file=out)
+    if detach:
+        pid = _spawn_background(experiment_id, test=test)
+        print(
+            f"Running in the background (process {pid}); "
+            f"follow with: det-lite experiment logs -f {experiment_id}",
+            file=out,
+        )
+        return EXIT_OK
+    return _run(experiment_id, test=test, resume=False, out=out)
+
+
+def activate_experiment(experiment_id: int, detach: bool = False, out: TextIO = sys.stdout) -> int:
+    """Resume a paused experiment, or one whose process died, from its latest checkpoints."""
+    from determined_lite.store import Store
+
+    store = Store()
+    experiment = store.get_experiment(experiment_id)
+    if experiment is None:
+        return _error(f"experiment {experiment_id} not found")
+    state = experiment["state"]
+    if state in ("COMPLETED", "CANCELED", "ERROR"):
+        return _error(
+            f"experiment {experiment_id} is {state}; only a paused or interrupted one can be activated"
+        )
+    if _pid_alive(experiment.get("pid")):
+        if store.pending_action(experiment_id) == "pause":
+            store.clear_action(experiment_id)
+            print(f"experiment {experiment_id}: pause request withdrawn", file=out)
+        else:
+            print(f"experiment {experiment_id} is already running (process {experiment['pid']})", file=out)
+        return EXIT_OK
+    store.clear_action(experiment_id)
+    print(f"Activating experiment {experiment_id}", file=out)
+    if detach:
+        pid = _spawn_background(experiment_id, resume=True)
+        print(f"Running in the background (process {pid})", file=out)
+        return EXIT_OK
+    return _run(experiment_id, test=False, resume=True, out=out)
+
+
+__all__ = ["activate_experiment", "check_entrypoint", "create_experiment"]

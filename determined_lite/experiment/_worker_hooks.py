@@ -1,14 +1,112 @@
-"""What a chief worker of an experiment trial adds to the loop: store writes and the stop poll."""
+"""What a chief worker of an experiment trial adds to the loop: store writes and the stop poll.
+
+The chief writes every reported training and validation metric and every checkpoint to the
+experiment store as they happen (so other terminals see them live), and a small progress file
+the runner reads for its progress bar. ``should_stop`` answers pause and kill requests, which
+the loop honours at the next optimizer-step boundary with a checkpoint.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from determined_lite.launch._spec import WorkerSpec
+from determined_lite.launch._spec import WorkerSpec, _write_json_atomic, progress_path
+from determined_lite.pytorch._callback import PyTorchCallback
+
+STOP_ACTIONS = ("pause", "kill")
+
+
+class StoreReporter(PyTorchCallback):
+    """Chief-side callback: metrics, checkpoints and progress of one trial into the store."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        from determined_lite.store import Store
+
+        assert spec.trial_id is not None
+        self._store = Store(spec.store_path)
+        self._trial_id = spec.trial_id
+        self._spec = spec
+        self._done = 0
+        self._max_batches: Optional[int] = None
+        self._context: Any = None
+
+    def bind(self, context: Any) -> None:
+        self._context = context
+
+    def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
+        self._done = first_batch_idx
+        # A resumed trial re-trains what came after its checkpoint: metrics reported past it by
+        # the interrupted run are replaced by the ones this run reports.
+        self._store.delete_metrics_after(self._trial_id, first_batch_idx)
+
+    def on_training_start(self) -> None:
+        ctx = self._context
+        if ctx is not None and getattr(ctx, "_epoch_len", None):
+            from determined_lite.config.units import Record, length_from_config
+
+            unit = length_from_config(self._spec.max_length, "max_length")
+            gbs = ctx.get_global_batch_size() if isinstance(unit, Record) else 0
+            self._max_batches = unit.to_batches(ctx._epoch_len, gbs)
+            if self._spec.test_mode:
+                self._max_batches = ctx._aggregation_frequency
+        self._write_progress()
+
+    def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
+        self._done = batch_idx + 1
+
+    def on_training_workload_end(
+        self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
+    ) -> None:
+        self._store.add_training_metrics(self._trial_id, self._done, avg_metrics)
+        self._store.update_trial(self._trial_id, total_batches=self._done)
+        self._write_progress()
+
+    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+        self._store.add_validation_metrics(self._trial_id, self._done, metrics)
+        searcher = self._spec.exp_conf.get("searcher") or {}
+        value = metrics.get(searcher.get("metric"))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            best = (self._store.get_trial(self._trial_id) or {}).get("best_validation")
+            smaller = searcher.get("smaller_is_better", True)
+            if best is None or (value < best if smaller else value > best):
+                self._store.update_trial(self._trial_id, best_validation=float(value))
+
+    def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
+        with open(os.path.join(checkpoint_dir, "metadata.json")) as f:
+            metadata = json.load(f)
+        self._store.add_checkpoint(
+            self._trial_id,
+            os.path.basename(os.path.normpath(checkpoint_dir)),
+            checkpoint_dir,
+            metadata["total_batches"],
+            metadata.get("validation_metrics"),
+        )
+
+    def _write_progress(self) -> None:
+        _write_json_atomic(
+            progress_path(self._spec.result_path),
+            {"total_batches": self._done, "max_batches": self._max_batches},
+        )
 
 
 def worker_hooks(
     spec: WorkerSpec, is_chief: bool
 ) -> Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]:
-    """Core callbacks writing to the store (chief only) and ``should_stop`` for pause/kill."""
-    return [], None
+    """Core callbacks writing to the store (chief only) and ``should_stop`` for pause/kill.
+
+    ``should_stop`` is asked on the chief only; the loop shares its answer with every rank.
+    """
+    if not is_chief or spec.store_path is None or spec.trial_id is None:
+        return [], None
+    from determined_lite.store import Store
+
+    reporter = StoreReporter(spec)
+    store = Store(spec.store_path)
+    experiment_id = spec.experiment_id
+
+    def should_stop() -> bool:
+        return experiment_id is not None and store.pending_action(experiment_id) in STOP_ACTIONS
+
+    return [("_core.store", reporter)], should_stop

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +29,9 @@ def worker_command(spec_path: str) -> List[str]:
     return [sys.executable, "-u", "-m", WORKER_MODULE, spec_path]
 
 
-def _command(spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]) -> Tuple[List[str], Dict[str, str]]:
+def _command(
+    spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
+) -> Tuple[List[str], Dict[str, str]]:
     if spec.backend == "single" or (spec.slots == 1 and not hosts):
         if spec.slots != 1:
             raise ValueError(f"the single-process backend runs 1 slot, got slots={spec.slots}")
@@ -119,6 +122,8 @@ def launch(
     full_env.update(env or {})
     full_env.update(engine_env)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
+    full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
+    full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
     return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir)
 
 

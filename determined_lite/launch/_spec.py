@@ -83,6 +83,11 @@ class WorkerResult:
             return cls(**json.load(f))
 
 
+def progress_path(result_path: str) -> str:
+    """Where the chief reports ``{"total_batches", "max_batches"}`` for the runner's progress bar."""
+    return result_path + ".progress"
+
+
 def _write_json_atomic(path: str, data: Dict[str, Any]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

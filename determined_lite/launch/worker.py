@@ -11,7 +11,10 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import socket
 import sys
+import threading
+import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -90,6 +93,9 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
     )
     callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
     with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
+        for _, callback in callbacks:
+            if hasattr(callback, "bind"):
+                callback.bind(ctx)
         trial = trial_cls(ctx)
         result = Trainer(trial, ctx).fit(
             max_length=length_from_config(spec.max_length, "max_length"),
@@ -109,12 +115,41 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
     )
 
 
+def _watch_supervisor() -> None:
+    """Exit when the process that launched this trial dies (SIGKILL leaves no chance to clean up).
+
+    ``DET_LITE_SUPERVISOR_PID`` is set by the launcher on this host; without this watch a
+    killed ``det-lite`` would leave workers training (and writing) on their own.
+    """
+    pid = os.environ.get("DET_LITE_SUPERVISOR_PID")
+    if not pid or os.environ.get("DET_LITE_SUPERVISOR_HOST") not in (None, "", socket.gethostname()):
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                try:  # the output pipe usually died with the supervisor
+                    sys.stderr.write(f"det-lite: supervisor process {pid} is gone; stopping this worker\n")
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
+                os._exit(1)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="det-lite-supervisor-watch", daemon=True).start()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1:
         print("usage: python -m determined_lite.launch.worker SPEC.json", file=sys.stderr)
         return 2
     spec = WorkerSpec.load(argv[0])
+    _watch_supervisor()
     from determined_lite import distributed
 
     dist = distributed.initialize(spec.backend)

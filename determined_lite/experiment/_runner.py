@@ -1,0 +1,502 @@
+"""Run an experiment: the searcher decides, the launcher trains, the store remembers.
+
+One runner process per active experiment (the foreground ``det-lite experiment create`` or its
+``--detach``-ed twin). It turns searcher operations into trial runs, starts them while slots
+and ``max_concurrent_trials`` allow, restarts failed trials from their latest checkpoint,
+promotes ASHA trials by resuming them, answers pause/kill requests, and applies the
+checkpoint retention policy. Its own state (searcher + requests) is saved to the store after
+every event, so ``activate`` resumes a paused or killed experiment exactly where it stood.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, TextIO
+
+from determined_lite.experiment._progress import Progress
+from determined_lite.experiment._retention import checkpoints_to_keep
+from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, launch
+from determined_lite.launch._spec import progress_path
+from determined_lite.searcher import Close, Create, Shutdown, ValidateAfter, make_searcher, unit_of
+
+logger = logging.getLogger("determined_lite.experiment")
+
+POLL_S = 0.1
+
+
+def trial_seed(experiment_seed: int, request_id: str) -> int:
+    """A trial's seed: fixed by the experiment seed and the searcher's request id."""
+    digest = hashlib.sha256(f"{experiment_seed}:{request_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") % (2**31)
+
+
+def available_slots() -> int:
+    """Slots on this machine: ``$DET_LITE_SLOTS``, else the CPU count."""
+    return max(1, int(os.environ.get("DET_LITE_SLOTS") or os.cpu_count() or 1))
+
+
+@dataclasses.dataclass
+class _Request:
+    """One searcher request, i.e. one trial, and where it stands."""
+
+    request_id: str
+    trial_id: int
+    hparams: Dict[str, Any]
+    seed: int
+    pending: Optional[int] = None  # length (searcher units) to train to; None when idle
+    trained: int = 0  # length reached and reported to the searcher
+    closed: bool = False
+    finished: bool = False  # the trial's state is final
+    restarts: int = 0
+
+
+@dataclasses.dataclass
+class _Run:
+    request: _Request
+    process: TrialProcess
+    spec: WorkerSpec
+    length: int
+
+
+class ExperimentRunner:
+    """Drives one experiment to completion (or pause/kill) and returns the exit code."""
+
+    def __init__(
+        self,
+        store: Any,
+        experiment_id: int,
+        *,
+        test_mode: bool = False,
+        out: TextIO = sys.stdout,
+        show_progress: bool = True,
+        echo_logs: bool = True,
+    ) -> None:
+        self.store = store
+        self.id = experiment_id
+        experiment = store.get_experiment(experiment_id)
+        if experiment is None:
+            raise ValueError(f"experiment {experiment_id} not found")
+        self.config: Dict[str, Any] = experiment["config"]
+        self.context_dir: str = experiment["context_dir"]
+        self.test_mode = test_mode
+        self.out = out
+        self.echo_logs = echo_logs
+        searcher_conf = self.config["searcher"]
+        self.metric: str = searcher_conf["metric"]
+        self.smaller_is_better: bool = searcher_conf.get("smaller_is_better", True)
+        self.unit = unit_of(searcher_conf["max_length"])
+        self.searcher = make_searcher(
+            searcher_conf, self.config.get("hyperparameters") or {}, self._experiment_seed()
+        )
+        resources = self.config.get("resources") or {}
+        self.slots_per_trial = int(resources.get("slots_per_trial") or 1)
+        self.backend = resources.get("distributed_backend") or "horovod"
+        self.hosts: Optional[List[str]] = resources.get("hosts") or None
+        self.max_restarts = int(self.config.get("max_restarts", 5))
+        self.max_concurrent = int(searcher_conf.get("max_concurrent_trials") or 0)
+        self.requests: Dict[str, _Request] = {}
+        self.queue: List[str] = []
+        self.running: Dict[str, _Run] = {}
+        self.shutdown = False
+        self.run_dir = os.path.join(_home(), "experiments", str(experiment_id))
+        self._log_lock = threading.Lock()
+        self._log_buffer: List[tuple] = []
+        self._echo: List[str] = []
+        self.progress = Progress(enabled=show_progress, out=out)
+
+    # --- state ------------------------------------------------------------------------------
+    def _experiment_seed(self) -> int:
+        return int((self.config.get("reproducibility") or {}).get("experiment_seed") or 0)
+
+    def _save_state(self) -> None:
+        self.store.save_searcher_state(
+            self.id,
+            {
+                "searcher": self.searcher.state_dict(),
+                "requests": {rid: dataclasses.asdict(r) for rid, r in self.requests.items()},
+                "queue": self.queue,
+                "shutdown": self.shutdown,
+            },
+        )
+
+    def _load_state(self) -> bool:
+        state = self.store.load_searcher_state(self.id)
+        if not state:
+            return False
+        self.searcher.load_state_dict(state["searcher"])
+        self.requests = {rid: _Request(**r) for rid, r in state["requests"].items()}
+        self.shutdown = state["shutdown"]
+        # Runs that were in flight when the experiment stopped go back to the queue.
+        self.queue = list(state["queue"])
+        for rid, request in self.requests.items():
+            if request.pending is not None and rid not in self.queue:
+                self.queue.append(rid)
+        return True
+
+    # --- searcher operations ----------------------------------------------------------------
+    def _apply(self, operations: Sequence[Any]) -> None:
+        for op in operations:
+            if isinstance(op, Create):
+                seed = trial_seed(self._experiment_seed(), op.request_id)
+                trial_id = self.store.create_trial(self.id, op.request_id, op.hparams, seed)
+                self.requests[op.request_id] = _Request(op.request_id, trial_id, op.hparams, seed)
+            elif isinstance(op, ValidateAfter):
+                request = self.requests[op.request_id]
+                request.pending = op.length
+                if op.request_id not in self.queue and op.request_id not in self.running:
+                    self.queue.append(op.request_id)
+            elif isinstance(op, Close):
+                request = self.requests[op.request_id]
+                request.closed = True
+                request.pending = None
+                if op.request_id in self.queue:
+                    self.queue.remove(op.request_id)
+                if op.request_id in self.running:
+                    self.running.pop(op.request_id).process.stop()
+                if not request.finished:
+                    self._finish(request, "COMPLETED")
+            elif isinstance(op, Shutdown):
+                self.shutdown = True
+            else:
+                raise TypeError(f"unknown searcher operation {op!r}")
+        self._save_state()
+
+    def _finish(self, request: _Request, state: str) -> None:
+        request.finished = True
+        self.store.update_trial(request.trial_id, state=state)
+        self._apply_retention()
+
+    # --- main loop --------------------------------------------------------------------------
+    def run(self, resume: bool = False) -> int:
+        self.store.set_experiment_state(self.id, "ACTIVE")
+        self.store.set_experiment_pid(self.id, os.getpid())
+        os.makedirs(self.run_dir, exist_ok=True)
+        self._log(None, f"experiment {self.id} started by process {os.getpid()}")
+        if not (resume and self._load_state()):
+            self._apply(self.searcher.initial_operations())
+        else:
+            for request in self.requests.values():
+                if not request.finished:
+                    self.store.update_trial(request.trial_id, state="ACTIVE")
+        previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            return self._loop()
+        except KeyboardInterrupt:
+            # Ctrl-C: stop the trials at once and leave the experiment resumable by `activate`.
+            self._stop_all()
+            self._mark_paused("interrupted")
+            return 1
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self._flush_logs()
+            self.progress.close()
+            self.store.set_experiment_pid(self.id, None)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    def _loop(self) -> int:
+        pausing = False
+        while True:
+            action = self.store.pending_action(self.id)
+            if action == "kill":
+                self._stop_all()
+                self._end("CANCELED", trial_state="CANCELED")
+                self.store.clear_action(self.id)
+                return 1
+            if action == "pause":
+                pausing = True
+            if not pausing:
+                self._start_queued()
+            self._poll_running(pausing)
+            self._flush_logs()
+            if not self.running:
+                if pausing:
+                    self.store.clear_action(self.id)
+                    self._mark_paused("paused")
+                    return 1
+                if not self.queue:
+                    if not self.shutdown:
+                        self._log(
+                            None, "searcher has no more work but did not shut down; ending the experiment"
+                        )
+                    return self._complete()
+            time.sleep(POLL_S)
+
+    def _capacity(self) -> bool:
+        if self.max_concurrent and len(self.running) >= self.max_concurrent:
+            return False
+        used = len(self.running) * self.slots_per_trial
+        # A trial larger than the machine still runs, alone.
+        return used + self.slots_per_trial <= available_slots() or not self.running
+
+    def _start_queued(self) -> None:
+        while self.queue and self._capacity():
+            rid = self.queue.pop(0)
+            request = self.requests[rid]
+            if request.pending is None or request.closed:
+                continue
+            self._start(request)
+        self._save_state()
+
+    def _latest_checkpoint(self, trial_id: int) -> Optional[Dict[str, Any]]:
+        checkpoints = self.store.list_checkpoints(trial_id=trial_id)
+        return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
+
+    def _start(self, request: _Request) -> None:
+        assert request.pending is not None
+        trial_dir = os.path.join(self.run_dir, f"trial_{request.trial_id}")
+        os.makedirs(trial_dir, exist_ok=True)
+        latest = self._latest_checkpoint(request.trial_id)
+        spec = WorkerSpec(
+            entrypoint=self.config["entrypoint"],
+            context_dir=self.context_dir,
+            exp_conf=self.config,
+            hparams=request.hparams,
+            result_path=os.path.join(trial_dir, "result.json"),
+            max_length={self.unit: request.pending},
+            trial_seed=request.seed,
+            trial_id=request.trial_id,
+            experiment_id=self.id,
+            latest_checkpoint=latest["path"] if latest else None,
+            test_mode=self.test_mode,
+            store_path=self.store.path,
+            checkpoint_root=_checkpoint_root(self.config),
+            tensorboard_path=os.path.join(
+                _home(), "tensorboard", f"experiment_{self.id}", f"trial_{request.trial_id}"
+            ),
+            backend="single" if self.slots_per_trial == 1 and not self.hosts else self.backend,
+            slots=self.slots_per_trial,
+        )
+        for stale in (spec.result_path, progress_path(spec.result_path)):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        trial_id = request.trial_id
+        process = launch(
+            spec,
+            os.path.join(trial_dir, "spec.json"),
+            hosts=self.hosts,
+            on_output=lambda line: self._on_output(trial_id, line),
+            env=_environment_variables(self.config),
+        )
+        self.running[request.request_id] = _Run(request, process, spec, request.pending)
+        self.store.update_trial(trial_id, state="ACTIVE")
+        resumed = f" from checkpoint {latest['uuid']} (batch {latest['total_batches']})" if latest else ""
+        self._log(trial_id, f"trial {trial_id} starts: train to {request.pending} {self.unit}{resumed}")
+        self.progress.start(trial_id, request.hparams)
+
+    def _poll_running(self, pausing: bool) -> None:
+        for rid, run in list(self.running.items()):
+            self.progress.update(run.request.trial_id, _read_progress(run.spec.result_path))
+            code = run.process.poll()
+            if code is None:
+                continue
+            run.process.wait()
+            del self.running[rid]
+            self.progress.stop(run.request.trial_id)
+            self._handle_exit(run, code, pausing)
+
+    def _handle_exit(self, run: _Run, code: int, pausing: bool) -> None:
+        request = run.request
+        result = _read_result(run.spec.result_path, code)
+        if result.status == "completed":
+            request.trained = run.length
+            request.pending = None
+            metric = (result.validation_metrics or {}).get(self.metric)
+            if metric is None and not result.validation_metrics:
+                # Resumed from a checkpoint already at the target (its run was interrupted after
+                # the final checkpoint): the validation it reported then is in the store.
+                metric = self._stored_metric(request.trial_id, result.total_batches)
+            if metric is None:
+                self._log(request.trial_id, f"trial {request.trial_id} reported no {self.metric!r}")
+                self._exit_early(request, "errored", "ERROR")
+                return
+            self._save_state()
+            if self.test_mode:
+                self._apply([Close(request.request_id)])
+                self.shutdown = True
+                return
+            self._apply(self.searcher.on_validation_completed(request.request_id, float(metric), run.length))
+        elif result.status == "stopped":
+            if pausing or self.store.pending_action(self.id) in ("pause", "kill"):
+                self.queue.insert(0, request.request_id)  # resumes from its checkpoint on activate
+                self._save_state()
+            else:  # the trial asked to stop (context.set_stop_requested)
+                self._exit_early(request, "user_canceled", "COMPLETED")
+        elif result.status == "invalid_hp":
+            self._log(request.trial_id, f"trial {request.trial_id} raised InvalidHP: {result.error}")
+            self._exit_early(request, "invalid_hp", "CANCELED")
+        else:
+            self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
+            if pausing:
+                self.queue.insert(0, request.request_id)
+                self._save_state()
+            elif request.restarts < self.max_restarts and not self.test_mode:
+                request.restarts += 1
+                self.store.update_trial(request.trial_id, restarts=request.restarts)
+                self._log(
+                    request.trial_id,
+                    f"restarting trial {request.trial_id} from its latest checkpoint "
+                    f"({request.restarts}/{self.max_restarts})",
+                )
+                self.queue.insert(0, request.request_id)
+                self._save_state()
+            else:
+                self._exit_early(request, "errored", "ERROR")
+
+    def _stored_metric(self, trial_id: int, total_batches: int) -> Optional[float]:
+        for v in reversed(self.store.validation_metrics(trial_id)):
+            if v["total_batches"] == total_batches and self.metric in v["metrics"]:
+                return v["metrics"][self.metric]
+        return None
+
+    def _exit_early(self, request: _Request, reason: str, state: str) -> None:
+        request.pending = None
+        request.closed = True
+        self._finish(request, state)
+        self._apply(self.searcher.on_trial_exited_early(request.request_id, reason))
+
+    def _stop_all(self) -> None:
+        for run in self.running.values():
+            run.process.stop()
+            self.progress.stop(run.request.trial_id)
+        for rid in self.running:
+            if rid not in self.queue:
+                self.queue.insert(0, rid)
+        self.running.clear()
+        self._save_state()
+
+    def _mark_paused(self, why: str) -> None:
+        for request in self.requests.values():
+            if not request.finished:
+                self.store.update_trial(request.trial_id, state="PAUSED")
+        self.store.set_experiment_state(self.id, "PAUSED")
+        self._log(None, f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
+
+    def _end(self, state: str, trial_state: str) -> None:
+        for request in self.requests.values():
+            if not request.finished:
+                request.finished = True
+                self.store.update_trial(request.trial_id, state=trial_state)
+        self._apply_retention()
+        self.store.set_experiment_state(self.id, state)
+        self._save_state()
+        self._log(None, f"experiment {self.id} {state}")
+
+    def _complete(self) -> int:
+        trials = self.store.list_trials(self.id)
+        ok = any(t["state"] == "COMPLETED" for t in trials)
+        self._end("COMPLETED" if ok else "ERROR", trial_state="COMPLETED")
+        return 0 if ok else 1
+
+    # --- checkpoints ------------------------------------------------------------------------
+    def _apply_retention(self) -> None:
+        storage = self.config.get("checkpoint_storage") or {}
+        checkpoints = self.store.list_checkpoints(experiment_id=self.id)
+        by_trial: Dict[int, List[Dict[str, Any]]] = {}
+        for c in checkpoints:
+            by_trial.setdefault(c["trial_id"], []).append(c)
+        unfinished = [r.trial_id for r in self.requests.values() if not r.finished]
+        keep = checkpoints_to_keep(
+            by_trial,
+            metric=self.metric,
+            smaller_is_better=self.smaller_is_better,
+            save_trial_best=int(storage.get("save_trial_best", 1)),
+            save_trial_latest=int(storage.get("save_trial_latest", 1)),
+            save_experiment_best=int(storage.get("save_experiment_best", 0)),
+            unfinished_trials=unfinished,
+        )
+        for c in checkpoints:
+            if c["uuid"] not in keep:
+                shutil.rmtree(c["path"], ignore_errors=True)
+                self.store.delete_checkpoint(c["uuid"])
+
+    # --- logs -------------------------------------------------------------------------------
+    def _on_output(self, trial_id: int, line: str) -> None:
+        rank = None
+        if line.startswith("[rank "):
+            head, _, rest = line.partition("] ")
+            try:
+                rank = int(head[len("[rank ") :])
+                line = rest
+            except ValueError:
+                pass
+        with self._log_lock:
+            self._log_buffer.append((trial_id, rank, line))
+
+    def _log(self, trial_id: Optional[int], text: str) -> None:
+        with self._log_lock:
+            self._log_buffer.append((trial_id, None, text))
+
+    def _flush_logs(self) -> None:
+        with self._log_lock:
+            batch, self._log_buffer = self._log_buffer, []
+        if not batch:
+            return
+        by_trial: Dict[Optional[int], List[tuple]] = {}
+        for trial_id, rank, text in batch:
+            by_trial.setdefault(trial_id, []).append((rank, text))
+            if self.echo_logs:
+                where = f"[trial {trial_id}] " if trial_id is not None else ""
+                who = f"[rank {rank}] " if rank is not None else ""
+                self.progress.write(f"{where}{who}{text}")
+        for trial_id, lines in by_trial.items():
+            self.store.add_logs(trial_id, lines, experiment_id=self.id)
+
+    # --- summary ----------------------------------------------------------------------------
+    def summary(self) -> str:
+        """A table of the experiment's trials: hparams, best metric, kept checkpoint."""
+        return self.progress.summary(self.store.describe_experiment(self.id), self.metric)
+
+
+def _home() -> str:
+    from determined_lite.tensorboard import det_lite_home
+
+    return det_lite_home()
+
+
+def _checkpoint_root(config: Dict[str, Any]) -> str:
+    storage = config.get("checkpoint_storage") or {}
+    host_path = storage.get("host_path")
+    if not host_path:
+        return os.path.join(_home(), "checkpoints")
+    storage_path = storage.get("storage_path")
+    return os.path.join(host_path, storage_path) if storage_path else host_path
+
+
+def _environment_variables(config: Dict[str, Any]) -> Dict[str, str]:
+    variables = (config.get("environment") or {}).get("environment_variables") or []
+    if isinstance(variables, dict):  # Determined's {cpu: [...], cuda: [...]} form
+        variables = list(variables.get("cpu") or [])
+    env = {}
+    for item in variables:
+        key, _, value = str(item).partition("=")
+        env[key] = value
+    return env
+
+
+def _read_progress(result_path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(progress_path(result_path)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _read_result(result_path: str, code: int) -> WorkerResult:
+    if os.path.exists(result_path):
+        result = WorkerResult.load(result_path)
+        if code != 0 and result.status != "error":
+            result.status, result.error = "error", result.error or f"workers exited with status {code}"
+        return result
+    return WorkerResult(status="error", error=f"workers exited with status {code} before reporting")
