@@ -72,18 +72,6 @@ def _any_names(node: ast.AST) -> set:
     }
 
 
-def _pid_alive(pid: Optional[int]) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _spawn_background(experiment_id: int, test: bool = False, resume: bool = False) -> int:
     from determined_lite.tensorboard import det_lite_home
 
@@ -168,7 +156,7 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: TextIO = 
         return _error(
             f"experiment {experiment_id} is {state}; only a paused or interrupted one can be activated"
         )
-    if _pid_alive(experiment.get("pid")):
+    if store.experiment_process_alive(experiment_id):
         if store.pending_action(experiment_id) == "pause":
             store.clear_action(experiment_id)
             print(f"experiment {experiment_id}: pause request withdrawn", file=out)

@@ -1,0 +1,46 @@
+"""The ``det-lite`` command line: Determined's verbs against the local store.
+
+``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``,
+``det-lite trial describe|logs``, ``det-lite checkpoint list|export``,
+``det-lite tensorboard EXPERIMENT_ID``; aliases ``e``, ``t``, ``c``, ``ls``.
+Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input. Read-only commands
+import only click and the standard library (never torch).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import click
+
+from determined_lite import __version__
+from determined_lite.cli._checkpoint import checkpoint
+from determined_lite.cli._common import AliasedGroup
+from determined_lite.cli._experiment import experiment
+from determined_lite.cli._tensorboard import tensorboard
+from determined_lite.cli._trial import trial
+
+
+@click.group(
+    "det-lite",
+    cls=AliasedGroup,
+    aliases={"e": "experiment", "t": "trial", "c": "checkpoint"},
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(__version__, prog_name="det-lite")
+def cli() -> None:
+    """Determined-style experiments on this machine (state in $DET_LITE_HOME, default ~/.det-lite)."""
+
+
+cli.add_command(experiment)
+cli.add_command(trial)
+cli.add_command(checkpoint)
+cli.add_command(tensorboard)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Console-script entry point (``det-lite``); exits with the command's code."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="det-lite")
+
+
+__all__ = ["cli", "main"]

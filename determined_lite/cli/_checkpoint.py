@@ -1,0 +1,101 @@
+"""``det-lite checkpoint ...`` (alias ``c``): list checkpoints, export (download) one."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import click
+
+from determined_lite.cli._common import (
+    AliasedGroup,
+    BadInput,
+    Failed,
+    echo_json,
+    echo_table,
+    format_mapping,
+    format_time,
+    get_experiment,
+    get_trial,
+    open_store,
+)
+
+
+@click.group("checkpoint", cls=AliasedGroup, aliases={"ls": "list", "download": "export"})
+def checkpoint() -> None:
+    """List and export checkpoints."""
+
+
+@checkpoint.command("list", short_help="List checkpoints.")
+@click.option("--experiment", "experiment_id", type=int, default=None, help="Only this experiment's.")
+@click.option("--trial", "trial_id", type=int, default=None, help="Only this trial's.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
+def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_json: bool) -> None:
+    """List checkpoints (all, or one experiment's, or one trial's), by trial and batch."""
+    if experiment_id is not None and trial_id is not None:
+        raise click.UsageError("give --experiment or --trial, not both")
+    store = open_store()
+    if experiment_id is not None:
+        get_experiment(store, experiment_id)
+    if trial_id is not None:
+        get_trial(store, trial_id)
+    found = store.list_checkpoints(experiment_id=experiment_id, trial_id=trial_id)
+    if as_json:
+        echo_json(found)
+        return
+    echo_table(
+        ["UUID", "Experiment ID", "Trial ID", "# of Batches", "State", "Validation Metrics", "Time", "Path"],
+        [
+            (
+                c["uuid"],
+                c["experiment_id"],
+                c["trial_id"],
+                c["total_batches"],
+                c["state"],
+                format_mapping(c["metrics"]),
+                format_time(c["created_at"]),
+                c["path"],
+            )
+            for c in found
+        ],
+    )
+
+
+@checkpoint.command("export", short_help="Copy a checkpoint directory (download).")
+@click.argument("uuid")
+@click.argument("dest", type=click.Path(file_okay=False, writable=True))
+def export(uuid: str, dest: str) -> None:
+    """Copy checkpoint UUID's directory to DEST (created; an existing DEST must be empty).
+
+    Determined calls this `checkpoint download`; that name works too.
+    """
+    import shutil
+    import tempfile
+
+    store = open_store()
+    found = store.get_checkpoint(uuid)
+    if found is None:
+        raise BadInput(f"checkpoint {uuid} not found")
+    source = found["path"]
+    if not os.path.isdir(source):
+        raise Failed(f"checkpoint {uuid}'s directory {source} is missing")
+    dest = os.path.abspath(dest)
+    if os.path.exists(dest):
+        if not os.path.isdir(dest) or os.listdir(dest):
+            raise BadInput(f"{dest} exists and is not an empty directory")
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    # Copy next to DEST, then rename: DEST never holds a partial checkpoint.
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.tmp-", dir=parent)
+    try:
+        shutil.copytree(source, os.path.join(staging, "c"), symlinks=True)
+        if os.path.isdir(dest):
+            os.rmdir(dest)
+        os.replace(os.path.join(staging, "c"), dest)
+    except OSError as e:
+        raise Failed(f"could not copy checkpoint {uuid} to {dest}: {e}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    click.echo(
+        f"Exported checkpoint {uuid} (trial {found['trial_id']}, batch {found['total_batches']}) to {dest}"
+    )

@@ -1,0 +1,356 @@
+"""``det-lite experiment ...`` (alias ``e``): create, list, describe, logs, pause, activate, kill, delete."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Sequence, Tuple, Type
+
+import click
+
+from determined_lite.cli._common import (
+    EXIT_FAILED,
+    AliasedGroup,
+    BadInput,
+    display_state,
+    echo_json,
+    echo_table,
+    format_mapping,
+    format_time,
+    format_value,
+    get_experiment,
+    open_store,
+)
+from determined_lite.cli._logs import print_logs
+from determined_lite.store import TERMINAL_STATES, Store, tensorboard_dir
+
+DEFAULT_LIST_LIMIT = 100
+
+
+@click.group("experiment", cls=AliasedGroup, aliases={"ls": "list"})
+def experiment() -> None:
+    """Create and manage experiments."""
+
+
+# --- create / activate (these run trials: the experiment layer imports torch, lazily) ----------
+
+
+def _config_errors() -> Tuple[Type[BaseException], ...]:
+    try:
+        from determined_lite.config import ConfigError  # type: ignore[attr-defined]
+    except ImportError:
+        return ()
+    return (ConfigError,)
+
+
+def _parse_overrides(overrides: Sequence[str]) -> List[str]:
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE (e.g. hyperparameters.lr=0.1), got {item!r}")
+    return list(overrides)
+
+
+@experiment.command("create", short_help="Create an experiment and run it.")
+@click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("context_dir", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--config",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config field (dotted key, YAML value), e.g. --config hyperparameters.lr=0.1.",
+)
+@click.option("--detach", is_flag=True, help="Run in the background and return the experiment id at once.")
+@click.option("--test", "test_mode", is_flag=True, help="Run a short test of the trial instead.")
+@click.pass_context
+def create(
+    ctx: click.Context,
+    config_file: str,
+    context_dir: str,
+    overrides: Tuple[str, ...],
+    detach: bool,
+    test_mode: bool,
+) -> None:
+    """Create an experiment from CONFIG_FILE with the trial code in CONTEXT_DIR, and run it.
+
+    In the foreground, exits 0 only when the experiment COMPLETED.
+    """
+    parsed = _parse_overrides(overrides)
+    config_errors = _config_errors()
+    try:
+        from determined_lite.experiment import create_experiment  # imports torch
+
+        code = create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode)
+    except click.UsageError:
+        raise
+    except config_errors as e:  # type: ignore[misc]
+        raise BadInput(str(e)) from None
+    ctx.exit(int(code))
+
+
+@experiment.command("activate", short_help="Resume a paused experiment.")
+@click.argument("experiment_id", type=int)
+@click.option("--detach", is_flag=True, help="Resume in the background.")
+@click.pass_context
+def activate(ctx: click.Context, experiment_id: int, detach: bool) -> None:
+    """Resume a PAUSED experiment from its trials' latest checkpoints."""
+    store = open_store()
+    exp = get_experiment(store, experiment_id)
+    state = exp["state"]
+    if state in TERMINAL_STATES:
+        raise BadInput(f"experiment {experiment_id} is {state}; only a PAUSED experiment can be activated")
+    if exp["running"]:
+        if state == "ACTIVE":
+            if exp["requested_action"] == "pause":
+                store.clear_action(experiment_id, "pause")
+                click.echo(f"Experiment {experiment_id} is running; its pause request is withdrawn.")
+            else:
+                click.echo(f"Experiment {experiment_id} is already active (pid {exp['pid']}).")
+            return
+        raise BadInput(
+            f"experiment {experiment_id} is {state} but its process (pid {exp['pid']}) is still "
+            "exiting; try again when it has stopped"
+        )
+    config_errors = _config_errors()
+    try:
+        from determined_lite.experiment import activate_experiment  # imports torch
+
+        code = activate_experiment(experiment_id, detach=detach)
+    except click.UsageError:
+        raise
+    except config_errors as e:  # type: ignore[misc]
+        raise BadInput(str(e)) from None
+    ctx.exit(int(code))
+
+
+# --- read ---------------------------------------------------------------------------------------
+
+
+@experiment.command("list", short_help="List experiments.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help=f"List every experiment (default: the newest {DEFAULT_LIST_LIMIT}).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
+def list_experiments(show_all: bool, as_json: bool) -> None:
+    """List experiments, oldest first."""
+    store = open_store()
+    limit = None if show_all else DEFAULT_LIST_LIMIT
+    exps = store.list_experiments(limit=limit, with_config=as_json)
+    if as_json:
+        echo_json(exps)
+        return
+    rows = [
+        (
+            e["id"],
+            e["name"] or "",
+            display_state(e),
+            e["num_trials"],
+            format_time(e["created_at"]),
+            format_time(e["ended_at"]),
+        )
+        for e in exps
+    ]
+    echo_table(["ID", "Name", "State", "Trials", "Start Time", "End Time"], rows)
+    if limit is not None and len(exps) == limit:
+        total = store.count_experiments()
+        if total > limit:
+            click.echo(f"(the newest {limit} of {total} experiments; --all lists every one)", err=True)
+
+
+def _workload_rows(trial: Dict[str, Any]) -> List[Tuple[Any, ...]]:
+    """One row per reported batch count: training metrics, validation metrics, checkpoint."""
+    by_batch: Dict[int, Dict[str, Any]] = {}
+    for key in ("training_metrics", "validation_metrics"):
+        for entry in trial[key]:
+            by_batch.setdefault(entry["total_batches"], {})[key] = entry["metrics"]
+    for ckpt in trial["checkpoints"]:
+        by_batch.setdefault(ckpt["total_batches"], {}).setdefault("checkpoint", []).append(ckpt["uuid"])
+    return [
+        (
+            trial["id"],
+            batches,
+            format_mapping(row.get("training_metrics")),
+            format_mapping(row.get("validation_metrics")),
+            " ".join(row.get("checkpoint", [])),
+        )
+        for batches, row in sorted(by_batch.items())
+    ]
+
+
+WORKLOAD_HEADERS = ["Trial ID", "# of Batches", "Training Metrics", "Validation Metrics", "Checkpoint"]
+TRIAL_HEADERS = [
+    "Trial ID",
+    "State",
+    "H-Params",
+    "Seed",
+    "Batches",
+    "Restarts",
+    "Best Validation",
+    "Latest Checkpoint",
+    "Start Time",
+    "End Time",
+]
+
+
+def trial_row(trial: Dict[str, Any]) -> Tuple[Any, ...]:
+    return (
+        trial["id"],
+        trial["state"],
+        format_mapping(trial["hparams"]),
+        trial["seed"],
+        trial["total_batches"],
+        trial["restarts"],
+        format_value(trial["best_validation"]),
+        trial["latest_checkpoint"] or "",
+        format_time(trial["created_at"]),
+        format_time(trial["ended_at"]),
+    )
+
+
+def echo_workloads(trials: Sequence[Dict[str, Any]]) -> None:
+    rows = [row for trial in trials for row in _workload_rows(trial)]
+    click.echo("Workloads:")
+    echo_table(WORKLOAD_HEADERS, rows)
+
+
+@experiment.command("describe", short_help="Show trials, metrics, checkpoints.")
+@click.argument("experiment_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
+def describe(experiment_id: int, as_json: bool) -> None:
+    """Show an experiment, its trials and their metrics and checkpoints."""
+    store = open_store()
+    exp = store.describe_experiment(experiment_id)
+    if exp is None:
+        raise BadInput(f"experiment {experiment_id} not found")
+    if as_json:
+        echo_json(exp)
+        return
+    searcher = (exp["config"] or {}).get("searcher") if isinstance(exp["config"], dict) else None
+    click.echo("Experiment:")
+    echo_table(
+        ["ID", "Name", "State", "Searcher", "Start Time", "End Time", "Context Directory"],
+        [
+            (
+                exp["id"],
+                exp["name"] or "",
+                display_state(exp),
+                (searcher or {}).get("name", "") if isinstance(searcher, dict) else "",
+                format_time(exp["created_at"]),
+                format_time(exp["ended_at"]),
+                exp["context_dir"] or "",
+            )
+        ],
+    )
+    click.echo("\nTrials:")
+    echo_table(TRIAL_HEADERS, [trial_row(t) for t in exp["trials"]])
+    click.echo()
+    echo_workloads(exp["trials"])
+
+
+def _experiment_finished(store: Store, experiment_id: int) -> bool:
+    exp = store.get_experiment(experiment_id)
+    return exp is None or exp["state"] != "ACTIVE" or (bool(exp["pid"]) and not exp["running"])
+
+
+@experiment.command("logs", short_help="Print an experiment's logs.")
+@click.argument("experiment_id", type=int)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the experiment stops.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines.")
+@click.option("--timestamps", is_flag=True, help="Prefix each line with its UTC time.")
+def logs(experiment_id: int, follow: bool, tail: int, timestamps: bool) -> None:
+    """Print the experiment's log lines (all its trials, and the experiment's own)."""
+    store = open_store()
+    get_experiment(store, experiment_id)
+    print_logs(
+        lambda **kw: store.logs(experiment_id=experiment_id, **kw),
+        tail,
+        follow,
+        lambda: _experiment_finished(store, experiment_id),
+        with_trial=True,
+        timestamps=timestamps,
+    )
+
+
+# --- control ------------------------------------------------------------------------------------
+
+
+def _apply(experiment_id: int, action: str) -> None:
+    store = open_store()
+    get_experiment(store, experiment_id)
+    outcome = store.apply_action(experiment_id, action)
+    if outcome == "requested":
+        click.echo(
+            f"Requested {action} of experiment {experiment_id}; its trials stop at the next "
+            "scheduling-unit boundary" + (" with a checkpoint." if action == "pause" else ".")
+        )
+    elif outcome == "noop":
+        state = store.get_experiment(experiment_id)["state"]  # type: ignore[index]
+        click.echo(f"Experiment {experiment_id} is already {state}; nothing to do.")
+    else:
+        click.echo(f"Experiment {experiment_id} had no running process; it is now {outcome.upper()}.")
+
+
+@experiment.command("pause", short_help="Pause an experiment at a checkpoint.")
+@click.argument("experiment_id", type=int)
+def pause(experiment_id: int) -> None:
+    """Pause an experiment: its trials checkpoint and stop; `activate` resumes them."""
+    _apply(experiment_id, "pause")
+
+
+@experiment.command("kill", short_help="Cancel an experiment.")
+@click.argument("experiment_id", type=int)
+def kill(experiment_id: int) -> None:
+    """Cancel an experiment: its trials stop at the next scheduling-unit boundary."""
+    _apply(experiment_id, "kill")
+
+
+def _remove_tree(path: str, what: str) -> bool:
+    import shutil
+
+    if not os.path.lexists(path):
+        return True
+    try:
+        shutil.rmtree(path)
+    except OSError as e:
+        click.echo(f"Warning: could not remove {what} {path}: {e}", err=True)
+        return False
+    return True
+
+
+@experiment.command("delete", short_help="Delete an experiment and its files.")
+@click.argument("experiment_id", type=int)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
+    """Delete a finished or paused experiment: its records, checkpoints, TensorBoard files and
+    run directory ($DET_LITE_HOME/experiments/ID)."""
+    store = open_store()
+    exp = get_experiment(store, experiment_id)
+    if exp["state"] == "ACTIVE" or exp["running"]:
+        raise BadInput(
+            f"experiment {experiment_id} is {display_state(exp)}; kill or pause it before deleting it"
+        )
+    if not yes and not click.confirm(
+        f"Delete experiment {experiment_id} with its checkpoints and TensorBoard files?", default=False
+    ):
+        click.echo("Nothing deleted.", err=True)
+        ctx.exit(EXIT_FAILED)
+    checkpoints = store.delete_experiment(experiment_id)
+    ok = True
+    for ckpt in checkpoints:
+        path = ckpt["path"]
+        # Only a directory named by the checkpoint's uuid is ours to remove.
+        if os.path.basename(os.path.normpath(path)) == ckpt["uuid"]:
+            ok &= _remove_tree(path, "checkpoint")
+        else:
+            click.echo(
+                f"Warning: left checkpoint {ckpt['uuid']} at {path} (not a <uuid> directory)", err=True
+            )
+    ok &= _remove_tree(tensorboard_dir(experiment_id, store.home), "TensorBoard directory")
+    ok &= _remove_tree(os.path.join(store.home, "experiments", str(experiment_id)), "run directory")
+    click.echo(f"Deleted experiment {experiment_id} ({len(checkpoints)} checkpoint(s)).")
+    if not ok:
+        ctx.exit(EXIT_FAILED)

@@ -1,0 +1,59 @@
+"""``det-lite trial ...`` (alias ``t``): describe a trial, print its logs."""
+
+from __future__ import annotations
+
+import click
+
+from determined_lite.cli._common import AliasedGroup, BadInput, echo_json, echo_table, get_trial, open_store
+from determined_lite.cli._experiment import TRIAL_HEADERS, echo_workloads, trial_row
+from determined_lite.cli._logs import print_logs
+
+
+@click.group("trial", cls=AliasedGroup)
+def trial() -> None:
+    """Inspect trials."""
+
+
+@trial.command("describe", short_help="Show a trial's metrics and checkpoints.")
+@click.argument("trial_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
+def describe(trial_id: int, as_json: bool) -> None:
+    """Show a trial: hyperparameters, progress, metrics and checkpoints."""
+    store = open_store()
+    found = store.describe_trial(trial_id)
+    if found is None:
+        raise BadInput(f"trial {trial_id} not found")
+    if as_json:
+        echo_json(found)
+        return
+    click.echo(f"Trial {trial_id} of experiment {found['experiment_id']}:")
+    echo_table(TRIAL_HEADERS, [trial_row(found)])
+    click.echo()
+    echo_workloads([found])
+
+
+@trial.command("logs", short_help="Print a trial's logs.")
+@click.argument("trial_id", type=int)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the trial stops.")
+@click.option("--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines.")
+@click.option("--timestamps", is_flag=True, help="Prefix each line with its UTC time.")
+def logs(trial_id: int, follow: bool, tail: int, timestamps: bool) -> None:
+    """Print the trial's log lines (all its workers; `[rank N]` when there are several)."""
+    store = open_store()
+    get_trial(store, trial_id)
+
+    def finished() -> bool:
+        found = store.get_trial(trial_id)
+        if found is None or found["state"] != "ACTIVE":
+            return True
+        exp = store.get_experiment(found["experiment_id"])
+        return exp is None or exp["state"] != "ACTIVE" or (bool(exp["pid"]) and not exp["running"])
+
+    print_logs(
+        lambda **kw: store.logs(trial_id=trial_id, **kw),
+        tail,
+        follow,
+        finished,
+        with_trial=False,
+        timestamps=timestamps,
+    )

@@ -1,0 +1,195 @@
+"""SQLite plumbing for the store: one connection per thread and process, short retried
+transactions, schema migrations on open, JSON columns.
+
+Several processes use the same file at once: the CLI in any number of terminals (readers), the
+experiment runner and each trial's chief worker (writers). So:
+
+* every write is one short ``BEGIN IMMEDIATE`` transaction (the write lock is taken up front, so
+  two writers never deadlock upgrading a read lock), retried on ``database is locked`` until
+  ``timeout`` seconds have passed, on top of SQLite's own ``busy_timeout``;
+* multi-query reads run in one read transaction, a consistent snapshot; WAL lets them proceed
+  while a writer writes;
+* a process killed mid-transaction leaves no trace: SQLite rolls the WAL back on next open.
+
+JSON columns are written with Python's ``json`` allowing ``NaN``/``Infinity`` tokens, so
+non-finite metric values round-trip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Any, Callable, List, Optional, TypeVar
+
+from determined_lite.store import _schema
+from determined_lite.store._paths import default_db_path
+
+T = TypeVar("T")
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked: unreadable file, newer schema, unknown id."""
+
+
+class NotFoundError(StoreError, KeyError):
+    """An experiment, trial or checkpoint id that the store does not hold."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+def schema_version() -> int:
+    """The schema version this code writes (the number of migrations)."""
+    return len(_schema.MIGRATIONS)
+
+
+def dumps_json(value: Any, what: str) -> str:
+    """Encode a JSON column; ``what`` names the value in the error if it cannot be encoded."""
+    try:
+        return json.dumps(value, allow_nan=True, separators=(",", ":"), default=_json_default)
+    except TypeError as e:
+        raise TypeError(f"{what} must be JSON-serializable: {e}") from None
+
+
+def _json_default(value: Any) -> Any:
+    """numpy scalars/arrays and 0-d tensors: their Python values."""
+    for attr in ("tolist", "item"):
+        method = getattr(value, attr, None)
+        if callable(method):
+            return method()
+    raise TypeError(f"{type(value).__name__} value {value!r} is not JSON-serializable")
+
+
+def loads_json(text: Optional[str]) -> Any:
+    """Decode a JSON column (NULL stays None)."""
+    return None if text is None else json.loads(text)
+
+
+class Database:
+    """The SQLite file at ``path`` (default ``$DET_LITE_HOME/det-lite.db``), in WAL mode.
+
+    Opening creates the directory and the database when missing and upgrades an older schema.
+    Each thread (and each process after ``fork``) gets its own connection.
+    """
+
+    def __init__(self, path: Optional[str] = None, timeout: float = 30.0) -> None:
+        self.path = os.path.abspath(os.path.expanduser(path or default_db_path()))
+        self.home = os.path.dirname(self.path)
+        self.timeout = float(timeout)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: List[sqlite3.Connection] = []  # referenced so a fork child never closes them
+        self._conn()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            return conn
+        try:
+            os.makedirs(self.home, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the det-lite home directory {self.home}: {e}") from None
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open the det-lite store {self.path}: {e}") from None
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._retry(lambda: self._prepare(conn))
+        except BaseException as e:
+            conn.close()
+            if isinstance(e, sqlite3.DatabaseError):
+                raise StoreError(f"cannot open the det-lite store {self.path}: {e}") from None
+            raise
+        self._local.conn, self._local.pid = conn, os.getpid()
+        with self._lock:
+            self._open.append(conn)
+        return conn
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """WAL mode, and the schema brought to the current version (one transaction)."""
+        latest = schema_version()
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > latest:
+            raise StoreError(
+                f"the det-lite store {self.path} has schema version {version}, newer than the "
+                f"{latest} this determined_lite understands; upgrade determined_lite"
+            )
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        if version == latest:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
+            for migration in _schema.MIGRATIONS[version:latest]:
+                migration(conn)
+            conn.execute(f"PRAGMA user_version = {latest}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        """Run ``attempt`` again while SQLite says locked/busy, backing off, up to ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as e:
+                message = str(e).lower()
+                if "locked" not in message and "busy" not in message:
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreError(
+                        f"the det-lite store {self.path} stayed locked for {self.timeout:g} s ({e})"
+                    ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def _transaction(self, body: Callable[[sqlite3.Connection], T], write: bool) -> T:
+        def attempt() -> T:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result = body(conn)
+                conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise
+
+        return self._retry(attempt)
+
+    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        return self._transaction(body, write=True)
+
+    def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        return self._transaction(body, write=False)
+
+    def close(self) -> None:
+        """Close this thread's connection (a later call opens a new one)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            conn.close()
+            with self._lock:
+                self._open.remove(conn)
+        self._local.conn = None
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

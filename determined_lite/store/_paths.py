@@ -1,0 +1,72 @@
+"""Where det-lite keeps its state, and whether a recorded process is still the one that is running."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+DB_FILE = "det-lite.db"
+
+
+def det_lite_home() -> str:
+    """The storage root: ``$DET_LITE_HOME``, default ``~/.det-lite`` (absolute, user-expanded)."""
+    root = os.environ.get("DET_LITE_HOME") or os.path.join("~", ".det-lite")
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def default_db_path() -> str:
+    """``<home>/det-lite.db``."""
+    return os.path.join(det_lite_home(), DB_FILE)
+
+
+def default_checkpoint_root() -> str:
+    """``<home>/checkpoints`` (used unless ``checkpoint_storage.host_path`` says otherwise)."""
+    return os.path.join(det_lite_home(), "checkpoints")
+
+
+def tensorboard_dir(experiment_id: int, home: Optional[str] = None) -> str:
+    """``<home>/tensorboard/experiment_<id>``: the experiment's TensorBoard logdir."""
+    return os.path.join(home or det_lite_home(), "tensorboard", f"experiment_{int(experiment_id)}")
+
+
+def process_token(pid: int) -> Optional[str]:
+    """An id for the process ``pid`` that a later process with the same pid will not share.
+
+    On Linux this is the process start time from ``/proc/<pid>/stat`` (field 22); elsewhere
+    ``None`` (then only the pid is compared).
+    """
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def process_alive(pid: Optional[int], token: Optional[str] = None) -> bool:
+    """Whether ``pid`` runs and is not a zombie; with ``token``, also that it is the same process."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields and fields[0] in ("Z", "X"):
+            return False
+    except OSError:
+        pass
+    if token is not None:
+        current = process_token(pid)
+        if current is not None and current != token:
+            return False
+    return True

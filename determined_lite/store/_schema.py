@@ -1,0 +1,91 @@
+"""The store's SQLite schema as an ordered list of forward migrations, tracked in ``PRAGMA user_version``.
+
+Migration ``n`` (1-based) brings a database at version ``n - 1`` to version ``n``. A database is
+upgraded in one write transaction, so a process killed mid-upgrade leaves the old version intact.
+Never edit a released migration: append a new one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Callable, List
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    """Experiments, trials, metrics, checkpoints and logs."""
+    for statement in _V1_STATEMENTS:
+        conn.execute(statement)
+
+
+# ``request_id`` is declared without a type so it keeps what the searcher gave (int or str).
+_V1_STATEMENTS = [
+    """CREATE TABLE experiments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT,
+        state TEXT NOT NULL,
+        config TEXT NOT NULL,
+        context_dir TEXT,
+        config_path TEXT,
+        searcher_state TEXT,
+        pid INTEGER,
+        pid_token TEXT,
+        requested_action TEXT,
+        created_at REAL NOT NULL,
+        ended_at REAL
+    )""",
+    """CREATE TABLE trials (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+        request_id,
+        state TEXT NOT NULL,
+        hparams TEXT NOT NULL,
+        seed INTEGER,
+        total_batches INTEGER NOT NULL DEFAULT 0,
+        restarts INTEGER NOT NULL DEFAULT 0,
+        best_validation REAL,
+        latest_checkpoint TEXT,
+        created_at REAL NOT NULL,
+        ended_at REAL
+    )""",
+    "CREATE INDEX trials_by_experiment ON trials(experiment_id, request_id)",
+    """CREATE TABLE training_metrics (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+        total_batches INTEGER NOT NULL,
+        metrics TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (trial_id, total_batches)
+    )""",
+    """CREATE TABLE validation_metrics (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+        total_batches INTEGER NOT NULL,
+        metrics TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (trial_id, total_batches)
+    )""",
+    """CREATE TABLE checkpoints (
+        uuid TEXT PRIMARY KEY,
+        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        total_batches INTEGER NOT NULL,
+        metrics TEXT,
+        state TEXT NOT NULL DEFAULT 'COMPLETED',
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX checkpoints_by_trial ON checkpoints(trial_id, total_batches)",
+    """CREATE TABLE logs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+        trial_id INTEGER REFERENCES trials(id) ON DELETE CASCADE,
+        rank INTEGER,
+        line TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX logs_by_experiment ON logs(experiment_id, id)",
+    "CREATE INDEX logs_by_trial ON logs(trial_id, id)",
+]
+
+MIGRATIONS: List[Migration] = [_v1]

@@ -1,0 +1,718 @@
+"""Store: experiments, trials, metrics, checkpoints and logs in the det-lite SQLite file.
+
+Rows come back as plain dicts with JSON columns decoded. ``best_validation`` is a REAL column,
+where SQLite turns NaN into NULL (``None``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from determined_lite.store._db import Database, NotFoundError, dumps_json, loads_json
+from determined_lite.store._paths import process_alive, process_token
+
+EXPERIMENT_STATES = ("ACTIVE", "PAUSED", "COMPLETED", "CANCELED", "ERROR")
+TRIAL_STATES = ("ACTIVE", "PAUSED", "COMPLETED", "CANCELED", "ERROR")
+TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR"})
+ACTIONS = ("pause", "kill")
+
+LogLine = Union[str, Tuple[Optional[int], str]]
+
+_TRIAL_FIELDS = ("state", "total_batches", "restarts", "best_validation", "latest_checkpoint")
+_EXPERIMENT_COLUMNS = (
+    "id, name, state, context_dir, config_path, pid, pid_token, requested_action, created_at, ended_at"
+)
+_TRIAL_COLUMNS = (
+    "id, experiment_id, request_id, state, hparams, seed, total_batches, restarts, best_validation,"
+    " latest_checkpoint, created_at, ended_at"
+)
+
+
+def _check_state(state: str, allowed: Sequence[str], what: str) -> str:
+    if state not in allowed:
+        raise ValueError(f"{what} state must be one of {', '.join(allowed)}; got {state!r}")
+    return state
+
+
+class Store(Database):
+    """The experiment store at ``path`` (default ``$DET_LITE_HOME/det-lite.db``).
+
+    Safe to use from several threads and processes; ``timeout`` bounds how long a write waits
+    for the lock before raising ``StoreError``. Unknown ids raise ``NotFoundError`` (a
+    ``StoreError`` and a ``KeyError``) from writers; getters return None.
+    """
+
+    # --- experiments --------------------------------------------------------------------------
+
+    def create_experiment(
+        self,
+        config: Dict[str, Any],
+        context_dir: Optional[str],
+        config_path: Optional[str],
+        name: Optional[str] = None,
+        state: str = "ACTIVE",
+    ) -> int:
+        """Record a new experiment (default state ACTIVE); returns its id (1, 2, ...)."""
+        _check_state(state, EXPERIMENT_STATES, "experiment")
+        if name is None and isinstance(config, dict) and isinstance(config.get("name"), str):
+            name = config["name"]
+        config_text = dumps_json(config, "experiment config")
+        now = time.time()
+        ended = now if state in TERMINAL_STATES else None
+
+        def body(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                "INSERT INTO experiments (name, state, config, context_dir, config_path, created_at,"
+                " ended_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, state, config_text, context_dir, config_path, now, ended),
+            )
+            return int(cursor.lastrowid)
+
+        return self._write(body)
+
+    @staticmethod
+    def _experiment_dict(row: sqlite3.Row, config: bool = True) -> Dict[str, Any]:
+        keys = row.keys()
+        exp = {
+            "id": row["id"],
+            "name": row["name"],
+            "state": row["state"],
+            "context_dir": row["context_dir"],
+            "config_path": row["config_path"],
+            "pid": row["pid"],
+            "requested_action": row["requested_action"],
+            "created_at": row["created_at"],
+            "ended_at": row["ended_at"],
+            "running": bool(row["pid"]) and process_alive(row["pid"], row["pid_token"]),
+        }
+        if config:
+            exp["config"] = loads_json(row["config"])
+        if "num_trials" in keys:
+            exp["num_trials"] = row["num_trials"]
+        return exp
+
+    def _experiment_row(self, conn: sqlite3.Connection, experiment_id: int) -> sqlite3.Row:
+        row = conn.execute(
+            f"SELECT {_EXPERIMENT_COLUMNS}, config FROM experiments WHERE id = ?", (int(experiment_id),)
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(f"experiment {experiment_id} not found")
+        return row
+
+    def get_experiment(self, experiment_id: int) -> Optional[Dict[str, Any]]:
+        """The experiment as a dict (``id, name, state, config, context_dir, config_path, pid,
+        requested_action, created_at, ended_at, running``), or None. ``running``: the process
+        recorded with ``set_experiment_pid`` is alive."""
+
+        def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
+            try:
+                return self._experiment_dict(self._experiment_row(conn, experiment_id))
+            except NotFoundError:
+                return None
+
+        return self._read(body)
+
+    def list_experiments(self, limit: Optional[int] = None, with_config: bool = True) -> List[Dict[str, Any]]:
+        """Experiments by id, ascending, each with ``num_trials``; ``limit`` keeps the newest ``limit``."""
+        columns = ", ".join(f"e.{c.strip()}" for c in _EXPERIMENT_COLUMNS.split(","))
+        if with_config:
+            columns += ", e.config"
+        sql = (
+            f"SELECT {columns}, (SELECT COUNT(*) FROM trials t WHERE t.experiment_id = e.id) AS num_trials"
+            " FROM experiments e ORDER BY e.id DESC"
+        )
+        params: Tuple[Any, ...] = ()
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (int(limit),)
+        rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        return [self._experiment_dict(r, config=with_config) for r in reversed(rows)]
+
+    def count_experiments(self) -> int:
+        """How many experiments the store holds."""
+        return self._read(lambda conn: conn.execute("SELECT COUNT(*) FROM experiments").fetchone()[0])
+
+    def set_experiment_state(self, experiment_id: int, state: str) -> None:
+        """Set the state; a terminal state stamps ``ended_at``. Leaving ACTIVE drops a pending action."""
+        _check_state(state, EXPERIMENT_STATES, "experiment")
+        ended = time.time() if state in TERMINAL_STATES else None
+
+        def body(conn: sqlite3.Connection) -> None:
+            self._experiment_row(conn, experiment_id)
+            if state == "ACTIVE":
+                conn.execute(
+                    "UPDATE experiments SET state = ?, ended_at = NULL WHERE id = ?", (state, experiment_id)
+                )
+            else:
+                conn.execute(
+                    "UPDATE experiments SET state = ?, ended_at = COALESCE(?, ended_at),"
+                    " requested_action = NULL WHERE id = ?",
+                    (state, ended, experiment_id),
+                )
+
+        self._write(body)
+
+    def set_experiment_pid(self, experiment_id: int, pid: Optional[int]) -> None:
+        """Record the process running the experiment (None when it exits)."""
+        token = process_token(pid) if pid else None
+
+        def body(conn: sqlite3.Connection) -> None:
+            self._experiment_row(conn, experiment_id)
+            conn.execute(
+                "UPDATE experiments SET pid = ?, pid_token = ? WHERE id = ?", (pid, token, experiment_id)
+            )
+
+        self._write(body)
+
+    def experiment_process_alive(self, experiment_id: int) -> bool:
+        """Whether the process recorded with ``set_experiment_pid`` still runs (pid reuse detected)."""
+        row = self._read(lambda conn: self._experiment_row(conn, experiment_id))
+        return process_alive(row["pid"], row["pid_token"])
+
+    def save_searcher_state(self, experiment_id: int, state: Dict[str, Any]) -> None:
+        """Store the searcher's state (JSON), replacing the previous one."""
+        text = dumps_json(state, "searcher state")
+
+        def body(conn: sqlite3.Connection) -> None:
+            self._experiment_row(conn, experiment_id)
+            conn.execute("UPDATE experiments SET searcher_state = ? WHERE id = ?", (text, experiment_id))
+
+        self._write(body)
+
+    def load_searcher_state(self, experiment_id: int) -> Optional[Dict[str, Any]]:
+        """The last saved searcher state, or None."""
+        row = self._read(
+            lambda conn: conn.execute(
+                "SELECT searcher_state FROM experiments WHERE id = ?", (int(experiment_id),)
+            ).fetchone()
+        )
+        if row is None:
+            raise NotFoundError(f"experiment {experiment_id} not found")
+        return loads_json(row[0])
+
+    # --- pause / kill requests ------------------------------------------------------------------
+
+    def request_action(self, experiment_id: int, action: str) -> str:
+        """Ask the experiment's processes to ``pause`` or ``kill``; returns the pending action.
+
+        A kill replaces a pending pause; a pause does not replace a pending kill.
+        """
+        if action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)}; got {action!r}")
+
+        def body(conn: sqlite3.Connection) -> str:
+            current = self._experiment_row(conn, experiment_id)["requested_action"]
+            effective = "kill" if "kill" in (current, action) else action
+            conn.execute(
+                "UPDATE experiments SET requested_action = ? WHERE id = ?", (effective, experiment_id)
+            )
+            return effective
+
+        return self._write(body)
+
+    def pending_action(self, experiment_id: int) -> Optional[str]:
+        """``"pause"``, ``"kill"`` or None. Cheap: workers poll it every scheduling unit."""
+        row = self._read(
+            lambda conn: conn.execute(
+                "SELECT requested_action FROM experiments WHERE id = ?", (int(experiment_id),)
+            ).fetchone()
+        )
+        return None if row is None else row[0]
+
+    def clear_action(self, experiment_id: int, action: Optional[str] = None) -> None:
+        """Drop the pending action (only if it is ``action``, when given: a newer kill survives)."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            if action is None:
+                conn.execute("UPDATE experiments SET requested_action = NULL WHERE id = ?", (experiment_id,))
+            else:
+                conn.execute(
+                    "UPDATE experiments SET requested_action = NULL WHERE id = ? AND requested_action = ?",
+                    (experiment_id, action),
+                )
+
+        self._write(body)
+
+    def apply_action(self, experiment_id: int, action: str) -> str:
+        """Pause or kill from another process: a request if the experiment's process is alive,
+        else the state change itself. Returns what happened:
+
+        * ``"requested"``: a live process will act at its next scheduling-unit boundary;
+        * ``"paused"`` / ``"canceled"``: no live process; the experiment (and its unfinished
+          trials) are now PAUSED / CANCELED;
+        * ``"noop"``: nothing to do (already finished, or pausing a paused experiment).
+        """
+        if action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)}; got {action!r}")
+
+        def body(conn: sqlite3.Connection) -> str:
+            row = self._experiment_row(conn, experiment_id)
+            state = row["state"]
+            if state in TERMINAL_STATES or (action == "pause" and state == "PAUSED"):
+                return "noop"
+            if process_alive(row["pid"], row["pid_token"]):
+                current = row["requested_action"]
+                effective = "kill" if "kill" in (current, action) else action
+                conn.execute(
+                    "UPDATE experiments SET requested_action = ? WHERE id = ?", (effective, experiment_id)
+                )
+                return "requested"
+            self._stop(conn, experiment_id, "PAUSED" if action == "pause" else "CANCELED")
+            return "paused" if action == "pause" else "canceled"
+
+        return self._write(body)
+
+    @staticmethod
+    def _stop(conn: sqlite3.Connection, experiment_id: int, state: str) -> None:
+        now = time.time()
+        ended = now if state in TERMINAL_STATES else None
+        conn.execute(
+            "UPDATE experiments SET state = ?, ended_at = ?, requested_action = NULL, pid = NULL,"
+            " pid_token = NULL WHERE id = ?",
+            (state, ended, experiment_id),
+        )
+        unfinished = ("ACTIVE",) if state == "PAUSED" else ("ACTIVE", "PAUSED")
+        conn.execute(
+            f"UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?"
+            f" AND state IN ({','.join('?' * len(unfinished))})",
+            (state, ended, experiment_id, *unfinished),
+        )
+
+    def delete_experiment(self, experiment_id: int) -> List[Dict[str, Any]]:
+        """Delete the experiment's rows (trials, metrics, checkpoints, logs).
+
+        Returns its checkpoints (``uuid``, ``path``, ...) so the caller can remove the files;
+        the store never touches files.
+        """
+
+        def body(conn: sqlite3.Connection) -> List[Dict[str, Any]]:
+            self._experiment_row(conn, experiment_id)
+            checkpoints = self._checkpoints(conn, "t.experiment_id = ?", (experiment_id,))
+            trial_ids = "(SELECT id FROM trials WHERE experiment_id = ?)"
+            conn.execute("DELETE FROM logs WHERE experiment_id = ?", (experiment_id,))
+            for table in ("training_metrics", "validation_metrics", "checkpoints"):
+                conn.execute(f"DELETE FROM {table} WHERE trial_id IN {trial_ids}", (experiment_id,))
+            conn.execute("DELETE FROM trials WHERE experiment_id = ?", (experiment_id,))
+            conn.execute("DELETE FROM experiments WHERE id = ?", (experiment_id,))
+            return checkpoints
+
+        return self._write(body)
+
+    # --- trials -------------------------------------------------------------------------------
+
+    def create_trial(
+        self,
+        experiment_id: int,
+        request_id: Any,
+        hparams: Dict[str, Any],
+        seed: Optional[int],
+        state: str = "ACTIVE",
+    ) -> int:
+        """Record a trial the searcher asked for (``request_id`` is kept as given: int or str)."""
+        _check_state(state, TRIAL_STATES, "trial")
+        hparams_text = dumps_json(hparams, "hparams")
+        now = time.time()
+
+        def body(conn: sqlite3.Connection) -> int:
+            self._experiment_row(conn, experiment_id)
+            cursor = conn.execute(
+                "INSERT INTO trials (experiment_id, request_id, state, hparams, seed, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (experiment_id, request_id, state, hparams_text, seed, now),
+            )
+            return int(cursor.lastrowid)
+
+        return self._write(body)
+
+    @staticmethod
+    def _trial_dict(row: sqlite3.Row) -> Dict[str, Any]:
+        return {
+            "id": row["id"],
+            "experiment_id": row["experiment_id"],
+            "request_id": row["request_id"],
+            "state": row["state"],
+            "hparams": loads_json(row["hparams"]),
+            "seed": row["seed"],
+            "total_batches": row["total_batches"],
+            "restarts": row["restarts"],
+            "best_validation": row["best_validation"],
+            "latest_checkpoint": row["latest_checkpoint"],
+            "created_at": row["created_at"],
+            "ended_at": row["ended_at"],
+        }
+
+    def get_trial(self, trial_id: int) -> Optional[Dict[str, Any]]:
+        """The trial as a dict, or None."""
+        row = self._read(
+            lambda conn: conn.execute(
+                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE id = ?", (int(trial_id),)
+            ).fetchone()
+        )
+        return None if row is None else self._trial_dict(row)
+
+    def get_trial_by_request(self, experiment_id: int, request_id: Any) -> Optional[Dict[str, Any]]:
+        """The experiment's trial created for the searcher's ``request_id``, or None."""
+        row = self._read(
+            lambda conn: conn.execute(
+                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE experiment_id = ? AND request_id = ?"
+                " ORDER BY id LIMIT 1",
+                (int(experiment_id), request_id),
+            ).fetchone()
+        )
+        return None if row is None else self._trial_dict(row)
+
+    def list_trials(self, experiment_id: int) -> List[Dict[str, Any]]:
+        """The experiment's trials by id."""
+        rows = self._read(
+            lambda conn: conn.execute(
+                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE experiment_id = ? ORDER BY id",
+                (int(experiment_id),),
+            ).fetchall()
+        )
+        return [self._trial_dict(r) for r in rows]
+
+    def update_trial(self, trial_id: int, **fields: Any) -> None:
+        """Set any of ``state, total_batches, restarts, best_validation, latest_checkpoint``.
+
+        A terminal state stamps ``ended_at``; a non-terminal one clears it.
+        """
+        unknown = sorted(set(fields) - set(_TRIAL_FIELDS))
+        if unknown:
+            raise TypeError(f"update_trial: unknown field(s) {unknown}; allowed: {', '.join(_TRIAL_FIELDS)}")
+        if not fields:
+            return
+        values = dict(fields)
+        if "state" in values:
+            _check_state(values["state"], TRIAL_STATES, "trial")
+            values["ended_at"] = time.time() if values["state"] in TERMINAL_STATES else None
+        assignments = ", ".join(f"{k} = ?" for k in values)
+
+        def body(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                f"UPDATE trials SET {assignments} WHERE id = ?", (*values.values(), int(trial_id))
+            )
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"trial {trial_id} not found")
+
+        self._write(body)
+
+    def delete_metrics_after(self, trial_id: int, total_batches: int) -> None:
+        """Forget the metrics reported after batch ``total_batches`` and lower the trial's
+        ``total_batches`` to it: a trial resumed from its checkpoint there re-reports them."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE trials SET total_batches = MIN(total_batches, ?) WHERE id = ?",
+                (int(total_batches), int(trial_id)),
+            )
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"trial {trial_id} not found")
+            for table in ("training_metrics", "validation_metrics"):
+                conn.execute(
+                    f"DELETE FROM {table} WHERE trial_id = ? AND total_batches > ?",
+                    (int(trial_id), int(total_batches)),
+                )
+
+        self._write(body)
+
+    # --- metrics ------------------------------------------------------------------------------
+
+    def _add_metrics(self, table: str, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+        text = dumps_json(metrics, f"{table.replace('_', ' ')}")
+        now = time.time()
+
+        def body(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE trials SET total_batches = MAX(total_batches, ?) WHERE id = ?",
+                (int(total_batches), int(trial_id)),
+            )
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"trial {trial_id} not found")
+            conn.execute(
+                f"INSERT INTO {table} (trial_id, total_batches, metrics, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (trial_id, total_batches) DO UPDATE SET metrics = excluded.metrics,"
+                " created_at = excluded.created_at",
+                (int(trial_id), int(total_batches), text, now),
+            )
+
+        self._write(body)
+
+    def add_training_metrics(self, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+        """Training metrics reported at ``total_batches`` (one row per batch count: a re-report
+        after a restart replaces it). Raises the trial's ``total_batches`` to at least this."""
+        self._add_metrics("training_metrics", trial_id, total_batches, metrics)
+
+    def add_validation_metrics(self, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+        """Validation metrics at ``total_batches``; same rules as ``add_training_metrics``."""
+        self._add_metrics("validation_metrics", trial_id, total_batches, metrics)
+
+    def _metrics(self, table: str, trial_id: int) -> List[Dict[str, Any]]:
+        rows = self._read(
+            lambda conn: conn.execute(
+                f"SELECT total_batches, metrics FROM {table} WHERE trial_id = ? ORDER BY total_batches",
+                (int(trial_id),),
+            ).fetchall()
+        )
+        return [{"total_batches": r[0], "metrics": loads_json(r[1])} for r in rows]
+
+    def training_metrics(self, trial_id: int) -> List[Dict[str, Any]]:
+        """``[{"total_batches", "metrics"}]`` by batch."""
+        return self._metrics("training_metrics", trial_id)
+
+    def validation_metrics(self, trial_id: int) -> List[Dict[str, Any]]:
+        """``[{"total_batches", "metrics"}]`` by batch."""
+        return self._metrics("validation_metrics", trial_id)
+
+    # --- checkpoints --------------------------------------------------------------------------
+
+    def add_checkpoint(
+        self,
+        trial_id: int,
+        uuid: str,
+        path: str,
+        total_batches: int,
+        metrics: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        """Register a complete checkpoint; the trial's ``latest_checkpoint`` becomes the one with
+        the most batches."""
+        text = None if metrics is None else dumps_json(metrics, "checkpoint metrics")
+        now = time.time()
+
+        def body(conn: sqlite3.Connection) -> None:
+            if conn.execute("SELECT 1 FROM trials WHERE id = ?", (int(trial_id),)).fetchone() is None:
+                raise NotFoundError(f"trial {trial_id} not found")
+            conn.execute(
+                "INSERT INTO checkpoints (uuid, trial_id, path, total_batches, metrics, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uuid) DO UPDATE SET path = excluded.path,"
+                " total_batches = excluded.total_batches, metrics = excluded.metrics",
+                (str(uuid), int(trial_id), str(path), int(total_batches), text, now),
+            )
+            self._refresh_latest(conn, int(trial_id))
+
+        self._write(body)
+
+    @staticmethod
+    def _refresh_latest(conn: sqlite3.Connection, trial_id: int) -> None:
+        conn.execute(
+            "UPDATE trials SET latest_checkpoint = (SELECT uuid FROM checkpoints WHERE trial_id = ?"
+            " ORDER BY total_batches DESC, created_at DESC, rowid DESC LIMIT 1) WHERE id = ?",
+            (trial_id, trial_id),
+        )
+
+    def delete_checkpoint(self, uuid: str) -> Optional[str]:
+        """Forget a checkpoint (e.g. garbage-collected); returns its path, or None if unknown."""
+
+        def body(conn: sqlite3.Connection) -> Optional[str]:
+            row = conn.execute(
+                "SELECT trial_id, path FROM checkpoints WHERE uuid = ?", (str(uuid),)
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute("DELETE FROM checkpoints WHERE uuid = ?", (str(uuid),))
+            self._refresh_latest(conn, row["trial_id"])
+            return row["path"]
+
+        return self._write(body)
+
+    @staticmethod
+    def _checkpoints(conn: sqlite3.Connection, where: str, params: Tuple[Any, ...]) -> List[Dict[str, Any]]:
+        rows = conn.execute(
+            "SELECT c.uuid, c.trial_id, t.experiment_id, c.path, c.total_batches, c.metrics, c.state,"
+            f" c.created_at FROM checkpoints c JOIN trials t ON t.id = c.trial_id WHERE {where}"
+            " ORDER BY c.trial_id, c.total_batches, c.created_at, c.rowid",
+            params,
+        ).fetchall()
+        return [
+            {
+                "uuid": r["uuid"],
+                "trial_id": r["trial_id"],
+                "experiment_id": r["experiment_id"],
+                "path": r["path"],
+                "total_batches": r["total_batches"],
+                "metrics": loads_json(r["metrics"]),
+                "state": r["state"],
+                "created_at": r["created_at"],
+            }
+            for r in rows
+        ]
+
+    def get_checkpoint(self, uuid: str) -> Optional[Dict[str, Any]]:
+        """The checkpoint (``uuid, trial_id, experiment_id, path, total_batches, metrics, ...``) or None."""
+        found = self._read(lambda conn: self._checkpoints(conn, "c.uuid = ?", (str(uuid),)))
+        return found[0] if found else None
+
+    def list_checkpoints(
+        self, experiment_id: Optional[int] = None, trial_id: Optional[int] = None
+    ) -> List[Dict[str, Any]]:
+        """Checkpoints by trial then batch; filtered by experiment and/or trial when given."""
+        clauses, params = ["1"], []
+        if experiment_id is not None:
+            clauses.append("t.experiment_id = ?")
+            params.append(int(experiment_id))
+        if trial_id is not None:
+            clauses.append("c.trial_id = ?")
+            params.append(int(trial_id))
+        return self._read(lambda conn: self._checkpoints(conn, " AND ".join(clauses), tuple(params)))
+
+    # --- logs ---------------------------------------------------------------------------------
+
+    def add_logs(
+        self, trial_id: Optional[int], lines: Iterable[LogLine], experiment_id: Optional[int] = None
+    ) -> None:
+        """Append log lines in one transaction. Each line is ``(rank or None, text)`` or a plain
+        string (rank None). ``trial_id=None`` makes experiment-level lines: then pass
+        ``experiment_id``. A trailing newline is dropped."""
+        now = time.time()
+        batch: List[Tuple[Optional[int], str]] = []
+        for item in lines:
+            rank, text = (None, item) if isinstance(item, str) else item
+            batch.append((None if rank is None else int(rank), str(text).rstrip("\n")))
+        if not batch:
+            return
+        if trial_id is None and experiment_id is None:
+            raise ValueError("add_logs: experiment-level lines (trial_id=None) need experiment_id")
+
+        def body(conn: sqlite3.Connection) -> None:
+            exp_id = experiment_id
+            if trial_id is not None:
+                row = conn.execute(
+                    "SELECT experiment_id FROM trials WHERE id = ?", (int(trial_id),)
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(f"trial {trial_id} not found")
+                exp_id = row[0]
+            else:
+                self._experiment_row(conn, int(exp_id))  # type: ignore[arg-type]
+            conn.executemany(
+                "INSERT INTO logs (experiment_id, trial_id, rank, line, created_at) VALUES (?, ?, ?, ?, ?)",
+                [(exp_id, trial_id, rank, text, now) for rank, text in batch],
+            )
+
+        self._write(body)
+
+    def logs(
+        self,
+        experiment_id: Optional[int] = None,
+        trial_id: Optional[int] = None,
+        after_id: int = 0,
+        tail: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> List[Dict[str, Any]]:
+        """Log lines (``id, experiment_id, trial_id, rank, line, time``) in order, with ``id > after_id``.
+
+        ``tail=n``: only the last n of those; ``limit=n``: only the first n. Pass the last ``id``
+        seen as ``after_id`` to follow.
+        """
+        clauses, params = ["id > ?"], [int(after_id)]
+        if experiment_id is not None:
+            clauses.append("experiment_id = ?")
+            params.append(int(experiment_id))
+        if trial_id is not None:
+            clauses.append("trial_id = ?")
+            params.append(int(trial_id))
+        sql = (
+            "SELECT id, experiment_id, trial_id, rank, line, created_at FROM logs"
+            f" WHERE {' AND '.join(clauses)} ORDER BY id {'DESC' if tail is not None else 'ASC'}"
+        )
+        if tail is not None or limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(tail if tail is not None else limit))  # type: ignore[arg-type]
+        rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        if tail is not None:
+            rows = rows[::-1]
+            if limit is not None:
+                rows = rows[: int(limit)]
+        return [
+            {
+                "id": r[0],
+                "experiment_id": r[1],
+                "trial_id": r[2],
+                "rank": r[3],
+                "line": r[4],
+                "time": r[5],
+            }
+            for r in rows
+        ]
+
+    # --- describe -----------------------------------------------------------------------------
+
+    def describe_experiment(self, experiment_id: int) -> Optional[Dict[str, Any]]:
+        """The experiment in the ``det-lite experiment describe --json`` shape, or None.
+
+        ``{"id", "state", "config", "trials": [{"id", "state", "hparams", "seed",
+        "total_batches", "restarts", "training_metrics": [{"total_batches", "metrics"}],
+        "validation_metrics": [...], "checkpoints": [{"uuid", "path", "total_batches",
+        "metrics"}], "best_validation"}]}`` plus ``name``, ``context_dir``, ``config_path``,
+        ``pid``, ``running``, ``requested_action``, ``created_at``, ``ended_at``; trials also carry
+        ``experiment_id``, ``request_id``, ``latest_checkpoint``, ``created_at``, ``ended_at``.
+        Read in one snapshot.
+        """
+
+        def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
+            try:
+                exp = self._experiment_dict(self._experiment_row(conn, experiment_id))
+            except NotFoundError:
+                return None
+            trials = conn.execute(
+                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE experiment_id = ? ORDER BY id", (experiment_id,)
+            ).fetchall()
+            exp["trials"] = self._describe_trials(conn, trials, "t.experiment_id = ?", (experiment_id,))
+            return exp
+
+        return self._read(body)
+
+    def describe_trial(self, trial_id: int) -> Optional[Dict[str, Any]]:
+        """One trial in the shape of ``describe_experiment``'s ``trials`` entries, or None."""
+
+        def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
+            rows = conn.execute(
+                f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE id = ?", (int(trial_id),)
+            ).fetchall()
+            if not rows:
+                return None
+            return self._describe_trials(conn, rows, "t.id = ?", (int(trial_id),))[0]
+
+        return self._read(body)
+
+    def _describe_trials(
+        self, conn: sqlite3.Connection, rows: List[sqlite3.Row], where: str, params: Tuple[Any, ...]
+    ) -> List[Dict[str, Any]]:
+        trials: Dict[int, Dict[str, Any]] = {}
+        for row in rows:
+            trial = self._trial_dict(row)
+            trials[row["id"]] = {
+                "id": trial["id"],
+                "state": trial["state"],
+                "hparams": trial["hparams"],
+                "seed": trial["seed"],
+                "total_batches": trial["total_batches"],
+                "restarts": trial["restarts"],
+                "training_metrics": [],
+                "validation_metrics": [],
+                "checkpoints": [],
+                "best_validation": trial["best_validation"],
+                "experiment_id": trial["experiment_id"],
+                "request_id": trial["request_id"],
+                "latest_checkpoint": trial["latest_checkpoint"],
+                "created_at": trial["created_at"],
+                "ended_at": trial["ended_at"],
+            }
+        for table in ("training_metrics", "validation_metrics"):
+            for trial_id, batches, metrics in conn.execute(
+                f"SELECT m.trial_id, m.total_batches, m.metrics FROM {table} m JOIN trials t"
+                f" ON t.id = m.trial_id WHERE {where} ORDER BY m.trial_id, m.total_batches",
+                params,
+            ):
+                trials[trial_id][table].append({"total_batches": batches, "metrics": loads_json(metrics)})
+        for ckpt in self._checkpoints(conn, where, params):
+            trials[ckpt["trial_id"]]["checkpoints"].append(
+                {
+                    "uuid": ckpt["uuid"],
+                    "path": ckpt["path"],
+                    "total_batches": ckpt["total_batches"],
+                    "metrics": ckpt["metrics"],
+                }
+            )
+        return list(trials.values())

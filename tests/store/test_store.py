@@ -1,0 +1,675 @@
+"""The experiment store: round trips, the describe shape, states and requests, schema versions,
+and several processes on one file (a reader beside a writer, two writers, a killed writer)."""
+
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from determined_lite.store import (
+    NotFoundError,
+    Store,
+    StoreError,
+    _schema,
+    det_lite_home,
+    process_alive,
+    schema_version,
+    tensorboard_dir,
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = {"name": "digits", "searcher": {"name": "grid", "metric": "loss"}, "hyperparameters": {"lr": 0.1}}
+
+
+def _strip_times(value):
+    """``value`` without ``created_at``/``ended_at`` keys (checked separately)."""
+    if isinstance(value, dict):
+        return {k: _strip_times(v) for k, v in value.items() if k not in ("created_at", "ended_at")}
+    if isinstance(value, list):
+        return [_strip_times(v) for v in value]
+    return value
+
+
+def _child(code: str, *args: str, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(str(tmp_path / "db" / "det-lite.db"))
+    yield s
+    s.close()
+
+
+# --- paths ----------------------------------------------------------------------------------
+
+
+def test_default_path_follows_det_lite_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("DET_LITE_HOME", str(tmp_path / "home"))
+    s = Store()
+    assert s.path == str(tmp_path / "home" / "det-lite.db")
+    assert os.path.isfile(s.path)
+    assert det_lite_home() == str(tmp_path / "home")
+    assert tensorboard_dir(7) == str(tmp_path / "home" / "tensorboard" / "experiment_7")
+    monkeypatch.delenv("DET_LITE_HOME")
+    assert det_lite_home() == os.path.join(os.path.expanduser("~"), ".det-lite")
+
+
+# --- experiments ----------------------------------------------------------------------------
+
+
+def test_experiment_round_trip(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    assert exp_id == 1
+    exp = store.get_experiment(exp_id)
+    assert isinstance(exp["created_at"], float)
+    assert _strip_times(exp) == {
+        "id": 1,
+        "name": "digits",
+        "state": "ACTIVE",
+        "config": CONFIG,
+        "context_dir": "/ctx",
+        "config_path": "/ctx/exp.yaml",
+        "pid": None,
+        "running": False,
+        "requested_action": None,
+    }
+    assert exp["ended_at"] is None
+    second = store.create_experiment({"searcher": {"name": "single"}}, None, None, name="other")
+    assert second == 2
+    assert [(e["id"], e["name"], e["num_trials"]) for e in store.list_experiments()] == [
+        (1, "digits", 0),
+        (2, "other", 0),
+    ]
+    assert [e["id"] for e in store.list_experiments(limit=1)] == [2]
+    assert "config" not in store.list_experiments(with_config=False)[0]
+    assert store.count_experiments() == 2
+    assert store.get_experiment(3) is None
+
+
+def test_experiment_states_stamp_end_time(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    store.request_action(exp_id, "pause")
+    store.set_experiment_state(exp_id, "PAUSED")
+    exp = store.get_experiment(exp_id)
+    assert (exp["state"], exp["ended_at"], exp["requested_action"]) == ("PAUSED", None, None)
+    store.set_experiment_state(exp_id, "COMPLETED")
+    ended = store.get_experiment(exp_id)["ended_at"]
+    assert ended >= store.get_experiment(exp_id)["created_at"]
+    store.set_experiment_state(exp_id, "ACTIVE")
+    assert store.get_experiment(exp_id)["ended_at"] is None
+    with pytest.raises(ValueError, match="experiment state must be one of ACTIVE, PAUSED, COMPLETED"):
+        store.set_experiment_state(exp_id, "DONE")
+    with pytest.raises(NotFoundError, match="experiment 9 not found"):
+        store.set_experiment_state(9, "PAUSED")
+
+
+def test_searcher_state_round_trip(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    assert store.load_searcher_state(exp_id) is None
+    state = {"rungs": [[1, 0.5], [2, float("inf")]], "next": 3, "rng": [1, 2, 3]}
+    store.save_searcher_state(exp_id, state)
+    loaded = store.load_searcher_state(exp_id)
+    assert loaded["rungs"][1][1] == math.inf
+    assert loaded == state
+    with pytest.raises(NotFoundError):
+        store.load_searcher_state(5)
+
+
+def test_pid_and_liveness(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    store.set_experiment_pid(exp_id, os.getpid())
+    assert store.get_experiment(exp_id)["pid"] == os.getpid()
+    assert store.get_experiment(exp_id)["running"] is True
+    assert store.experiment_process_alive(exp_id)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    store.set_experiment_pid(exp_id, child.pid)
+    assert not store.experiment_process_alive(exp_id)
+    store.set_experiment_pid(exp_id, None)
+    assert store.get_experiment(exp_id)["running"] is False
+
+
+def test_process_alive_detects_reused_pid():
+    assert process_alive(os.getpid())
+    assert not process_alive(None)
+    assert not process_alive(0)
+    if os.path.exists(f"/proc/{os.getpid()}/stat"):
+        assert not process_alive(os.getpid(), token="not-my-start-time")
+
+
+# --- trials, metrics, checkpoints -----------------------------------------------------------
+
+
+def _fill(store):
+    """Two trials with metrics and checkpoints; returns (experiment id, trial ids)."""
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    t1 = store.create_trial(exp_id, 0, {"lr": 0.1}, 11)
+    t2 = store.create_trial(exp_id, "req-1", {"lr": 0.01}, 12)
+    store.add_training_metrics(t1, 10, {"loss": 0.5})
+    store.add_training_metrics(t1, 20, {"loss": 0.25})
+    store.add_validation_metrics(t1, 20, {"loss": 0.3, "acc": [1, 2]})
+    store.add_checkpoint(t1, "uuid-a", "/ck/uuid-a", 20, {"loss": 0.3})
+    store.update_trial(t1, state="COMPLETED", best_validation=0.3, restarts=1)
+    store.add_training_metrics(t2, 10, {"loss": 0.75, "nested": {"a": 1}})
+    store.add_checkpoint(t2, "uuid-b", "/ck/uuid-b", 10)
+    return exp_id, (t1, t2)
+
+
+def test_describe_experiment_exact_shape(store):
+    exp_id, (t1, t2) = _fill(store)
+    described = store.describe_experiment(exp_id)
+    assert described["trials"][0]["ended_at"] >= described["trials"][0]["created_at"]
+    assert described["trials"][1]["ended_at"] is None
+    assert _strip_times(described) == {
+        "id": exp_id,
+        "name": "digits",
+        "state": "ACTIVE",
+        "config": CONFIG,
+        "context_dir": "/ctx",
+        "config_path": "/ctx/exp.yaml",
+        "pid": None,
+        "running": False,
+        "requested_action": None,
+        "trials": [
+            {
+                "id": t1,
+                "state": "COMPLETED",
+                "hparams": {"lr": 0.1},
+                "seed": 11,
+                "total_batches": 20,
+                "restarts": 1,
+                "training_metrics": [
+                    {"total_batches": 10, "metrics": {"loss": 0.5}},
+                    {"total_batches": 20, "metrics": {"loss": 0.25}},
+                ],
+                "validation_metrics": [{"total_batches": 20, "metrics": {"loss": 0.3, "acc": [1, 2]}}],
+                "checkpoints": [
+                    {"uuid": "uuid-a", "path": "/ck/uuid-a", "total_batches": 20, "metrics": {"loss": 0.3}}
+                ],
+                "best_validation": 0.3,
+                "experiment_id": exp_id,
+                "request_id": 0,
+                "latest_checkpoint": "uuid-a",
+            },
+            {
+                "id": t2,
+                "state": "ACTIVE",
+                "hparams": {"lr": 0.01},
+                "seed": 12,
+                "total_batches": 10,
+                "restarts": 0,
+                "training_metrics": [{"total_batches": 10, "metrics": {"loss": 0.75, "nested": {"a": 1}}}],
+                "validation_metrics": [],
+                "checkpoints": [
+                    {"uuid": "uuid-b", "path": "/ck/uuid-b", "total_batches": 10, "metrics": None}
+                ],
+                "best_validation": None,
+                "experiment_id": exp_id,
+                "request_id": "req-1",
+                "latest_checkpoint": "uuid-b",
+            },
+        ],
+    }
+    assert store.describe_trial(t2) == described["trials"][1]
+    assert store.describe_trial(99) is None
+    assert store.describe_experiment(99) is None
+
+
+def test_trial_round_trip_and_errors(store):
+    exp_id, (t1, t2) = _fill(store)
+    trial = store.get_trial(t2)
+    assert _strip_times(trial) == {
+        "id": t2,
+        "experiment_id": exp_id,
+        "request_id": "req-1",
+        "state": "ACTIVE",
+        "hparams": {"lr": 0.01},
+        "seed": 12,
+        "total_batches": 10,
+        "restarts": 0,
+        "best_validation": None,
+        "latest_checkpoint": "uuid-b",
+    }
+    assert [t["id"] for t in store.list_trials(exp_id)] == [t1, t2]
+    assert store.get_trial_by_request(exp_id, "req-1")["id"] == t2
+    assert store.get_trial_by_request(exp_id, 0)["id"] == t1
+    assert store.get_trial_by_request(exp_id, "0") is None  # request ids keep their type
+    store.update_trial(t2, state="PAUSED", total_batches=15)
+    assert (store.get_trial(t2)["state"], store.get_trial(t2)["total_batches"]) == ("PAUSED", 15)
+    with pytest.raises(TypeError, match=r"unknown field\(s\) \['color'\]"):
+        store.update_trial(t2, color="red")
+    with pytest.raises(ValueError, match="trial state must be one of"):
+        store.update_trial(t2, state="RUNNING")
+    with pytest.raises(NotFoundError, match="trial 99 not found"):
+        store.update_trial(99, state="PAUSED")
+    with pytest.raises(NotFoundError, match="trial 99 not found"):
+        store.add_training_metrics(99, 1, {"loss": 1.0})
+    with pytest.raises(NotFoundError, match="experiment 42 not found"):
+        store.create_trial(42, 0, {}, 1)
+    with pytest.raises(TypeError, match="hparams must be JSON-serializable"):
+        store.create_trial(exp_id, 5, {"f": object()}, 1)
+
+
+def test_non_finite_metrics_round_trip(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.create_trial(exp_id, 0, {}, 1)
+    store.add_validation_metrics(
+        trial, 5, {"nan": float("nan"), "inf": math.inf, "ninf": -math.inf, "l": [math.nan]}
+    )
+    (row,) = store.validation_metrics(trial)
+    metrics = row["metrics"]
+    assert math.isnan(metrics["nan"]) and math.isnan(metrics["l"][0])
+    assert (metrics["inf"], metrics["ninf"]) == (math.inf, -math.inf)
+    store.update_trial(trial, best_validation=float("nan"))
+    assert store.get_trial(trial)["best_validation"] is None  # SQLite REAL: NaN is NULL
+    store.update_trial(trial, best_validation=-math.inf)
+    assert store.get_trial(trial)["best_validation"] == -math.inf
+
+
+def test_numpy_values_are_stored_as_python_numbers(store):
+    np = pytest.importorskip("numpy")
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.create_trial(exp_id, 0, {}, 1)
+    store.add_training_metrics(trial, 1, {"loss": np.float32(0.5), "v": np.array([1, 2])})
+    assert store.training_metrics(trial) == [{"total_batches": 1, "metrics": {"loss": 0.5, "v": [1, 2]}}]
+
+
+def test_metrics_after_a_resumed_checkpoint_are_replaced(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.create_trial(exp_id, 0, {}, 1)
+    for batches, loss in ((10, 1.0), (20, 0.5), (30, 0.25)):
+        store.add_training_metrics(trial, batches, {"loss": loss})
+    store.add_validation_metrics(trial, 30, {"loss": 0.2})
+    assert store.get_trial(trial)["total_batches"] == 30
+    store.delete_metrics_after(trial, 20)  # resumed from the checkpoint at batch 20
+    assert store.get_trial(trial)["total_batches"] == 20
+    assert [m["total_batches"] for m in store.training_metrics(trial)] == [10, 20]
+    assert store.validation_metrics(trial) == []
+    store.add_training_metrics(trial, 20, {"loss": 0.4})  # re-reported: replaces
+    store.add_training_metrics(trial, 30, {"loss": 0.3})
+    assert store.training_metrics(trial) == [
+        {"total_batches": 10, "metrics": {"loss": 1.0}},
+        {"total_batches": 20, "metrics": {"loss": 0.4}},
+        {"total_batches": 30, "metrics": {"loss": 0.3}},
+    ]
+    # A report for fewer batches never lowers the trial's progress.
+    store.add_training_metrics(trial, 5, {"loss": 2.0})
+    assert store.get_trial(trial)["total_batches"] == 30
+    store.delete_metrics_after(trial, 40)  # nothing after 40: progress stays
+    assert store.get_trial(trial)["total_batches"] == 30
+    assert len(store.training_metrics(trial)) == 4
+    with pytest.raises(NotFoundError, match="trial 99 not found"):
+        store.delete_metrics_after(99, 0)
+
+
+def test_checkpoints_latest_and_delete(store):
+    exp_id, (t1, t2) = _fill(store)
+    store.add_checkpoint(t2, "uuid-c", "/ck/uuid-c", 30, {"loss": 0.1})
+    store.add_checkpoint(t2, "uuid-old", "/ck/uuid-old", 5)  # older batch: latest stays uuid-c
+    assert store.get_trial(t2)["latest_checkpoint"] == "uuid-c"
+    assert [c["uuid"] for c in store.list_checkpoints(trial_id=t2)] == ["uuid-old", "uuid-b", "uuid-c"]
+    assert [c["uuid"] for c in store.list_checkpoints(experiment_id=exp_id)] == [
+        "uuid-a",
+        "uuid-old",
+        "uuid-b",
+        "uuid-c",
+    ]
+    assert store.list_checkpoints(experiment_id=exp_id + 1) == []
+    found = store.get_checkpoint("uuid-c")
+    assert _strip_times(found) == {
+        "uuid": "uuid-c",
+        "trial_id": t2,
+        "experiment_id": exp_id,
+        "path": "/ck/uuid-c",
+        "total_batches": 30,
+        "metrics": {"loss": 0.1},
+        "state": "COMPLETED",
+    }
+    assert store.delete_checkpoint("uuid-c") == "/ck/uuid-c"
+    assert store.get_checkpoint("uuid-c") is None
+    assert store.get_trial(t2)["latest_checkpoint"] == "uuid-b"
+    assert store.delete_checkpoint("uuid-c") is None
+    store.delete_checkpoint("uuid-b")
+    store.delete_checkpoint("uuid-old")
+    assert store.get_trial(t2)["latest_checkpoint"] is None
+    with pytest.raises(NotFoundError, match="trial 77 not found"):
+        store.add_checkpoint(77, "u", "/p", 1)
+
+
+# --- logs -----------------------------------------------------------------------------------
+
+
+def test_logs_order_tail_and_follow_cursor(store):
+    exp_id, (t1, t2) = _fill(store)
+    store.add_logs(t1, [(0, "a\n"), (1, "b")])
+    store.add_logs(None, ["experiment line"], experiment_id=exp_id)
+    store.add_logs(t2, ["c", (None, "d")])
+    store.add_logs(t2, [])
+    everything = store.logs(experiment_id=exp_id)
+    assert [(e["trial_id"], e["rank"], e["line"]) for e in everything] == [
+        (t1, 0, "a"),
+        (t1, 1, "b"),
+        (None, None, "experiment line"),
+        (t2, None, "c"),
+        (t2, None, "d"),
+    ]
+    assert all(e["experiment_id"] == exp_id for e in everything)
+    assert [e["line"] for e in store.logs(trial_id=t2)] == ["c", "d"]
+    assert [e["line"] for e in store.logs(experiment_id=exp_id, tail=2)] == ["c", "d"]
+    assert [e["line"] for e in store.logs(experiment_id=exp_id, limit=2)] == ["a", "b"]
+    cursor = everything[2]["id"]
+    assert [e["line"] for e in store.logs(experiment_id=exp_id, after_id=cursor)] == ["c", "d"]
+    assert store.logs(experiment_id=exp_id, tail=0) == []
+    with pytest.raises(ValueError, match="need experiment_id"):
+        store.add_logs(None, ["x"])
+    with pytest.raises(NotFoundError, match="trial 50 not found"):
+        store.add_logs(50, ["x"])
+
+
+# --- pause / kill ---------------------------------------------------------------------------
+
+
+def test_requests_kill_wins_over_pause(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    assert store.pending_action(exp_id) is None
+    assert store.request_action(exp_id, "pause") == "pause"
+    assert store.pending_action(exp_id) == "pause"
+    assert store.request_action(exp_id, "kill") == "kill"
+    assert store.request_action(exp_id, "pause") == "kill"
+    store.clear_action(exp_id, "pause")  # the pause was handled; the kill that came later stays
+    assert store.pending_action(exp_id) == "kill"
+    store.clear_action(exp_id)
+    assert store.pending_action(exp_id) is None
+    assert store.pending_action(404) is None
+    with pytest.raises(ValueError, match="action must be one of pause, kill; got 'stop'"):
+        store.request_action(exp_id, "stop")
+
+
+def test_apply_action_without_a_live_process_changes_states(store):
+    exp_id, (t1, t2) = _fill(store)  # t1 COMPLETED, t2 ACTIVE
+    assert store.apply_action(exp_id, "pause") == "paused"
+    assert store.get_experiment(exp_id)["state"] == "PAUSED"
+    assert [store.get_trial(t)["state"] for t in (t1, t2)] == ["COMPLETED", "PAUSED"]
+    assert store.apply_action(exp_id, "pause") == "noop"
+    assert store.apply_action(exp_id, "kill") == "canceled"
+    exp = store.get_experiment(exp_id)
+    assert (exp["state"], exp["requested_action"]) == ("CANCELED", None)
+    assert exp["ended_at"] is not None
+    assert [store.get_trial(t)["state"] for t in (t1, t2)] == ["COMPLETED", "CANCELED"]
+    assert store.get_trial(t2)["ended_at"] is not None
+    assert store.apply_action(exp_id, "kill") == "noop"
+
+
+def test_apply_action_with_a_live_process_only_requests(store):
+    exp_id, (t1, t2) = _fill(store)
+    store.set_experiment_pid(exp_id, os.getpid())
+    assert store.apply_action(exp_id, "pause") == "requested"
+    assert store.pending_action(exp_id) == "pause"
+    assert store.apply_action(exp_id, "kill") == "requested"
+    assert store.pending_action(exp_id) == "kill"
+    assert store.get_experiment(exp_id)["state"] == "ACTIVE"
+    assert store.get_trial(t2)["state"] == "ACTIVE"
+    with pytest.raises(NotFoundError, match="experiment 8 not found"):
+        store.apply_action(8, "kill")
+
+
+def test_delete_experiment_removes_only_its_rows(store):
+    exp_id, (t1, t2) = _fill(store)
+    store.add_logs(t1, ["x"])
+    store.add_logs(None, ["y"], experiment_id=exp_id)
+    other_id, (o1,) = _fill_other(store)
+    removed = store.delete_experiment(exp_id)
+    assert [(c["uuid"], c["path"]) for c in removed] == [("uuid-a", "/ck/uuid-a"), ("uuid-b", "/ck/uuid-b")]
+    assert store.get_experiment(exp_id) is None
+    assert store.get_trial(t1) is None and store.get_trial(t2) is None
+    assert store.logs(experiment_id=exp_id) == []
+    assert store.list_checkpoints(experiment_id=exp_id) == []
+    conn = sqlite3.connect(store.path)
+    for table in ("training_metrics", "validation_metrics", "checkpoints", "logs"):
+        (count,) = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE trial_id IN (?, ?)", (t1, t2)).fetchone()
+        assert count == 0, table
+    conn.close()
+    assert [e["id"] for e in store.list_experiments()] == [other_id]
+    assert store.training_metrics(o1) == [{"total_batches": 3, "metrics": {"loss": 3.0}}]
+    assert [e["line"] for e in store.logs(experiment_id=other_id)] == ["other"]
+    with pytest.raises(NotFoundError):
+        store.delete_experiment(exp_id)
+
+
+def _fill_other(store):
+    exp_id = store.create_experiment({"name": "other"}, "/o", "/o/e.yaml")
+    trial = store.create_trial(exp_id, 0, {}, 3)
+    store.add_training_metrics(trial, 3, {"loss": 3.0})
+    store.add_checkpoint(trial, "uuid-o", "/ck/uuid-o", 3)
+    store.add_logs(trial, ["other"])
+    return exp_id, (trial,)
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+
+def test_wal_mode_and_schema_version(store):
+    conn = sqlite3.connect(store.path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema_version() == len(_schema.MIGRATIONS)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {
+        "experiments",
+        "trials",
+        "training_metrics",
+        "validation_metrics",
+        "checkpoints",
+        "logs",
+    } <= tables
+    conn.close()
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = str(tmp_path / "det-lite.db")
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(
+        StoreError, match=r"schema version 99, newer than the 1 this determined_lite understands"
+    ):
+        Store(path)
+
+
+def test_forward_migration_keeps_data(tmp_path, monkeypatch):
+    path = str(tmp_path / "det-lite.db")
+    old = Store(path)
+    exp_id = old.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    old.close()
+
+    def v2(conn):
+        conn.execute("ALTER TABLE experiments ADD COLUMN description TEXT DEFAULT 'none yet'")
+
+    monkeypatch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS + [v2])
+    new = Store(path)
+    assert new.get_experiment(exp_id)["config"] == CONFIG
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("SELECT description FROM experiments").fetchall() == [("none yet",)]
+    conn.close()
+    new.close()
+
+
+def test_failed_migration_leaves_the_old_version(tmp_path, monkeypatch):
+    path = str(tmp_path / "det-lite.db")
+    Store(path).close()
+
+    def broken(conn):
+        conn.execute("ALTER TABLE experiments ADD COLUMN half_done TEXT")
+        raise RuntimeError("migration bug")
+
+    monkeypatch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS + [broken])
+    with pytest.raises(RuntimeError, match="migration bug"):
+        Store(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(experiments)")]
+    assert "half_done" not in columns
+    conn.close()
+
+
+def test_not_a_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "det-lite.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match=f"cannot open the det-lite store {path}: file is not a database"):
+        Store(str(path))
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+_WRITER = """
+import sys
+from determined_lite.store import Store
+store = Store(sys.argv[1])
+trial = int(sys.argv[2])
+for i in range(1, int(sys.argv[3]) + 1):
+    store.add_training_metrics(trial, i, {"loss": 1.0 / i})
+    store.add_logs(trial, [(0, f"line {i}")])
+print("done", flush=True)
+"""
+
+_READER = """
+import sys
+from determined_lite.store import Store
+store = Store(sys.argv[1])
+trial, n = int(sys.argv[2]), int(sys.argv[3])
+reads = 0
+seen = 0
+while seen < n:
+    described = store.describe_trial(trial)
+    batches = [m["total_batches"] for m in described["training_metrics"]]
+    # A snapshot: always a prefix 1..k, never shrinking, the trial's progress matching it.
+    assert batches == list(range(1, len(batches) + 1)), batches
+    assert len(batches) >= seen
+    assert described["total_batches"] == len(batches), (described["total_batches"], len(batches))
+    seen = len(batches)
+    reads += 1
+print("reads", reads, "seen", seen, flush=True)
+"""
+
+
+def test_reader_process_sees_consistent_snapshots_while_a_writer_writes(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.create_trial(exp_id, 0, {}, 1)
+    n = 150
+    reader = _child(_READER, store.path, str(trial), str(n))
+    writer = _child(_WRITER, store.path, str(trial), str(n))
+    try:
+        w_out, w_err = writer.communicate(timeout=120)
+        r_out, r_err = reader.communicate(timeout=120)
+    finally:
+        for child in (reader, writer):
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    assert writer.returncode == 0, w_err
+    assert reader.returncode == 0, r_err
+    assert r_out.split()[-1] == str(n)
+    assert [m["metrics"]["loss"] for m in store.training_metrics(trial)] == [1.0 / i for i in range(1, n + 1)]
+    assert len(store.logs(trial_id=trial)) == n
+
+
+def test_two_writer_processes_and_threads_lose_nothing(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trials = [store.create_trial(exp_id, i, {}, i) for i in range(4)]
+    n = 100
+    children = [_child(_WRITER, store.path, str(t), str(n)) for t in trials[:2]]
+
+    def thread_writer(trial):
+        for i in range(1, n + 1):
+            store.add_training_metrics(trial, i, {"loss": 1.0 / i})
+            store.add_logs(trial, [(0, f"line {i}")])
+
+    threads = [threading.Thread(target=thread_writer, args=(t,)) for t in trials[2:]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+    for trial in trials:
+        assert [m["total_batches"] for m in store.training_metrics(trial)] == list(range(1, n + 1))
+        assert [e["line"] for e in store.logs(trial_id=trial)] == [f"line {i}" for i in range(1, n + 1)]
+    assert len(store.logs(experiment_id=exp_id)) == 4 * n
+
+
+_KILLED = """
+import sys, time
+from determined_lite.store import Store
+store = Store(sys.argv[1])
+trial = int(sys.argv[2])
+store.add_logs(trial, ["committed"])
+
+def body(conn):
+    conn.executemany(
+        "INSERT INTO logs (experiment_id, trial_id, rank, line, created_at) VALUES (?, ?, NULL, ?, 0)",
+        [(int(sys.argv[3]), trial, f"uncommitted {i}") for i in range(5000)],
+    )
+    conn.execute("UPDATE trials SET total_batches = 999 WHERE id = ?", (trial,))
+    print("in transaction", flush=True)
+    time.sleep(600)
+
+store._write(body)
+"""
+
+
+def test_writer_killed_mid_transaction_leaves_a_consistent_store(store):
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.create_trial(exp_id, 0, {}, 1)
+    child = _child(_KILLED, store.path, str(trial), str(exp_id))
+    try:
+        assert child.stdout.readline().strip() == "in transaction", child.stderr.read()
+        # While it holds the write lock, readers still read (WAL) and see only committed rows.
+        assert [e["line"] for e in store.logs(trial_id=trial)] == ["committed"]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    after = Store(store.path, timeout=20)
+    assert [e["line"] for e in after.logs(trial_id=trial)] == ["committed"]
+    assert after.get_trial(trial)["total_batches"] == 0
+    conn = sqlite3.connect(store.path)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    # The lock died with the process: writing works again.
+    after.add_training_metrics(trial, 1, {"loss": 1.0})
+    after.add_logs(trial, ["after"])
+    assert [e["line"] for e in after.logs(trial_id=trial)] == ["committed", "after"]
+    after.close()
+
+
+def test_store_works_in_a_forked_child(store):
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    pid = os.fork()
+    if pid == 0:  # child: must open its own connection, not reuse the parent's
+        try:
+            store.add_logs(None, ["from child"], experiment_id=exp_id)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    store.add_logs(None, ["from parent"], experiment_id=exp_id)
+    assert [e["line"] for e in store.logs(experiment_id=exp_id)] == ["from child", "from parent"]
