@@ -2,7 +2,7 @@
 
     python3 examples/digits/train.py [experiment.yaml]
 
-Stand-in for ``det-lite experiment create experiment.yaml .`` until the CLI exists: the
+The same trial as ``det-lite experiment create experiment.yaml .``, from plain Python: the
 directory holding the yaml is the context directory, so ``entrypoint: module:Class`` is
 imported relative to it. Checkpoints and TensorBoard files go under ``$DET_LITE_HOME``
 (default ``~/.det-lite``).
@@ -20,9 +20,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
-import yaml
 
-from determined_lite import pytorch
+from determined_lite import config, pytorch
 from determined_lite.config import length_from_config
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,16 +29,8 @@ DEFAULT_CONFIG = os.path.join(REPO_ROOT, "experiment.yaml")
 
 
 def load_config(path: str) -> Dict[str, Any]:
-    with open(path) as f:
-        conf = yaml.safe_load(f)
-    if not isinstance(conf, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level, got {type(conf).__name__}")
-    for key in ("entrypoint", "hyperparameters", "searcher"):
-        if key not in conf:
-            raise ValueError(f"{path}: missing required field {key!r}")
-    if "max_length" not in conf["searcher"]:
-        raise ValueError(f"{path}: missing required field 'searcher.max_length'")
-    return conf
+    """The validated experiment config with Determined's defaults (a ConfigError names the field)."""
+    return config.load_config(path).to_dict()
 
 
 def load_trial_class(entrypoint: str, context_dir: str) -> type:
@@ -100,7 +91,7 @@ def run(config_path: str, context_dir: Optional[str] = None) -> RunResult:
     recorder = _Recorder()
     with recorder:  # registered as a global callback for this block
         with pytorch.init(
-            hparams=conf["hyperparameters"],
+            hparams=config.constant_values(conf["hyperparameters"]),
             exp_conf=conf,
             # checkpoints copy the context directory into code/, as the CLI will
             trial_info=pytorch.TrialInfo(context_dir=context_dir),
