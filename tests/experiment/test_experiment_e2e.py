@@ -384,3 +384,49 @@ def test_context_directory_is_copied_into_checkpoints(tmp_path):
         "const.yaml",
         "model_def.py",
     ]
+
+
+@pytest.mark.parametrize("backend", ["torch", "horovod"])
+def test_two_slot_experiment_matches_the_closed_form(tmp_path, backend):
+    """`resources.slots_per_trial: 2` through the CLI: per-slot batch 1, same weights as 1 slot."""
+    path = write_config(
+        tmp_path,
+        **{"resources": {"slots_per_trial": 2, "distributed_backend": backend}},
+    )
+    proc = cli("experiment", "create", path, LINEAR)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 12
+    assert_closed_form_validations(trial)
+    logs = cli("trial", "logs", str(trial["id"]), check=True).stdout
+    assert "[rank 1]" in logs or "rank 1" in logs
+
+
+def test_trials_run_concurrently_up_to_max_concurrent_trials(tmp_path, monkeypatch):
+    monkeypatch.setenv("DET_LITE_SLOTS", "4")
+    path = write_config(
+        tmp_path,
+        **{
+            "searcher": {
+                "name": "grid",
+                "metric": "val_loss",
+                "max_length": {"batches": 8},
+                "max_concurrent_trials": 2,
+            },
+            "hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.002, 0.003]},
+            "hyperparameters.sleep_s": 0.15,
+        },
+    )
+    proc = cli("experiment", "create", path, LINEAR)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from determined_lite.store import Store
+
+    starts = sorted(
+        line["time"] for line in Store().logs(experiment_id=1) if "starts: train to" in line["line"]
+    )
+    assert len(starts) == 3
+    trials = describe(1)["trials"]
+    ends = sorted(t["ended_at"] for t in trials)
+    # The third trial starts only after one of the first two ended; the first two overlap.
+    assert starts[1] < ends[0]
+    assert starts[2] >= ends[0]
