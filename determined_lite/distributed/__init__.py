@@ -13,7 +13,7 @@ import os
 from determined_lite.distributed._base import DistributedContext
 from determined_lite.distributed._single import SingleProcessContext
 
-# Seconds any collective setup or collective may wait for a peer before the worker fails.
+# Seconds a worker may wait to join the group (collectives: $DET_LITE_COLLECTIVE_TIMEOUT, 1800).
 DEFAULT_TIMEOUT_S = float(os.environ.get("DET_LITE_DIST_TIMEOUT", "30"))
 
 

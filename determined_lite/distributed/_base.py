@@ -84,6 +84,10 @@ class DistributedContext(abc.ABC):
     def close(self) -> None:
         """Release the engine's resources."""
 
+    def is_peer_failure(self, error: BaseException) -> bool:
+        """Whether ``error`` only says that another worker failed (so this one need not report it)."""
+        return False
+
     def abort(self) -> None:
         """Tear down after an error on this worker so peers blocked in collectives fail fast."""
         self.close()

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import determined_lite
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
 
 OutputFn = Callable[[str], None]
@@ -122,6 +123,11 @@ def launch(
     full_env.update(env or {})
     full_env.update(engine_env)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
+    # Workers run in the context directory: make sure they import this determined_lite.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(determined_lite.__file__)))
+    paths = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        full_env["PYTHONPATH"] = os.pathsep.join([root] + paths)
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
     return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir)

@@ -163,8 +163,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.warning("trial raised InvalidHP: %s", e)
         result = WorkerResult(status="invalid_hp", error=str(e) or type(e).__name__)
     except BaseException as e:  # noqa: B036 -- report everything, then fail the worker
-        text = traceback.format_exc()
-        sys.stderr.write(text)
+        if dist.size > 1 and dist.is_peer_failure(e):
+            # Another worker failed first; its error is the one to report, once.
+            sys.stderr.write(f"det-lite: stopping: another worker failed ({type(e).__name__})\n")
+        else:
+            sys.stderr.write(traceback.format_exc())
         sys.stderr.flush()
         result = WorkerResult(status="error", error=f"rank {dist.rank}: {type(e).__name__}: {e}")
         code = 1

@@ -1,0 +1,163 @@
+"""One process supervising the torchrun agents of a multi-host trial.
+
+``python -m determined_lite.launch._multinode PLAN_JSON`` (built by
+``determined_lite.launch._torchrun.torchrun_command``) starts one agent per host — directly for
+``localhost``/``127.0.0.1``, through ``ssh`` otherwise — forwards their output line by line,
+and as soon as one agent fails, stops all the others. The trial thus stays one process (one
+process group) for the launcher, whatever the number of hosts.
+
+Stopping an agent: its stdin is closed (a remote agent sees the ssh connection go, a local one
+the pipe; both then SIGTERM themselves, which makes torchrun stop their workers), then its
+local process group gets SIGTERM and, after a grace period, SIGKILL.
+
+Exit status: 0 when every agent succeeded, else 1; the first failure (read from the agents'
+failure files, written next to the result file) is written into the trial's result file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from determined_lite.launch._torchrun import primary_failure, remote_command, write_failure_result
+
+GRACE_S = 10.0  # SIGTERM → SIGKILL for agents being stopped
+POLL_S = 0.05
+
+
+class _Agent:
+    """One agent process and the thread forwarding its output."""
+
+    def __init__(self, index: int, host: str, argv: List[str], cwd: str, lock: threading.Lock) -> None:
+        self.index = index
+        self.host = host
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._lock = lock
+        self._thread = threading.Thread(target=self._forward, name=f"agent-{index}-output", daemon=True)
+        self._thread.start()
+
+    def _forward(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            with self._lock:
+                sys.stdout.buffer.write(raw)
+                sys.stdout.buffer.flush()
+
+    def close_stdin(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def join_output(self) -> None:
+        self._thread.join(timeout=5)
+
+
+def _stop(agents: Sequence[_Agent]) -> None:
+    """Stop every agent still running: stdin closed, SIGTERM, SIGKILL after the grace period."""
+    running = [a for a in agents if a.proc.poll() is None]
+    for a in running:
+        a.close_stdin()
+        a.signal(signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while any(a.proc.poll() is None for a in running) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    for a in agents:
+        a.signal(signal.SIGKILL)  # whatever is left in the agents' process groups
+        a.proc.wait()
+
+
+def _read_failures(paths: Sequence[str]) -> List[Dict[str, Any]]:
+    failures = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                failures.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+    return failures
+
+
+def supervise(plan: Dict[str, Any]) -> int:
+    """Run the agents of ``plan``; 0 when all succeed, else 1 (after stopping the others)."""
+    for path in plan["failure_files"]:
+        if os.path.exists(path):
+            os.unlink(path)
+    stop_signal: List[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop_signal.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    lock = threading.Lock()
+    env = dict(os.environ)
+    agents: List[_Agent] = []
+    for i, agent in enumerate(plan["agents"]):
+        argv = (
+            agent["argv"]
+            if agent["local"]
+            else remote_command(agent["host"], agent["argv"], plan["cwd"], env)
+        )
+        agents.append(_Agent(i, agent["host"], argv, plan["cwd"], lock))
+
+    failed: Optional[_Agent] = None
+    while not stop_signal:
+        codes = [a.proc.poll() for a in agents]
+        failed = next((a for a, c in zip(agents, codes) if c not in (None, 0)), None)
+        if failed is not None or all(c == 0 for c in codes):
+            break
+        time.sleep(POLL_S)
+    _stop(agents)
+    for a in agents:
+        a.join_output()
+    if stop_signal:
+        sys.stderr.write(f"det-lite: stopped the trial's agents ({signal.Signals(stop_signal[0]).name})\n")
+        return 128 + stop_signal[0]
+    if failed is None:
+        return 0
+    failure = primary_failure(_read_failures(plan["failure_files"]))
+    if failure is None:
+        failure = {"rank": None, "node": failed.host, "exitcode": failed.proc.returncode}
+        sys.stderr.write(
+            f"det-lite: torchrun agent on {failed.host} exited with code {failed.proc.returncode}; "
+            "stopped the other agents\n"
+        )
+    write_failure_result(plan["result"], failure)
+    return 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m determined_lite.launch._multinode PLAN_JSON\n")
+        return 2
+    return supervise(json.loads(argv[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

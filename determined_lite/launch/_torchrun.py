@@ -1,0 +1,363 @@
+"""Start a trial's workers with ``torch.distributed.run`` (torchrun) and report how they ended.
+
+One host (``resources.hosts`` unset): one torchrun agent in standalone mode starts
+``resources.slots_per_trial`` workers on this machine.
+
+Several hosts (``resources.hosts: ["host-a:2", "host-b:2"]``, slot counts summing to
+``slots_per_trial``): one agent per host, joined by torchrun's static rendezvous on the first
+host (``--nnodes H --node-rank i --master-addr host0 --master-port P``). The static rendezvous
+gives host ``i`` the ranks after those of hosts ``0..i-1``, so the chief (rank 0) always runs on
+the first host. ``determined_lite.launch._multinode`` supervises the agents as one process.
+Requirements for remote hosts:
+
+- passwordless ``ssh HOST`` from this machine (``$DET_LITE_SSH`` replaces the ``ssh`` command,
+  e.g. ``"ssh -p 2222"``);
+- the same Python at the same path (``sys.executable``) with determined_lite and torch
+  installed, and the trial's context directory and the experiment's storage
+  (``$DET_LITE_HOME``, checkpoint storage) at the same paths, i.e. on a shared filesystem;
+- the rendezvous port (a free local port when the first host is this machine, else
+  ``$DET_LITE_RDZV_PORT``, default 29400) reachable from every host.
+
+Entries named ``localhost`` or ``127.0.0.1`` start their agent directly (no ssh), so a
+multi-host rendezvous can be tried on one machine with ``["localhost:1", "localhost:1"]``.
+
+Run as ``python -m determined_lite.launch._torchrun [--result PATH] [--failure-file PATH]
+[--watch-stdin] -- TORCHRUN-ARGS``, this module is one agent: torchrun itself, with
+``--max-restarts 0`` so that the first worker that fails (an exception or a signal) stops the
+others; it then prints one line naming that worker and, with ``--result``, writes it into the
+trial's result file (``rank N: ExceptionType: message``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from determined_lite.launch._spec import WorkerResult, WorkerSpec
+
+WORKER_MODULE = "determined_lite.launch.worker"
+AGENT_MODULE = "determined_lite.launch._torchrun"
+MULTINODE_MODULE = "determined_lite.launch._multinode"
+LOCAL_HOSTS = ("localhost", "127.0.0.1")
+DEFAULT_RDZV_PORT = 29400
+MONITOR_INTERVAL_S = 0.1  # how often the agent checks its workers
+SHUTDOWN_TIMEOUT_S = 5  # SIGTERM → SIGKILL for the surviving workers after a failure
+
+# Environment a remote agent needs from this one (ssh does not carry the environment).
+FORWARDED_ENV_PREFIXES = ("DET_LITE_", "TORCH_", "NCCL_", "GLOO_", "OMP_", "MKL_", "CUDA_VISIBLE_DEVICES")
+FORWARDED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "LOGLEVEL")
+
+
+# --- launcher side ------------------------------------------------------------------------
+
+
+def parse_hosts(hosts: Sequence[str], slots: int) -> List[Tuple[str, int]]:
+    """``["host-a:2", "host-b:2"]`` → ``[("host-a", 2), ("host-b", 2)]``; the counts must sum to ``slots``."""
+    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
+        raise ValueError(
+            f"resources.hosts must be a non-empty list like ['host-a:2', 'host-b:2'], got {hosts!r}"
+        )
+    parsed = []
+    for i, entry in enumerate(hosts):
+        host, sep, count = str(entry).rpartition(":")
+        if not sep or not host or not count.isdigit() or int(count) < 1:
+            raise ValueError(
+                f"resources.hosts[{i}] must look like 'HOST:SLOTS' with SLOTS >= 1 (e.g. 'host-a:2'), "
+                f"got {entry!r}"
+            )
+        parsed.append((host, int(count)))
+    total = sum(n for _, n in parsed)
+    if total != slots:
+        raise ValueError(
+            f"resources.hosts lists {total} slots ({', '.join(map(str, hosts))}) but "
+            f"resources.slots_per_trial is {slots}; they must be equal"
+        )
+    return parsed
+
+
+def is_local(host: str) -> bool:
+    return host in LOCAL_HOSTS
+
+
+def free_port() -> int:
+    """A TCP port that is free on this machine right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def _engine_env(spec: WorkerSpec, procs_per_host: int) -> Dict[str, str]:
+    """Environment for the agents and their workers."""
+    from determined_lite.distributed._torch import DDP_OPTIONS_ENV, check_ddp_options
+
+    env: Dict[str, str] = {}
+    resources = spec.exp_conf.get("resources") or {}
+    options = check_ddp_options(resources.get("ddp_options"))
+    if options:
+        env[DDP_OPTIONS_ENV] = json.dumps(options, sort_keys=True)
+    if "OMP_NUM_THREADS" not in os.environ:
+        # What torchrun would do (with a warning), but using the cores this host has.
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // procs_per_host))
+    return env
+
+
+def _torchrun_args(nproc: int) -> List[str]:
+    return [
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        str(MONITOR_INTERVAL_S),
+        "--shutdown-timeout",
+        str(SHUTDOWN_TIMEOUT_S),
+    ]
+
+
+def agent_command(extra: Sequence[str], torchrun_args: Sequence[str], spec_path: str) -> List[str]:
+    """The command line of one torchrun agent starting this trial's workers."""
+    return (
+        [sys.executable, "-u", "-m", AGENT_MODULE, *extra, "--"]
+        + list(torchrun_args)
+        + ["--module", WORKER_MODULE, spec_path]
+    )
+
+
+def torchrun_command(
+    spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
+) -> Tuple[List[str], Dict[str, str]]:
+    """``(argv, env)`` of the process that runs the trial's workers under torchrun."""
+    from determined_lite.distributed import DEFAULT_TIMEOUT_S
+
+    spec_path = os.path.abspath(spec_path)
+    if not hosts:
+        env = _engine_env(spec, spec.slots)
+        args = ["--standalone", "--nnodes", "1"] + _torchrun_args(spec.slots)
+        return agent_command(["--result", spec.result_path], args, spec_path), env
+
+    parsed = parse_hosts(hosts, spec.slots)
+    env = _engine_env(spec, max(n for _, n in parsed))
+    master = parsed[0][0]
+    if is_local(master):
+        port = free_port()
+    else:
+        port = int(os.environ.get("DET_LITE_RDZV_PORT", DEFAULT_RDZV_PORT))
+    join_timeout = int(max(DEFAULT_TIMEOUT_S, 60.0))  # remote agents may take a while to start
+    agents = []
+    for i, (host, nproc) in enumerate(parsed):
+        args = [
+            "--nnodes",
+            str(len(parsed)),
+            "--node-rank",
+            str(i),
+            "--rdzv-backend",
+            "static",
+            "--master-addr",
+            master,
+            "--master-port",
+            str(port),
+            "--rdzv-conf",
+            f"timeout={join_timeout}",
+        ] + _torchrun_args(nproc)
+        extra = ["--failure-file", failure_file(spec.result_path, i), "--watch-stdin", "--node-label", host]
+        agents.append({"host": host, "local": is_local(host), "argv": agent_command(extra, args, spec_path)})
+    plan = {
+        "agents": agents,
+        "result": spec.result_path,
+        "failure_files": [failure_file(spec.result_path, i) for i in range(len(parsed))],
+        "cwd": spec.context_dir,
+    }
+    argv = [sys.executable, "-u", "-m", MULTINODE_MODULE, json.dumps(plan)]
+    return argv, env
+
+
+def failure_file(result_path: str, node: int) -> str:
+    return f"{result_path}.node{node}.failure.json"
+
+
+def remote_command(host: str, argv: Sequence[str], cwd: str, env: Dict[str, str]) -> List[str]:
+    """``ssh HOST 'cd CWD && env K=V ... ARGV'`` with the environment a worker needs."""
+    ssh = shlex.split(os.environ.get("DET_LITE_SSH", "ssh")) + ["-o", "BatchMode=yes"]
+    assignments = [
+        f"{k}={v}"
+        for k, v in sorted(env.items())
+        if k in FORWARDED_ENV or k.startswith(FORWARDED_ENV_PREFIXES)
+    ]
+    line = f"cd {shlex.quote(cwd)} && exec env {' '.join(map(shlex.quote, assignments))} "
+    line += " ".join(map(shlex.quote, argv))
+    return ssh + [host, line]
+
+
+# --- failures -----------------------------------------------------------------------------
+
+
+def describe_failure(failure: Dict[str, Any]) -> str:
+    """``rank N: ExceptionType: message`` / ``rank N: killed by SIGKILL`` / ``rank N: exited with code C``."""
+    who = (
+        f"rank {failure['rank']}"
+        if failure.get("rank") is not None
+        else f"torchrun agent on {failure.get('node')}"
+    )
+    if failure.get("error"):
+        return f"{who}: {failure['error']}"
+    if failure.get("signal"):
+        return f"{who}: killed by {failure['signal']}"
+    return f"{who}: exited with code {failure.get('exitcode')}"
+
+
+def primary_failure(failures: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The failure that caused the others.
+
+    In order: a recorded exception (workers that fail only because a peer disappeared record
+    nothing, see ``TorchDistributedContext.abort``), a death by a signal other than the SIGTERM
+    torchrun sends while stopping the survivors, then anything else; earliest, then lowest rank.
+    """
+    if not failures:
+        return None
+
+    def key(f: Dict[str, Any]) -> Tuple[int, float, int]:
+        if f.get("error"):
+            kind = 0
+        elif f.get("signal") and f["signal"] != "SIGTERM":
+            kind = 1
+        else:
+            kind = 2
+        rank = f.get("rank")
+        return kind, float(f.get("timestamp") or 0), -1 if rank is None else int(rank)
+
+    return min(failures, key=key)
+
+
+def write_failure_result(result_path: str, failure: Dict[str, Any]) -> None:
+    """Mark the trial's result as failed by ``failure`` (keeping what the chief reported)."""
+    result = WorkerResult(status="error")
+    if os.path.exists(result_path):
+        try:
+            result = WorkerResult.load(result_path)
+        except (OSError, ValueError, TypeError):
+            pass
+    result.status = "error"
+    result.error = describe_failure(failure)
+    result.save(result_path)
+
+
+def _failures_of(error: Any) -> List[Dict[str, Any]]:
+    """Plain dicts of the failures in torch's ``ChildFailedError``."""
+    out = []
+    for rank, f in error.failures.items():
+        data = f.error_file_data or {}
+        message = data.get("message") if isinstance(data, dict) else None
+        text = message.get("message") if isinstance(message, dict) else message
+        signame = None
+        if f.exitcode is not None and f.exitcode < 0:
+            try:
+                signame = signal.Signals(-f.exitcode).name
+            except ValueError:
+                signame = f"signal {-f.exitcode}"
+        out.append(
+            {
+                "rank": int(rank),
+                "local_rank": int(f.local_rank),
+                "exitcode": f.exitcode,
+                "signal": signame,
+                "error": text if isinstance(text, str) and text and text != "<NONE>" else None,
+                "timestamp": f.timestamp,
+            }
+        )
+    return out
+
+
+# --- agent side ---------------------------------------------------------------------------
+
+
+def _watch_stdin() -> None:
+    """SIGTERM this agent (which stops its workers) when stdin closes: the supervisor or the
+    ssh connection to it is gone."""
+
+    def watch() -> None:
+        try:
+            while os.read(0, 4096):  # raw fd: no buffered-reader lock held at interpreter exit
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="det-lite-stdin-watch", daemon=True).start()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {AGENT_MODULE}", description="one torchrun agent")
+    parser.add_argument("--result", help="the trial's result file; a failure is written into it")
+    parser.add_argument("--failure-file", help="write the first failure of this agent's workers here (JSON)")
+    parser.add_argument("--node-label", default="", help="name of this host in messages")
+    parser.add_argument("--watch-stdin", action="store_true", help="stop when stdin closes")
+    parser.add_argument("torchrun_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    rest = list(args.torchrun_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    # torchrun logs each failure and signal with pointers to its docs; the line printed below
+    # says what happened once. Its loggers carry their own levels, so each is quieted.
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(
+            ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run")
+        ):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    if args.watch_stdin:
+        _watch_stdin()
+    where = f" on {args.node_label}" if args.node_label else ""
+    try:
+        torchrun.run(torchrun.parse_args(rest))
+    except ChildFailedError as e:
+        failure = primary_failure(_failures_of(e))
+        assert failure is not None
+        _report(args, failure)
+        if failure.get("error"):
+            what = f"failed (exit code {failure['exitcode']}); its traceback is above"
+        elif failure.get("signal"):
+            what = f"was killed by {failure['signal']}"
+        else:
+            what = f"exited with code {failure['exitcode']}"
+        sys.stderr.write(
+            f"det-lite: worker rank {failure['rank']}{where} {what}; stopped the other workers\n"
+        )
+        return 1
+    except SignalException as e:
+        # Asked to stop (the launcher stopping the trial): torchrun already stopped the workers.
+        sys.stderr.write(f"det-lite: torchrun agent{where} stopped by {signal.Signals(e.sigval).name}\n")
+        return 128 + int(e.sigval)
+    except Exception as e:  # noqa: BLE001 -- rendezvous or launch errors: one clear line
+        _report(
+            args, {"rank": None, "node": args.node_label or "this host", "error": f"{type(e).__name__}: {e}"}
+        )
+        sys.stderr.write(f"det-lite: torchrun agent{where} failed: {type(e).__name__}: {e}\n")
+        return 1
+    return 0
+
+
+def _report(args: argparse.Namespace, failure: Dict[str, Any]) -> None:
+    failure.setdefault("node", args.node_label)
+    failure.setdefault("timestamp", time.time())
+    if args.failure_file:
+        with open(args.failure_file, "w") as f:
+            json.dump(failure, f)
+    if args.result:
+        write_failure_result(args.result, failure)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
