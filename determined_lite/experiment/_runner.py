@@ -287,13 +287,24 @@ class ExperimentRunner:
             os.path.join(trial_dir, "spec.json"),
             hosts=self.hosts,
             on_output=lambda line: self._on_output(trial_id, line),
-            env=_environment_variables(self.config),
+            env=self._worker_env(),
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
         self.store.update_trial(trial_id, state="ACTIVE")
         resumed = f" from checkpoint {latest['uuid']} (batch {latest['total_batches']})" if latest else ""
         self._log(trial_id, f"trial {trial_id} starts: train to {request.pending} {self.unit}{resumed}")
         self.progress.start(trial_id, request.hparams)
+
+    def _worker_env(self) -> Dict[str, str]:
+        """``environment.environment_variables``, plus one intra-op thread per slot by default.
+
+        On CPU a slot is a core: workers that each spun up threads for every core would fight
+        over them when trials run side by side. ``OMP_NUM_THREADS`` set by the user wins.
+        """
+        env = _environment_variables(self.config)
+        if "OMP_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // available_slots()))
+        return env
 
     def _poll_running(self, pausing: bool) -> None:
         for rid, run in list(self.running.items()):
