@@ -1,0 +1,375 @@
+"""Start a trial's workers with ``horovodrun``: N slots on this host or on ``resources.hosts``.
+
+One slot per worker process. On this host (the default) the command is, in effect::
+
+    horovodrun -np N -H localhost:N --gloo --network-interfaces lo \\
+        --start-timeout 30 --gloo-timeout-seconds 30 \\
+        python -u -m determined_lite.launch.worker SPEC.json
+
+Controller: Gloo (CPU collectives; Horovod runs NCCL for CUDA tensors when it was built with
+it). ``DET_LITE_HOROVOD_CONTROLLER=mpi`` picks ``mpirun`` instead, when Horovod was built with
+MPI.
+
+Several hosts: ``resources.hosts: ["host-a:2", "host-b:2"]`` becomes ``-H host-a:2,host-b:2``
+(ranks 0-1 on host-a, 2-3 on host-b); the slot counts must add up to
+``resources.slots_per_trial``. ``horovodrun`` reaches the other hosts over ``ssh`` without a
+password and runs the worker there with the same Python executable, from the same directory:
+every host needs det-lite, torch and the same Horovod build at the same paths, and the context
+directory, ``$DET_LITE_HOME`` (spec, result, store, checkpoints) must be on a filesystem
+shared at the same path.
+
+Timeouts: ``--start-timeout`` bounds horovodrun's own start (ssh checks, interface discovery)
+and ``--gloo-timeout-seconds`` (``HOROVOD_GLOO_TIMEOUT_SECONDS``) the workers' rendezvous and
+each Gloo operation; both default to ``DET_LITE_DIST_TIMEOUT`` (30 s).
+
+The command runs horovodrun through :func:`main` (``python -m determined_lite.launch._horovodrun
+--result RESULT.json -- HOROVODRUN-ARGS``), in the same process, for two reasons:
+
+- output: horovodrun tags each worker line ``[1]<stdout>:``, and the worker already prefixes
+  its lines with ``[rank 1] ``; the wrapper drops horovodrun's tags.
+- failures: when a worker fails, horovodrun stops the others (SIGTERM, SIGKILL after 5 s) and
+  raises a traceback of its own. The wrapper prints one line instead, naming the worker that
+  failed first and its error (workers record it on the way out, see
+  ``HorovodContext.abort``), and writes it into the trial's result file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import importlib.util
+import json
+import math
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+
+from determined_lite.launch._spec import WorkerResult, WorkerSpec
+
+# Kept in step with determined_lite.distributed._horovod (not imported: it needs torch).
+FAILURE_PREFIX_ENV = "DET_LITE_HOROVOD_FAILURE_PREFIX"
+
+WRAPPER_MODULE = "determined_lite.launch._horovodrun"
+CONTROLLER_ENV = "DET_LITE_HOROVOD_CONTROLLER"
+CONTROLLERS = ("gloo", "mpi")
+_HOSTNAME = re.compile(r"^[\w.-]+$")  # what horovodrun's -H accepts
+_LOCAL_NAMES = {"localhost", "127.0.0.1"}
+# A worker that ended by one of these, with no error of its own, was stopped on request.
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+
+
+def parse_hosts(hosts: Sequence[str], slots: int) -> List[Tuple[str, int]]:
+    """``["host-a:2", "host-b:2"]`` → ``[("host-a", 2), ("host-b", 2)]``, checked against ``slots``."""
+    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
+        raise ValueError(f"resources.hosts must be a non-empty list of 'host:slots' strings, got {hosts!r}")
+    parsed: List[Tuple[str, int]] = []
+    for entry in hosts:
+        name, sep, count = str(entry).strip().rpartition(":")
+        if not sep or not _HOSTNAME.match(name) or not count.isdigit() or int(count) < 1:
+            raise ValueError(
+                f"resources.hosts entry {entry!r} must look like 'host:slots' (a host name of "
+                "letters, digits, '.', '-', '_' and a positive slot count), e.g. 'host-a:2'"
+            )
+        if any(name == other for other, _ in parsed):
+            raise ValueError(f"resources.hosts lists host {name!r} twice; give each host once with its slots")
+        parsed.append((name, int(count)))
+    total = sum(n for _, n in parsed)
+    if total != slots:
+        raise ValueError(
+            f"resources.hosts {list(hosts)} has {total} slots in all but "
+            f"resources.slots_per_trial is {slots}; the slot counts must add up to slots_per_trial"
+        )
+    return parsed
+
+
+def _is_local(host: str) -> bool:
+    return host in _LOCAL_NAMES or host in {socket.gethostname(), socket.getfqdn()}
+
+
+def _loopback_interface() -> Optional[str]:
+    """The interface holding 127.0.0.1 (``lo`` on Linux), when it can be found."""
+    try:
+        import psutil  # a Horovod dependency
+    except ImportError:
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return None
+
+
+def _controller() -> str:
+    controller = os.environ.get(CONTROLLER_ENV, "gloo").strip().lower()
+    if controller not in CONTROLLERS:
+        raise ValueError(f"{CONTROLLER_ENV} must be one of {CONTROLLERS}, got {controller!r}")
+    if controller == "mpi":
+        from horovod.common.util import mpi_built
+
+        if not mpi_built():
+            raise ValueError(
+                f"{CONTROLLER_ENV}=mpi but the installed Horovod was built without MPI; rebuild it "
+                "with HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_MPI=0 scripts/install-horovod.sh, or use gloo"
+            )
+    return controller
+
+
+def timeout_seconds() -> int:
+    """Seconds for horovodrun's start and for each Gloo rendezvous/operation."""
+    from determined_lite.distributed import DEFAULT_TIMEOUT_S
+
+    return max(1, math.ceil(DEFAULT_TIMEOUT_S))
+
+
+def horovodrun_command(
+    spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
+) -> Tuple[List[str], Dict[str, str]]:
+    """The command line (and extra environment) that starts ``spec.slots`` workers via horovodrun."""
+    if importlib.util.find_spec("horovod") is None:
+        raise ValueError(
+            "resources.distributed_backend is 'horovod' but Horovod is not installed; install it "
+            "with scripts/install-horovod.sh or set resources.distributed_backend: torch"
+        )
+    from determined_lite.launch._launcher import worker_command
+
+    placed = parse_hosts(hosts, spec.slots) if hosts else [("localhost", spec.slots)]
+    all_local = all(_is_local(h) for h, _ in placed)
+    timeout = timeout_seconds()
+    argv = [sys.executable, "-u", "-m", WRAPPER_MODULE, "--result", spec.result_path, "--"]
+    argv += ["-np", str(spec.slots), "-H", ",".join(f"{h}:{n}" for h, n in placed)]
+    argv += [f"--{_controller()}", "--start-timeout", str(timeout), "--gloo-timeout-seconds", str(timeout)]
+    if all_local:
+        lo = _loopback_interface()
+        if lo is not None:
+            argv += ["--network-interfaces", lo]
+        argv.append("--disable-cache")  # the cache only remembers ssh checks of remote hosts
+    argv += worker_command(spec_path)
+    env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(timeout), "PYTHONUNBUFFERED": "1"}
+    return argv, env
+
+
+# --- the horovodrun wrapper ---------------------------------------------------------------------
+
+# horovodrun's per-line tag: "[1]<stdout>:" (Gloo: the rank), "[1,0]<stderr>:" (mpirun
+# --tag-output: job, rank), optionally after a timestamp.
+_TAG = re.compile(
+    r"^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})?"
+    r"\[(?:\d+,)?(?P<rank>\d+)\]<std(?:out|err)>:"
+)
+# horovodrun's own lines about exits, said once by the wrapper's summary instead.
+_EXIT_LINE = re.compile(r"^Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)\.\s*$")
+_TERMINATING_LINE = re.compile(r"^Terminating remaining workers after failure of Process \d+\.\s*$")
+_FIRST_EXIT = re.compile(r"Process name: (\S+)\s+Exit code: (-?\d+)")
+
+
+class _UntaggedStream:
+    """Text stream for horovodrun's output: worker lines (one per write) lose horovodrun's tag
+    and keep (or, for lines written before the worker set it up, get) the worker's own
+    ``[rank N] `` prefix; horovodrun's own lines about failed workers are kept in ``exits``
+    instead of printed."""
+
+    def __init__(self, stream: TextIO, prefix_ranks: bool = True) -> None:
+        self._stream = stream
+        self._prefix_ranks = prefix_ranks
+        self._pending = ""  # horovodrun's own text since its last newline (print writes in pieces)
+        self.exits: List[Tuple[str, int]] = []  # (rank, status) of workers that failed, in order
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            tag = _TAG.match(text)
+            if tag is not None:
+                body = text[tag.end() :]
+                prefix = f"[rank {tag.group('rank')}] "
+                if self._prefix_ranks and body.strip() and not body.startswith(prefix):
+                    body = prefix + body
+                self._stream.write(body)
+                return len(text)
+            self._pending += text
+            while "\n" in self._pending:
+                line, _, self._pending = self._pending.partition("\n")
+                exit_line = _EXIT_LINE.match(line)
+                if exit_line is not None:
+                    self.exits.append((exit_line.group("rank"), int(exit_line.group("code"))))
+                elif not _TERMINATING_LINE.match(line):
+                    self._stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                self._stream.write(self._pending)
+                self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, encoding, ...
+        return getattr(self._stream, name)
+
+
+def failure_prefix(result_path: str) -> str:
+    """Prefix of the files in which failing workers record their error (beside the result)."""
+    return f"{result_path}.failure"
+
+
+def _recorded_failures(prefix: str) -> List[Dict[str, Any]]:
+    records = []
+    for path in glob.glob(glob.escape(prefix) + ".rank*.json"):
+        try:
+            with open(path) as f:
+                records.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def _remove_failures(prefix: str) -> None:
+    for path in glob.glob(glob.escape(prefix) + ".rank*.json*"):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+@dataclasses.dataclass
+class Failure:
+    """The worker that failed first: its recorded error, or how its process ended."""
+
+    rank: Optional[str]
+    error: Optional[str] = None
+    exit_code: Optional[int] = None
+
+    @property
+    def signal_name(self) -> Optional[str]:
+        code = self.exit_code
+        if code is None or 0 <= code <= 128:
+            return None
+        # horovodrun reports a worker killed by signal N as 128 + N (a shell's convention).
+        signum = code - 128 if code > 128 else -code
+        try:
+            return signal.Signals(signum).name
+        except ValueError:
+            return None
+
+    def describe(self) -> str:
+        """``rank 1: ValueError: boom`` / ``rank 1: killed by SIGKILL`` / ``rank 1: exited with code 3``."""
+        if self.rank is None:
+            return str(self.error)
+        return f"rank {self.rank}: {self._what(short=False)}"
+
+    def summary(self) -> str:
+        """The wrapper's one line (the error's text itself is already in the worker's traceback)."""
+        return f"det-lite: worker rank {self.rank} {self._what(short=True)}; stopped the other workers"
+
+    def _what(self, short: bool) -> str:
+        if self.error is not None:
+            return "failed; its traceback is above" if short else self.error
+        if self.signal_name is not None:
+            return f"{'was ' if short else ''}killed by {self.signal_name}"
+        return f"exited with code {self.exit_code}"
+
+
+def primary_failure(
+    records: Sequence[Dict[str, Any]], exits: Sequence[Tuple[str, int]], horovodrun_error: str
+) -> Failure:
+    """The failure that caused the others.
+
+    In order: an error a worker recorded (workers that failed only because a peer did record
+    nothing), earliest first; a worker killed by a signal other than the SIGTERM horovodrun
+    sends while stopping the others; any other non-zero exit; each in the order horovodrun saw
+    the workers exit (``exits``, else the first one its error names).
+    """
+    if records:
+        first = min(records, key=lambda r: (float(r.get("timestamp") or 0), int(r.get("rank", 0))))
+        return Failure(rank=str(first.get("rank")), error=str(first.get("error")))
+    failures = [Failure(rank=rank, exit_code=code) for rank, code in exits]
+    match = _FIRST_EXIT.search(horovodrun_error)
+    if not failures and match:
+        failures = [Failure(rank=match.group(1), exit_code=int(match.group(2)))]
+    if failures:
+
+        def kind(f: Failure) -> int:
+            if f.signal_name is not None and f.signal_name not in STOP_SIGNALS:
+                return 0
+            return 2 if f.signal_name in STOP_SIGNALS else 1
+
+        return min(failures, key=kind)  # min keeps the earliest of a kind
+    text = horovodrun_error.strip()
+    return Failure(rank=None, error=text.splitlines()[0] if text else None)
+
+
+def _write_failure_result(result_path: str, error: str) -> None:
+    """Mark the trial's result as failed by ``error``, keeping what the chief reported."""
+    result = WorkerResult(status="error")
+    if os.path.exists(result_path):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            result = WorkerResult.load(result_path)
+    result.status = "error"
+    result.error = error
+    result.save(result_path)
+
+
+def _num_proc(args: Sequence[str]) -> Optional[int]:
+    for flag in ("-np", "--num-proc"):
+        if flag in args[:-1]:
+            value = args[args.index(flag) + 1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m determined_lite.launch._horovodrun [--result PATH] -- HOROVODRUN-ARGS``.
+
+    Runs horovodrun in this process with untagged output. When a worker fails, prints one
+    line naming the worker that failed first and, with ``--result``, writes it into the
+    trial's result file (likewise when horovodrun itself fails, e.g. a start timeout).
+    Exit status: 0 when every worker succeeded, 128 + N when stopped by signal N (SIGTERM,
+    SIGINT), else 1.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    result_path = None
+    if args[:1] == ["--result"]:
+        result_path, args = args[1], args[2:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    prefix = failure_prefix(result_path) if result_path else None
+    if prefix:
+        _remove_failures(prefix)
+        os.environ[FAILURE_PREFIX_ENV] = prefix
+
+    from horovod.runner import launch as hvd_launch
+
+    several = _num_proc(args) != 1
+    out = _UntaggedStream(sys.stdout, prefix_ranks=several)
+    sys.stdout = out  # type: ignore[assignment]
+    sys.stderr = _UntaggedStream(sys.stderr, prefix_ranks=several)  # type: ignore[assignment]
+    sys.argv = ["horovodrun", *args]
+    try:
+        hvd_launch.run_commandline()
+        return 0
+    except Exception as e:  # noqa: BLE001 -- a worker or horovodrun itself failed: one line each
+        sys.stdout.flush()
+        records = _recorded_failures(prefix) if prefix else []
+        failure = primary_failure(records, out.exits, str(e))
+        if failure.rank is None:
+            # Not a worker's failure: horovodrun could not start or run them (ssh, timeouts, ...).
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            failure = Failure(rank=None, error=f"horovodrun: {type(e).__name__}: {first}")
+            print(f"det-lite: {failure.error}", file=sys.stderr)
+        elif failure.error is None and failure.signal_name in STOP_SIGNALS:
+            # Asked to stop (the launcher's SIGTERM): horovodrun passed it on to every worker.
+            print(f"det-lite: workers stopped by {failure.signal_name}", file=sys.stderr)
+            return 128 + int(signal.Signals[failure.signal_name])
+        else:
+            print(failure.summary(), file=sys.stderr)
+        if result_path:
+            _write_failure_result(result_path, failure.describe())
+        return 1
+    finally:
+        if prefix:
+            _remove_failures(prefix)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
