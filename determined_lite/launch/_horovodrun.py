@@ -49,6 +49,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from determined_lite.launch._hosts import parse_hosts
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
 
 # Kept in step with determined_lite.distributed._horovod (not imported: it needs torch).
@@ -57,34 +58,9 @@ FAILURE_PREFIX_ENV = "DET_LITE_HOROVOD_FAILURE_PREFIX"
 WRAPPER_MODULE = "determined_lite.launch._horovodrun"
 CONTROLLER_ENV = "DET_LITE_HOROVOD_CONTROLLER"
 CONTROLLERS = ("gloo", "mpi")
-_HOSTNAME = re.compile(r"^[\w.-]+$")  # what horovodrun's -H accepts
 _LOCAL_NAMES = {"localhost", "127.0.0.1"}
 # A worker that ended by one of these, with no error of its own, was stopped on request.
 STOP_SIGNALS = ("SIGTERM", "SIGINT")
-
-
-def parse_hosts(hosts: Sequence[str], slots: int) -> List[Tuple[str, int]]:
-    """``["host-a:2", "host-b:2"]`` → ``[("host-a", 2), ("host-b", 2)]``, checked against ``slots``."""
-    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
-        raise ValueError(f"resources.hosts must be a non-empty list of 'host:slots' strings, got {hosts!r}")
-    parsed: List[Tuple[str, int]] = []
-    for entry in hosts:
-        name, sep, count = str(entry).strip().rpartition(":")
-        if not sep or not _HOSTNAME.match(name) or not count.isdigit() or int(count) < 1:
-            raise ValueError(
-                f"resources.hosts entry {entry!r} must look like 'host:slots' (a host name of "
-                "letters, digits, '.', '-', '_' and a positive slot count), e.g. 'host-a:2'"
-            )
-        if any(name == other for other, _ in parsed):
-            raise ValueError(f"resources.hosts lists host {name!r} twice; give each host once with its slots")
-        parsed.append((name, int(count)))
-    total = sum(n for _, n in parsed)
-    if total != slots:
-        raise ValueError(
-            f"resources.hosts {list(hosts)} has {total} slots in all but "
-            f"resources.slots_per_trial is {slots}; the slot counts must add up to slots_per_trial"
-        )
-    return parsed
 
 
 def _is_local(host: str) -> bool:

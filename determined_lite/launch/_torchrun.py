@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from determined_lite.launch._hosts import parse_hosts
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
 
 WORKER_MODULE = "determined_lite.launch.worker"
@@ -58,30 +59,6 @@ FORWARDED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "LOGLEVEL")
 
 
 # --- launcher side ------------------------------------------------------------------------
-
-
-def parse_hosts(hosts: Sequence[str], slots: int) -> List[Tuple[str, int]]:
-    """``["host-a:2", "host-b:2"]`` → ``[("host-a", 2), ("host-b", 2)]``; the counts must sum to ``slots``."""
-    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
-        raise ValueError(
-            f"resources.hosts must be a non-empty list like ['host-a:2', 'host-b:2'], got {hosts!r}"
-        )
-    parsed = []
-    for i, entry in enumerate(hosts):
-        host, sep, count = str(entry).rpartition(":")
-        if not sep or not host or not count.isdigit() or int(count) < 1:
-            raise ValueError(
-                f"resources.hosts[{i}] must look like 'HOST:SLOTS' with SLOTS >= 1 (e.g. 'host-a:2'), "
-                f"got {entry!r}"
-            )
-        parsed.append((host, int(count)))
-    total = sum(n for _, n in parsed)
-    if total != slots:
-        raise ValueError(
-            f"resources.hosts lists {total} slots ({', '.join(map(str, hosts))}) but "
-            f"resources.slots_per_trial is {slots}; they must be equal"
-        )
-    return parsed
 
 
 def is_local(host: str) -> bool:
@@ -144,7 +121,7 @@ def torchrun_command(
         args = ["--standalone", "--nnodes", "1"] + _torchrun_args(spec.slots)
         return agent_command(["--result", spec.result_path], args, spec_path), env
 
-    parsed = parse_hosts(hosts, spec.slots)
+    parsed = parse_hosts(hosts, spec.slots, allow_repeats=True)
     env = _engine_env(spec, max(n for _, n in parsed))
     master = parsed[0][0]
     if is_local(master):

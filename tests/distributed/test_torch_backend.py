@@ -125,9 +125,12 @@ def test_multi_host_command_runs_one_agent_per_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "hosts, message",
     [
-        (["a:1", "b:2"], "resources.hosts lists 3 slots (a:1, b:2) but resources.slots_per_trial is 2"),
-        (["a", "b:1"], "resources.hosts[0] must look like 'HOST:SLOTS'"),
-        (["a:0", "b:2"], "resources.hosts[0] must look like 'HOST:SLOTS'"),
+        (
+            ["a:1", "b:2"],
+            "resources.hosts ['a:1', 'b:2'] has 3 slots in all but resources.slots_per_trial is 2",
+        ),
+        (["a", "b:1"], "resources.hosts[0]: entry 'a' must look like 'host:slots'"),
+        (["a:0", "b:2"], "resources.hosts[0]: entry 'a:0' must look like 'host:slots'"),
         ("a:2", "resources.hosts must be a non-empty list"),
     ],
 )

@@ -1,0 +1,36 @@
+"""``resources.hosts``: where a trial's workers run, as ``["host-a:2", "host-b:2"]``."""
+
+from __future__ import annotations
+
+import re
+from typing import List, Sequence, Tuple
+
+_HOSTNAME = re.compile(r"^[\w.-]+$")  # names and addresses both launchers accept
+
+
+def parse_hosts(hosts: Sequence[str], slots: int, allow_repeats: bool = False) -> List[Tuple[str, int]]:
+    """``["host-a:2", "host-b:2"]`` → ``[("host-a", 2), ("host-b", 2)]``; counts must sum to ``slots``.
+
+    ``allow_repeats``: a host may appear twice (torchrun agents: one per entry, which lets a
+    multi-host rendezvous run on one machine); horovodrun's ``-H`` wants each host once.
+    """
+    if isinstance(hosts, str) or not isinstance(hosts, Sequence) or not hosts:
+        raise ValueError(f"resources.hosts must be a non-empty list of 'host:slots' strings, got {hosts!r}")
+    parsed: List[Tuple[str, int]] = []
+    for i, entry in enumerate(hosts):
+        name, sep, count = str(entry).strip().rpartition(":")
+        if not sep or not _HOSTNAME.match(name) or not count.isdigit() or int(count) < 1:
+            raise ValueError(
+                f"resources.hosts[{i}]: entry {entry!r} must look like 'host:slots' (a host name of "
+                "letters, digits, '.', '-', '_' and a positive slot count), e.g. 'host-a:2'"
+            )
+        if not allow_repeats and any(name == other for other, _ in parsed):
+            raise ValueError(f"resources.hosts lists host {name!r} twice; give each host once with its slots")
+        parsed.append((name, int(count)))
+    total = sum(n for _, n in parsed)
+    if total != slots:
+        raise ValueError(
+            f"resources.hosts {list(hosts)} has {total} slots in all but resources.slots_per_trial "
+            f"is {slots}; the slot counts must add up to slots_per_trial"
+        )
+    return parsed
