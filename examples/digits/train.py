@@ -11,7 +11,6 @@ imported relative to it. Checkpoints and TensorBoard files go under ``$DET_LITE_
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ import torch
 
 from determined_lite import config, pytorch
 from determined_lite.config import length_from_config
+from determined_lite.launch.worker import import_entrypoint
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_CONFIG = os.path.join(REPO_ROOT, "experiment.yaml")
@@ -34,15 +34,8 @@ def load_config(path: str) -> Dict[str, Any]:
 
 
 def load_trial_class(entrypoint: str, context_dir: str) -> type:
-    """Import ``module:Class`` with ``context_dir`` first on ``sys.path``."""
-    module_name, sep, class_name = entrypoint.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ValueError(f"entrypoint must look like 'package.module:TrialClass', got {entrypoint!r}")
-    context_dir = os.path.abspath(context_dir)
-    if context_dir not in sys.path:
-        sys.path.insert(0, context_dir)
-    module = importlib.import_module(module_name)
-    trial_class = getattr(module, class_name)
+    """Import ``module:Class`` from ``context_dir``, as det-lite's workers do."""
+    trial_class = import_entrypoint(entrypoint, context_dir)
     if not (isinstance(trial_class, type) and issubclass(trial_class, pytorch.PyTorchTrial)):
         raise TypeError(f"entrypoint {entrypoint!r} is not a PyTorchTrial subclass")
     return trial_class
