@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from determined_lite.distributed._base import DistributedContext
+from determined_lite.distributed._base import DistributedContext, PeerFailure
 from determined_lite.distributed._single import SingleProcessContext
 
 # Seconds a worker may wait to join the group (collectives: $DET_LITE_COLLECTIVE_TIMEOUT, 1800).
@@ -32,4 +32,4 @@ def initialize(backend: str) -> DistributedContext:
     raise ValueError(f"unknown distributed backend {backend!r}; expected single, horovod or torch")
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "DistributedContext", "SingleProcessContext", "initialize"]
+__all__ = ["DEFAULT_TIMEOUT_S", "DistributedContext", "PeerFailure", "SingleProcessContext", "initialize"]

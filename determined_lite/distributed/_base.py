@@ -11,6 +11,13 @@ import torch
 _NULL = contextlib.nullcontext()  # reusable: nullcontext keeps no state
 
 
+class PeerFailure(RuntimeError):
+    """A collective failed because another worker failed or went away first.
+
+    That worker reports the original error; this one only says that it stopped.
+    """
+
+
 class DistributedContext(abc.ABC):
     """Rank information, object collectives and the gradient engine of one worker.
 
@@ -86,7 +93,7 @@ class DistributedContext(abc.ABC):
 
     def is_peer_failure(self, error: BaseException) -> bool:
         """Whether ``error`` only says that another worker failed (so this one need not report it)."""
-        return False
+        return isinstance(error, PeerFailure)
 
     def abort(self) -> None:
         """Tear down after an error on this worker so peers blocked in collectives fail fast."""

@@ -40,7 +40,7 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Sequence
 
 import torch
 
-from determined_lite.distributed._base import DistributedContext
+from determined_lite.distributed._base import DistributedContext, PeerFailure
 
 logger = logging.getLogger("determined_lite")
 
@@ -55,13 +55,6 @@ _BROADCAST = "det_lite.broadcast_object"
 # Set by the launcher (``_horovodrun``): where a failing worker records its error, as
 # ``<prefix>.rank<N>.json``, so the launcher can name the worker that failed first.
 FAILURE_PREFIX_ENV = "DET_LITE_HOROVOD_FAILURE_PREFIX"
-
-
-class PeerFailure(RuntimeError):
-    """A collective failed because another worker failed or went away.
-
-    The worker that failed first reports the original error; this one only says it stopped.
-    """
 
 
 def is_peer_failure(error: BaseException) -> bool:

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from determined_lite.distributed._base import DistributedContext
+from determined_lite.distributed._base import DistributedContext, PeerFailure
 
 logger = logging.getLogger("determined_lite")
 
@@ -55,13 +55,6 @@ DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0
 
 # Seconds a worker that failed may spend tearing down before it is forced out.
 ABORT_GRACE_S = 10.0
-
-
-class PeerFailure(RuntimeError):
-    """A collective failed because another worker died or failed first.
-
-    The other worker reports the original error; this one only says that it stopped.
-    """
 
 
 def check_ddp_options(options: Any, where: str = "resources.ddp_options") -> Dict[str, Any]:
