@@ -73,7 +73,7 @@ def _any_names(node: ast.AST) -> set:
 
 
 def _spawn_background(experiment_id: int, test: bool = False, resume: bool = False) -> int:
-    from determined_lite.tensorboard import det_lite_home
+    from determined_lite.store import det_lite_home
 
     run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
     os.makedirs(run_dir, exist_ok=True)

@@ -22,11 +22,14 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
+from determined_lite.config import environment_variables
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import checkpoints_to_keep
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, launch
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, Shutdown, ValidateAfter, make_searcher, unit_of
+from determined_lite.store._paths import checkpoint_root, det_lite_home
+from determined_lite.tensorboard import trial_tensorboard_path
 
 logger = logging.getLogger("determined_lite.experiment")
 
@@ -107,7 +110,7 @@ class ExperimentRunner:
         self.queue: List[str] = []
         self.running: Dict[str, _Run] = {}
         self.shutdown = False
-        self.run_dir = os.path.join(_home(), "experiments", str(experiment_id))
+        self.run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
         self._log_lock = threading.Lock()
         self._log_buffer: List[tuple] = []
         self._echo: List[str] = []
@@ -271,10 +274,8 @@ class ExperimentRunner:
             latest_checkpoint=latest["path"] if latest else None,
             test_mode=self.test_mode,
             store_path=self.store.path,
-            checkpoint_root=_checkpoint_root(self.config),
-            tensorboard_path=os.path.join(
-                _home(), "tensorboard", f"experiment_{self.id}", f"trial_{request.trial_id}"
-            ),
+            checkpoint_root=checkpoint_root(self.config),
+            tensorboard_path=trial_tensorboard_path(self.id, request.trial_id),
             backend="single" if self.slots_per_trial == 1 and not self.hosts else self.backend,
             slots=self.slots_per_trial,
         )
@@ -301,7 +302,7 @@ class ExperimentRunner:
         On CPU a slot is a core: workers that each spun up threads for every core would fight
         over them when trials run side by side. ``OMP_NUM_THREADS`` set by the user wins.
         """
-        env = _environment_variables(self.config)
+        env = environment_variables(self.config)
         if "OMP_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // available_slots()))
         return env
@@ -468,32 +469,6 @@ class ExperimentRunner:
     def summary(self) -> str:
         """A table of the experiment's trials: hparams, best metric, kept checkpoint."""
         return self.progress.summary(self.store.describe_experiment(self.id), self.metric)
-
-
-def _home() -> str:
-    from determined_lite.tensorboard import det_lite_home
-
-    return det_lite_home()
-
-
-def _checkpoint_root(config: Dict[str, Any]) -> str:
-    storage = config.get("checkpoint_storage") or {}
-    host_path = storage.get("host_path")
-    if not host_path:
-        return os.path.join(_home(), "checkpoints")
-    storage_path = storage.get("storage_path")
-    return os.path.join(host_path, storage_path) if storage_path else host_path
-
-
-def _environment_variables(config: Dict[str, Any]) -> Dict[str, str]:
-    variables = (config.get("environment") or {}).get("environment_variables") or []
-    if isinstance(variables, dict):  # Determined's {cpu: [...], cuda: [...]} form
-        variables = list(variables.get("cpu") or [])
-    env = {}
-    for item in variables:
-        key, _, value = str(item).partition("=")
-        env[key] = value
-    return env
 
 
 def _read_progress(result_path: str) -> Optional[Dict[str, Any]]:

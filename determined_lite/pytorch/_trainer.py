@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import os
 import random
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -19,6 +18,7 @@ from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
 from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._trial import PyTorchTrial
+from determined_lite.store._paths import checkpoint_root
 
 logger = logging.getLogger("determined_lite")
 
@@ -44,18 +44,6 @@ def _conf(exp_conf: Dict[str, Any], *path: str, default: Any = None) -> Any:
             return default
         node = node[key]
     return node
-
-
-def checkpoint_root(exp_conf: Dict[str, Any]) -> str:
-    """Where checkpoints go.
-
-    ``checkpoint_storage.host_path[/storage_path]``, else ``$DET_LITE_HOME/checkpoints``.
-    """
-    host_path = _conf(exp_conf, "checkpoint_storage", "host_path")
-    if host_path is None:
-        return os.path.join(tensorboard.det_lite_home(), "checkpoints")
-    storage_path = _conf(exp_conf, "checkpoint_storage", "storage_path")
-    return os.path.join(host_path, storage_path) if storage_path else host_path
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 DB_FILE = "det-lite.db"
 
@@ -22,6 +22,19 @@ def default_db_path() -> str:
 def default_checkpoint_root() -> str:
     """``<home>/checkpoints`` (used unless ``checkpoint_storage.host_path`` says otherwise)."""
     return os.path.join(det_lite_home(), "checkpoints")
+
+
+def checkpoint_root(exp_conf: Mapping[str, Any]) -> str:
+    """Where an experiment's checkpoints go.
+
+    ``checkpoint_storage.host_path[/storage_path]``, else ``<home>/checkpoints``.
+    """
+    storage = exp_conf.get("checkpoint_storage") or {}
+    host_path = storage.get("host_path")
+    if not host_path:
+        return default_checkpoint_root()
+    storage_path = storage.get("storage_path")
+    return os.path.join(host_path, storage_path) if storage_path else host_path
 
 
 def tensorboard_dir(experiment_id: int, home: Optional[str] = None) -> str:

@@ -13,12 +13,9 @@ import time
 import uuid
 from typing import Optional
 
+from determined_lite.store._paths import det_lite_home
+
 _active_path: Optional[str] = None
-
-
-def det_lite_home() -> str:
-    """The storage root: ``$DET_LITE_HOME`` or ``~/.det-lite``."""
-    return os.path.abspath(os.path.expanduser(os.environ.get("DET_LITE_HOME") or "~/.det-lite"))
 
 
 def trial_tensorboard_path(experiment_id: Optional[int], trial_id: Optional[int]) -> str:
