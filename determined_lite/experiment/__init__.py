@@ -48,6 +48,17 @@ def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
     return None
 
 
+def _print_determined_notice(raw: Dict[str, Any], context_dir: str) -> None:
+    """One line on stderr when the trial code imports ``determined``: the alias or a real package."""
+    from determined_lite.compat import determined_notice
+    from determined_lite.config import environment_variables
+
+    pythonpath = environment_variables(raw).get("PYTHONPATH", "")
+    notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p])
+    if notice:
+        print(f"det-lite: {notice}", file=sys.stderr)
+
+
 def _top_level_names(tree: ast.Module) -> set:
     names = set()
     for node in tree.body:
@@ -127,6 +138,7 @@ def create_experiment(
     problem = check_entrypoint(raw["entrypoint"], context_dir)
     if problem:
         return _error(f"{config_path}: {problem}")
+    _print_determined_notice(raw, context_dir)
     store = Store()
     experiment_id = store.create_experiment(
         raw, context_dir, os.path.abspath(config_path), raw.get("name") or "experiment"

@@ -80,8 +80,10 @@ def _experiment_hooks(spec: WorkerSpec, is_chief: bool) -> Hooks:
 
 def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] = ()) -> WorkerResult:
     """Run the trial of ``spec`` on this worker and return what it did."""
+    from determined_lite.compat import install_alias
     from determined_lite.pytorch import Trainer, TrialInfo, init
 
+    install_alias()  # trial code's `import determined` gets det-lite's alias, unless one is installed
     trial_cls = import_entrypoint(spec.entrypoint, spec.context_dir)
     info = TrialInfo(
         trial_id=spec.trial_id,

@@ -5,6 +5,7 @@ Subclass :class:`PyTorchTrial`, wrap models/optimizers/schedulers with the
 """
 
 from determined_lite.config.units import Batch, Epoch, Record
+from determined_lite.pytorch import samplers
 from determined_lite.pytorch._callback import (
     CallbackError,
     PyTorchCallback,
@@ -42,4 +43,5 @@ __all__ = [
     "init",
     "load_trial_from_checkpoint_path",
     "register_global_callback",
+    "samplers",
 ]

@@ -195,6 +195,9 @@ def load_trial_from_checkpoint_path(
 
     state, metadata = read_checkpoint(path, **(torch_load_kwargs or {}))
     if trial_class is None:
+        from determined_lite.compat import install_alias
+
+        install_alias()  # a trial written for Determined imports `determined`: the alias, unless installed
         trial_class = _import_trial_class(metadata["trial_class"], os.path.join(path, CODE_DIR))
     context = PyTorchTrialContext(
         hparams=metadata.get("hparams") or {},

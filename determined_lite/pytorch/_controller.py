@@ -22,7 +22,7 @@ from determined_lite.config.units import Batch, Record, TrainUnit
 from determined_lite.pytorch import _checkpoint
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
-from determined_lite.pytorch._data import DataLoader
+from determined_lite.pytorch._data import DataLoader, _set_epoch
 from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._reducer import (
     LazyMetricList,
@@ -200,10 +200,14 @@ class TrialController:
             )
 
         def repeat() -> Iterator[Any]:
-            skip = start % self._epoch_len
+            # A sampler with ``set_epoch`` (torch's DistributedSampler, det-lite's samplers) is
+            # told each pass's epoch, so a resumed trial continues the same order.
+            epoch, skip = divmod(start, self._epoch_len)
             while True:
+                for obj in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+                    _set_epoch(obj, epoch)
                 yield from itertools.islice(loader, skip, None)
-                skip = 0
+                epoch, skip = epoch + 1, 0
 
         return repeat()
 

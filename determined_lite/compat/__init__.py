@@ -1,0 +1,26 @@
+"""Run trial code written for Determined (``import determined as det``) unchanged.
+
+Determined's development has stopped; a context directory written against
+``determined.pytorch`` should run with ``det-lite experiment create`` without edits. This
+package provides ``determined`` as an alias of det-lite's objects:
+
+- :func:`install_alias` makes ``import determined`` (``determined.pytorch``,
+  ``determined.pytorch.samplers``, ``determined.tensorboard.metric_writers.pytorch``) resolve
+  to modules that re-export det-lite's own classes, so ``det.pytorch.PyTorchTrial is
+  determined_lite.pytorch.PyTorchTrial``. Workers call it before importing the entrypoint; it
+  does nothing when a real ``determined`` is importable: a real installation always wins.
+- :func:`determined_notice` is the line ``det-lite experiment create`` prints when the trial
+  code imports ``determined``: which one the workers will import.
+"""
+
+from determined_lite.compat._detect import determined_notice, find_real_determined, imports_determined
+from determined_lite.compat._install import ALIAS_PATH, alias_installed, install_alias
+
+__all__ = [
+    "ALIAS_PATH",
+    "alias_installed",
+    "determined_notice",
+    "find_real_determined",
+    "imports_determined",
+    "install_alias",
+]

@@ -1,0 +1,34 @@
+"""det-lite's stand-in for Determined's ``determined`` package (see ``determined_lite.compat``).
+
+Every name is det-lite's own object (``determined.InvalidHP is determined_lite.InvalidHP``), so
+trial code written for Determined runs under det-lite's harness unchanged.
+"""
+
+import logging as _logging
+
+from determined_lite import InvalidHP
+from determined_lite import __version__ as __version__
+from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSubmoduleFinder
+from determined_lite.compat._install import missing_attribute as _missing_attribute
+from determined_lite.pytorch import PyTorchTrialContext as TrialContext
+
+from . import pytorch, tensorboard
+
+__det_lite_alias__ = True
+
+
+def get_cluster_info() -> None:
+    """None: the trial is not running on a Determined cluster (what Determined returns off-cluster)."""
+    return None
+
+
+def __getattr__(name: str) -> object:
+    raise _missing_attribute(__name__, name)
+
+
+_MissingSubmoduleFinder.install()
+_logging.getLogger("determined_lite").info(
+    "trial imports 'determined': det-lite's compatibility alias (determined_lite %s)", __version__
+)
+
+__all__ = ["InvalidHP", "TrialContext", "get_cluster_info", "pytorch", "tensorboard"]

@@ -1,0 +1,1 @@
+"""``determined.tensorboard.metric_writers`` for det-lite (``from ... .pytorch import TorchWriter``)."""

@@ -1,0 +1,90 @@
+"""Putting det-lite's ``determined`` alias on the import path, only where no real one exists."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from typing import Optional
+
+logger = logging.getLogger("determined_lite")
+
+# A directory holding a top-level ``determined`` package made of re-exports. Appended (never
+# prepended) to sys.path, so any other ``determined`` on the path would still come first;
+# sys.path also reaches DataLoader worker processes started with "spawn" or "forkserver".
+ALIAS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_alias")
+
+
+def is_alias_origin(origin: Optional[str]) -> bool:
+    """Whether a module file belongs to the alias tree."""
+    if not origin:
+        return False
+    return os.path.abspath(origin).startswith(ALIAS_PATH + os.sep)
+
+
+def alias_installed() -> bool:
+    """Whether ``import determined`` in this process gives det-lite's alias."""
+    if ALIAS_PATH not in sys.path:
+        return False
+    module = sys.modules.get("determined")
+    if module is not None:
+        return is_alias_origin(getattr(module, "__file__", None))
+    from determined_lite.compat._detect import find_real_determined
+
+    return find_real_determined() is None
+
+
+def install_alias() -> bool:
+    """Make ``import determined`` give det-lite's alias, unless a real ``determined`` exists.
+
+    Returns True when the alias is (now) what ``import determined`` gives. A ``determined``
+    already imported, or importable from ``sys.path`` (a regular package or module, not a bare
+    directory), is left alone and False is returned.
+    """
+    from determined_lite.compat._detect import find_real_determined
+
+    if ALIAS_PATH in sys.path:
+        return alias_installed()
+    real = find_real_determined()
+    if real is not None:
+        logger.info(
+            "trial code that imports 'determined' gets the installed package at %s, not det-lite's alias",
+            real,
+        )
+        return False
+    sys.path.append(ALIAS_PATH)
+    importlib.invalidate_caches()
+    return True
+
+
+_PROVIDES = (
+    "det-lite's 'determined' alias provides Determined's PyTorchTrial API (determined.pytorch, "
+    "determined.pytorch.samplers, determined.InvalidHP, "
+    "determined.tensorboard.metric_writers.pytorch.TorchWriter), not its Core API, client or "
+    "launchers; see docs/migrating-from-determined.md"
+)
+
+
+def missing_attribute(module: str, name: str) -> AttributeError:
+    """The error for a Determined name the alias does not provide."""
+    return AttributeError(f"module {module!r} has no attribute {name!r}: {_PROVIDES}")
+
+
+class MissingSubmoduleFinder:
+    """Last on ``sys.meta_path`` once the alias is imported: ``import determined.core`` (or any
+    ``determined.*`` module the alias lacks) fails with a message saying why, not just
+    "No module named"."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name.startswith("determined.") and "determined" in sys.modules:
+            if is_alias_origin(getattr(sys.modules["determined"], "__file__", None)):
+                # name=None: a plain "from determined import core" must not swallow it.
+                raise ModuleNotFoundError(f"cannot import {name!r}: {_PROVIDES}")
+        return None
+
+    @classmethod
+    def install(cls) -> None:
+        if not any(isinstance(f, cls) or f is cls for f in sys.meta_path):
+            sys.meta_path.append(cls)
