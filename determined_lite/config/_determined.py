@@ -129,3 +129,8 @@ def unused_fields_warning(unused: Sequence[str], source: str = "<config>") -> st
     if "checkpoint_storage.type" in unused:
         line += " (checkpoints are stored on the local disk)"
     return line
+
+
+def determined_only_fields(section: Sequence[str]) -> List[str]:
+    """The Determined-only field names of a section (``()`` is the top level), for typo hints."""
+    return sorted(_UNUSED.get(tuple(section), frozenset()))

@@ -2,6 +2,11 @@
 
 Decisions where det-lite differs from (or has to choose within) Determined:
 
+- ``entrypoint`` is stored as ``module:Class``. Determined's launcher form
+  (``python3 -m determined.launch.torch_distributed --trial model_def:Trial``, string or list)
+  is rewritten to its trial class before validation, and the launcher sets
+  ``resources.distributed_backend`` (see ``_launcher.normalize_launcher``).
+
 - ``searcher.max_length`` is required for every searcher, as ``{batches|records|epochs: n}``
   with ``n >= 1``; a bare integer (older Determined) is read as batches. Lengths in epochs
   work without ``records_per_epoch``: det-lite measures an epoch as one pass over the trial's
@@ -32,7 +37,6 @@ from __future__ import annotations
 import copy
 import os
 import random
-import re
 from typing import Annotated, Any, ClassVar, Dict, List, Literal, Mapping, Optional, Tuple
 
 from pydantic import (
@@ -48,9 +52,17 @@ from pydantic import (
 )
 
 from determined_lite.config._base import Section, check_json
-from determined_lite.config._determined import REMOTE_STORAGE, split_unused
-from determined_lite.config._errors import ConfigError, FieldError, describe, first_error, format_path
+from determined_lite.config._determined import REMOTE_STORAGE, determined_only_fields, split_unused
+from determined_lite.config._errors import (
+    ConfigError,
+    FieldError,
+    describe,
+    first_error,
+    format_path,
+    unknown_field_message,
+)
 from determined_lite.config._hparams import iter_leaves, normalize_hyperparameters
+from determined_lite.config._launcher import SUPPORTED_ENTRYPOINTS, TRIAL_CLASS, normalize_launcher
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
@@ -82,8 +94,8 @@ Period = Annotated[Optional[Dict[str, int]], PlainValidator(lambda v: _length(v,
 
 
 def _entrypoint(value: Any) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", value.strip()):
-        raise FieldError((), f"expected 'package.module:TrialClass', got {describe(value)}")
+    if not isinstance(value, str) or not TRIAL_CLASS.fullmatch(value.strip()):
+        raise FieldError((), f"{SUPPORTED_ENTRYPOINTS}, got {describe(value)}")
     return value.strip()
 
 
@@ -425,12 +437,26 @@ def validate_config(raw: Mapping[str, Any], source: str = "<config>") -> Experim
         raise ConfigError(f"expected a mapping at the top level, got {describe(raw)}", source=source)
     clean, unused = split_unused(raw)
     try:
+        clean = normalize_launcher(clean)
         config = ExperimentConfig.model_validate(clean)
+    except FieldError as e:
+        raise ConfigError(e.message, path=format_path(e.loc), source=source) from None
     except ValidationError as e:
         loc, message = first_error(e)
-        raise ConfigError(message, path=format_path(loc), source=source) from None
+        raise ConfigError(_determined_hint(loc, message), path=format_path(loc), source=source) from None
     config._unused_fields = unused
     return config
+
+
+def _determined_hint(loc: Tuple[Any, ...], message: str) -> str:
+    """An "unknown field" without a suggestion gets one from the section's Determined-only fields
+    (removed before validation, so the schema never offered them): ``resource_poool`` ->
+    ``resource_pool``."""
+    if not loc or not message.startswith("unknown field") or "did you mean" in message:
+        return message
+    section = tuple(str(part) for part in loc[:-1])
+    hint = unknown_field_message(loc[-1], determined_only_fields(section), "")
+    return hint if "did you mean" in hint else message
 
 
 def environment_variables(exp_conf: Mapping[str, Any], device: str = "cpu") -> Dict[str, str]:

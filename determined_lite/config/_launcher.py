@@ -1,0 +1,185 @@
+"""Determined's launcher form of ``entrypoint``, read as a trial class plus an engine.
+
+``entrypoint`` in Determined's launcher form (a shell string or an argv list), e.g.
+``python3 -m determined.launch.torch_distributed --trial model_def:Trial``, is read as the trial
+class ``model_def:Trial`` plus the engine it implies (``resources.distributed_backend``: ``torch``
+for ``torch_distributed``, ``horovod`` for ``horovod``); ``normalize_launcher`` rewrites the raw
+config before validation, so everything downstream sees only ``module:Class``. Options that only
+steer Determined's cluster launcher (``--autohorovod``) are dropped; anything det-lite cannot
+honour (DeepSpeed, scripts, ``torchrun``/``horovodrun`` overrides, unknown options) is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from determined_lite.config._errors import FieldError, describe
+
+TRIAL_CLASS = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+# Determined's launcher module -> det-lite's resources.distributed_backend.
+LAUNCHER_BACKENDS: Dict[str, str] = {
+    "determined.launch.torch_distributed": "torch",
+    "determined.launch.horovod": "horovod",
+}
+# Options of a launcher that matter only on a Determined cluster: accepted and dropped.
+_CLUSTER_ONLY_FLAGS: Dict[str, FrozenSet[str]] = {
+    "determined.launch.torch_distributed": frozenset(),
+    "determined.launch.horovod": frozenset({"--autohorovod"}),
+}
+_OVERRIDDEN_TOOL = {
+    "determined.launch.torch_distributed": "torchrun",
+    "determined.launch.horovod": "horovodrun",
+}
+_UNSUPPORTED_LAUNCHERS = {
+    "determined.launch.deepspeed": "DeepSpeed trials",
+    "determined.launch.autodeepspeed": "DeepSpeed trials",
+    "determined.launch.tensorflow": "TensorFlow/Keras trials",
+}
+SUPPORTED_ENTRYPOINTS = (
+    "expected 'package.module:TrialClass', or 'python3 -m determined.launch.torch_distributed "
+    "--trial package.module:TrialClass' (torch backend), or 'python3 -m determined.launch.horovod "
+    "[--autohorovod] --trial package.module:TrialClass' (horovod backend)"
+)
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+
+
+def normalize_launcher(raw: Dict[str, Any]) -> Dict[str, Any]:
+    """``raw`` (a copy is returned) with a launcher ``entrypoint`` replaced by its trial class and
+    ``resources.distributed_backend`` set to the launcher's engine when not given.
+
+    Raises FieldError (at ``entrypoint``) for forms det-lite cannot run, and when the launcher
+    and an explicit ``resources.distributed_backend`` disagree. A plain ``module:Class`` (and any
+    value that is not a command) is left for the schema to check.
+    """
+    argv = _argv(raw.get("entrypoint"))
+    if argv is None:
+        return raw
+    trial, launcher = parse_launcher(argv)
+    out = dict(raw)
+    out["entrypoint"] = trial
+    if launcher is None:
+        return out
+    backend = LAUNCHER_BACKENDS[launcher]
+    resources = out.get("resources")
+    if resources is None:
+        resources = {}
+    if not isinstance(resources, dict):
+        return out  # the schema reports the bad section
+    explicit = resources.get("distributed_backend")
+    if explicit in LAUNCHER_BACKENDS.values() and explicit != backend:
+        raise FieldError(
+            ("entrypoint",),
+            f"{launcher} runs the {backend!r} backend, but resources.distributed_backend is "
+            f"{explicit!r}; make resources.distributed_backend {backend!r} or remove it "
+            "(or use the other launcher)",
+        )
+    if explicit is None:
+        out["resources"] = {**resources, "distributed_backend": backend}
+    return out
+
+
+def _argv(value: Any) -> Optional[List[str]]:
+    """The entrypoint as an argv list, or None when it is not a command (a class, or a bad type)."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise FieldError(("entrypoint", i), f"expected a string, got {describe(item)}")
+        if not value:
+            raise FieldError(("entrypoint",), f"{SUPPORTED_ENTRYPOINTS}, got []")
+        return list(value)
+    if isinstance(value, str) and len(value.split()) > 1:
+        try:
+            return shlex.split(value)  # Determined runs a string entrypoint with ``sh -c``
+        except ValueError as e:
+            raise FieldError(("entrypoint",), f"cannot read the command {describe(value)}: {e}") from None
+    return None
+
+
+def parse_launcher(argv: Sequence[str]) -> Tuple[str, Optional[str]]:
+    """``(trial class, launcher module)`` of a launcher command; ``(trial class, None)`` for
+    ``["module:Class"]``.
+
+    Raises FieldError at ``entrypoint`` saying what det-lite supports for any other command.
+    """
+    command = " ".join(shlex.quote(a) for a in argv)
+    if len(argv) == 1 and TRIAL_CLASS.fullmatch(argv[0].strip()):
+        return argv[0].strip(), None
+    python = _PYTHON.fullmatch(os.path.basename(argv[0])) and len(argv) >= 2
+    if python and argv[1] != "-m" and not argv[1].startswith("-"):
+        raise FieldError(
+            ("entrypoint",),
+            f"{command!r} runs a script: det-lite experiments run PyTorchTrial classes, not Core API or "
+            f"Trainer scripts (run a Trainer script with python itself); {SUPPORTED_ENTRYPOINTS}",
+        )
+    if not python or argv[1] != "-m":
+        raise FieldError(
+            ("entrypoint",), f"{command!r} is not a trial det-lite can run; {SUPPORTED_ENTRYPOINTS}"
+        )
+    module = argv[2] if len(argv) > 2 else ""
+    if module not in LAUNCHER_BACKENDS:
+        if module in _UNSUPPORTED_LAUNCHERS:
+            what = f"{module} launches {_UNSUPPORTED_LAUNCHERS[module]}, which det-lite does not run"
+        elif module.startswith("determined."):
+            what = f"the launcher {module} is not supported by det-lite"
+        else:
+            what = f"{module or 'python -m'!r} is not a Determined trial launcher"
+        raise FieldError(("entrypoint",), f"{what}; {SUPPORTED_ENTRYPOINTS}")
+    return _launcher_trial(module, list(argv[3:])), module
+
+
+def _launcher_trial(module: str, args: List[str]) -> str:
+    """The ``--trial`` class of ``python3 -m MODULE ARGS``, with Determined's argument rules."""
+    if "--" in args:
+        split = args.index("--")
+        overrides, args = args[:split], args[split + 1 :]
+        if overrides:
+            raise FieldError(
+                ("entrypoint",),
+                f"{' '.join(overrides)!r} before '--' overrides {_OVERRIDDEN_TOOL[module]}'s arguments on a "
+                f"Determined cluster; det-lite starts the workers itself from resources.* "
+                "(slots_per_trial, hosts, ddp_options): remove the overrides",
+            )
+    allowed = sorted({"--trial"} | _CLUSTER_ONLY_FLAGS[module])
+    trial: Optional[str] = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--trial" or arg.startswith("--trial="):
+            if trial is not None:
+                raise FieldError(("entrypoint",), f"{module}: --trial is given twice")
+            if arg == "--trial":
+                if i + 1 >= len(args):
+                    raise FieldError(("entrypoint",), f"{module}: --trial needs 'package.module:TrialClass'")
+                i += 1
+                trial = args[i]
+            else:
+                trial = arg.split("=", 1)[1]
+            if not TRIAL_CLASS.fullmatch(trial):
+                raise FieldError(
+                    ("entrypoint",), f"{module}: --trial expects 'package.module:TrialClass', got {trial!r}"
+                )
+        elif arg in _CLUSTER_ONLY_FLAGS[module]:
+            pass  # only changes how Determined's cluster starts the workers
+        elif arg.startswith("-"):
+            raise FieldError(
+                ("entrypoint",),
+                f"{module}: unknown launcher option {arg!r} (det-lite accepts {', '.join(allowed)})",
+            )
+        else:
+            script = " ".join(shlex.quote(a) for a in args[i:])
+            if trial is not None:
+                raise FieldError(
+                    ("entrypoint",), f"{module}: extra arguments after --trial {trial}: {script!r}"
+                )
+            raise FieldError(
+                ("entrypoint",),
+                f"{module} runs the script {script!r}; det-lite runs PyTorchTrial classes, not Core API "
+                f"or Trainer scripts: use --trial package.module:TrialClass",
+            )
+        i += 1
+    if trial is None:
+        raise FieldError(("entrypoint",), f"{module} needs --trial package.module:TrialClass")
+    return trial
