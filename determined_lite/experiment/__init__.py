@@ -8,11 +8,11 @@ experiment COMPLETED, 1 when it failed or stopped before completing, 2 for bad i
 from __future__ import annotations
 
 import ast
-import importlib.util
+import importlib.machinery
 import os
 import subprocess
 import sys
-from typing import Any, Dict, Optional, Sequence, TextIO
+from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -27,13 +27,7 @@ def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
     module_name, sep, attr = entrypoint.partition(":")
     if not sep or not module_name or not attr:
         return f"entrypoint: expected 'module:Class', got {entrypoint!r}"
-    sys.path.insert(0, context_dir)
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        spec = None
-    finally:
-        sys.path.remove(context_dir)
+    spec = _find_module(module_name, [context_dir] + sys.path)
     if spec is None:
         return f"entrypoint {entrypoint!r}: no module {module_name!r} in context directory {context_dir}"
     origin = spec.origin
@@ -46,6 +40,26 @@ def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
         if attr not in _top_level_names(tree):
             return f"entrypoint {entrypoint!r}: module {module_name!r} ({origin}) defines no {attr!r}"
     return None
+
+
+def _find_module(name: str, path: List[str]) -> Optional[importlib.machinery.ModuleSpec]:
+    """Where ``name`` would be imported from with ``path`` as sys.path, ignoring modules already
+    imported in this process (``importlib.util.find_spec`` would return those)."""
+    spec: Optional[importlib.machinery.ModuleSpec] = None
+    search: Optional[List[str]] = path
+    prefix = ""
+    for part in name.split("."):
+        if search is None:
+            return None  # a module, not a package: it has no submodules
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(prefix + part, search)
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or []) or None
+        prefix += part + "."
+    return spec
 
 
 def _print_determined_notice(raw: Dict[str, Any], context_dir: str) -> None:

@@ -31,6 +31,7 @@ class StoreReporter(PyTorchCallback):
         self._done = 0
         self._max_batches: Optional[int] = None
         self._context: Any = None
+        self._written: Dict[str, str] = {}  # uuid -> directory, until flushed to disk
 
     def bind(self, context: Any) -> None:
         self._context = context
@@ -74,11 +75,17 @@ class StoreReporter(PyTorchCallback):
                 self._store.update_trial(self._trial_id, best_validation=float(value))
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
+        self._written[os.path.basename(os.path.normpath(checkpoint_dir))] = checkpoint_dir
+
+    def on_checkpoint_upload_end(self, uuid: str) -> None:
+        # Registered only once flushed to disk: the store never points at a checkpoint that a
+        # machine crash could still lose.
+        checkpoint_dir = self._written.pop(uuid)
         with open(os.path.join(checkpoint_dir, "metadata.json")) as f:
             metadata = json.load(f)
         self._store.add_checkpoint(
             self._trial_id,
-            os.path.basename(os.path.normpath(checkpoint_dir)),
+            uuid,
             checkpoint_dir,
             metadata["total_batches"],
             metadata.get("validation_metrics"),

@@ -112,10 +112,14 @@ class PyTorchCallback:
         """
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-        """After the checkpoint directory is complete on disk. Runs on the chief only."""
+        """After the checkpoint directory is complete under its final name. Chief only."""
 
     def on_checkpoint_upload_end(self, uuid: str) -> None:
-        """After the checkpoint is stored and registered. Runs on the chief only."""
+        """After the checkpoint is flushed to disk (in the background, while training goes on).
+
+        Comes at the first training report after the checkpoint, the next checkpoint, or the
+        end of the trial, whichever is first; experiments register the checkpoint here. Chief only.
+        """
 
     def on_checkpoint_end(self, checkpoint_dir: str) -> None:
         """Deprecated alias of ``on_checkpoint_write_end``. Runs on the chief only."""

@@ -6,6 +6,7 @@ A checkpoint is assembled in ``<root>/.tmp-<uuid>/``, flushed to disk, then rena
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib
 import json
 import os
@@ -100,8 +101,15 @@ def write_checkpoint(
     metadata: Dict[str, Any],
     context_dir: Optional[str],
     checkpoint_uuid: Optional[str] = None,
+    durable: bool = True,
 ) -> Tuple[str, str]:
-    """Write a complete checkpoint under ``root``; returns ``(uuid, path)``."""
+    """Write a complete checkpoint under ``root``; returns ``(uuid, path)``.
+
+    The directory appears under its final name only once complete (a killed process leaves at
+    most a ``.tmp-*`` directory). ``durable=False`` skips flushing it to disk, so that the
+    caller can do that with :func:`make_durable` while training goes on; until then a crash of
+    the machine (not of the process) could lose it.
+    """
     checkpoint_uuid = checkpoint_uuid or str(uuidlib.uuid4())
     os.makedirs(root, exist_ok=True)
     tmp = os.path.join(root, f".tmp-{checkpoint_uuid}")
@@ -114,17 +122,63 @@ def write_checkpoint(
             json.dump(meta, f, indent=2, sort_keys=True)
         if context_dir is not None:
             copy_code(context_dir, os.path.join(tmp, CODE_DIR))
-        _fsync_tree(tmp)
+        if durable:
+            _fsync_tree(tmp)
         os.rename(tmp, final)
-        dir_fd = os.open(root, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        if durable:
+            _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return checkpoint_uuid, final
+
+
+def make_durable(path: str) -> None:
+    """Flush a checkpoint written with ``durable=False`` (its files and its name) to disk."""
+    _fsync_tree(path)
+    _fsync_dir(os.path.dirname(os.path.normpath(path)))
+
+
+class BackgroundFlush:
+    """Flushes checkpoints written with ``durable=False`` on a background thread, in order.
+
+    ``fsync`` waits on the disk and releases the GIL, so training goes on meanwhile; the loop
+    calls :meth:`wait` at its next report, checkpoint or end and only then tells anyone (the
+    store, ``on_checkpoint_upload_end``) that the checkpoint exists.
+    """
+
+    def __init__(self) -> None:
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pending: Optional[Tuple[str, concurrent.futures.Future]] = None
+
+    def start(self, checkpoint_uuid: str, path: str) -> None:
+        if self._pending is not None:
+            raise RuntimeError("the previous checkpoint must be waited for before the next one starts")
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="det-lite-fsync")
+        self._pending = (checkpoint_uuid, self._executor.submit(make_durable, path))
+
+    def wait(self) -> Optional[str]:
+        """The uuid of the checkpoint that is now on disk, or None when none was pending."""
+        if self._pending is None:
+            return None
+        checkpoint_uuid, future = self._pending
+        self._pending = None
+        future.result()
+        return checkpoint_uuid
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+def _fsync_dir(path: str) -> None:
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 # --- read -----------------------------------------------------------------------------------

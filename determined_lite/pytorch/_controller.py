@@ -118,6 +118,7 @@ class TrialController:
         self.dist = context.distributed
         self.result = TrainResult()
         self._core_callbacks = list(core_callbacks)
+        self._flush = _checkpoint.BackgroundFlush()
         self._check_trial()
 
     # --- setup ------------------------------------------------------------------------------
@@ -261,7 +262,11 @@ class TrialController:
         try:
             self._train(start, rng_state)
         finally:
-            self.callbacks.call("on_trial_shutdown")
+            try:
+                self._checkpoint_on_disk()  # also after an error: a complete checkpoint still counts
+            finally:
+                self._flush.close()
+                self.callbacks.call("on_trial_shutdown")
         return self.result
 
     def _train(self, start: int, rng_state: Optional[Dict[str, Any]]) -> None:
@@ -380,6 +385,7 @@ class TrialController:
         Returns the chief's answer to ``spec.should_stop`` (asked on the chief only), which rides
         in the same gather so that every rank stops at the same boundary.
         """
+        self._checkpoint_on_disk()
         if not self._chunk:
             return False
         reducers = [r for r in self.context._reducers if r.for_training]
@@ -516,9 +522,16 @@ class TrialController:
         return better
 
     # --- checkpoints ------------------------------------------------------------------------
+    def _checkpoint_on_disk(self) -> None:
+        """Wait for the last checkpoint's background flush, then announce it (chief only)."""
+        checkpoint_uuid = self._flush.wait()
+        if checkpoint_uuid is not None:
+            self.callbacks.call("on_checkpoint_upload_end", checkpoint_uuid)
+
     def _save_checkpoint(self, done: int) -> None:
         if self._last_checkpoint_batch == done:
             return
+        self._checkpoint_on_disk()
         ctx = self.context
         state = {
             "context": ctx._state_dict(),
@@ -552,12 +565,14 @@ class TrialController:
                 "validation_metrics": metrics,
                 "created": time.time(),
             }
+            # Written complete and renamed into place now; flushed to disk while training goes on,
+            # and announced with on_checkpoint_upload_end at the next report, checkpoint or end.
             uuid, path = _checkpoint.write_checkpoint(
-                self.spec.checkpoint_root, state, metadata, self.spec.code_source
+                self.spec.checkpoint_root, state, metadata, self.spec.code_source, durable=False
             )
             self.callbacks.call("on_checkpoint_write_end", path)
             self.callbacks.call("on_checkpoint_end", path)
-            self.callbacks.call("on_checkpoint_upload_end", uuid)
+            self._flush.start(uuid, path)
         uuid, path = self.dist.broadcast((uuid, path)) if self.dist.size > 1 else (uuid, path)
         self._last_checkpoint_batch = done
         self.result.checkpoints.append(

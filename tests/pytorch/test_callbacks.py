@@ -63,6 +63,7 @@ def _expected_hooks(
 ) -> List[str]:
     """The hook sequence of a fresh run (validation: 2 batches; periods divide max_batches)."""
     seq = ["on_trial_startup", "on_training_start"]
+    unflushed = False  # a checkpoint is announced (upload_end) at the next report, checkpoint or end
     for i in range(max_batches):
         done = i + 1
         if i % epoch_len == 0:
@@ -81,7 +82,8 @@ def _expected_hooks(
         if done % epoch_len == 0:
             seq.append("on_training_epoch_end")
         if done % reporting == 0 or done % validation == 0 or done % checkpoint == 0:
-            seq.append("on_training_workload_end")
+            seq += ["on_checkpoint_upload_end"] * unflushed + ["on_training_workload_end"]
+            unflushed = False
         if done % validation == 0:
             seq += [
                 "on_validation_start",
@@ -94,8 +96,9 @@ def _expected_hooks(
                 "on_validation_end",
             ]
         if done % checkpoint == 0:
-            seq += ["on_checkpoint_save_start", "on_checkpoint_write_end", "on_checkpoint_upload_end"]
-    seq.append("on_trial_shutdown")
+            seq += ["on_checkpoint_save_start", "on_checkpoint_write_end"]
+            unflushed = True
+    seq += ["on_checkpoint_upload_end"] * unflushed + ["on_trial_shutdown"]
     return seq
 
 
