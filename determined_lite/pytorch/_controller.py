@@ -355,8 +355,8 @@ class TrialController:
     def _batch_context(self, update: bool) -> ContextManager[Any]:
         """Autocast (AMP) and, off optimizer-step batches, no gradient communication."""
         ctx = self.context
-        if not ctx._use_amp and update:
-            return _NULL
+        if not ctx._use_amp:
+            return _NULL if update else self.dist.no_sync(ctx.models)
         stack = contextlib.ExitStack()
         stack.enter_context(ctx._autocast())
         if not update:

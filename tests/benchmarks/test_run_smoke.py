@@ -1,0 +1,131 @@
+"""``benchmarks/run.py`` works: a tiny run prints well-formed results. Never asserts timings.
+
+The smoke run covers the in-process measures (single, checkpoint), one 2-worker job
+(validation on torch.distributed: torchrun, the collective count, the metric cross-check)
+and the CLI measure (which also checks that ``det-lite experiment list`` does not import
+torch). The statistics helpers are checked on closed-form inputs.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUN = os.path.join(REPO, "benchmarks", "run.py")
+KEYS = {"name", "det_lite_s", "baseline_s", "ratio", "goal"}
+
+
+def _positive(value):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def smoke_rows():
+    proc = subprocess.run(
+        [sys.executable, RUN, "--smoke", "--json", "--only", "single,validation,checkpoint,cli"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_smoke_run_prints_one_row_per_case(smoke_rows):
+    names = [r["name"] for r in smoke_rows]
+    assert names == [
+        "single_mlp_step",
+        "validation_torch_2workers",
+        "checkpoint_save_1M",
+        "checkpoint_load_1M",
+        "cli_experiment_list_50",
+        "cli_experiment_list_all_50",
+    ]
+
+
+def test_every_row_has_the_required_keys_and_positive_numbers(smoke_rows):
+    for row in smoke_rows:
+        assert KEYS <= set(row), row
+        assert _positive(row["det_lite_s"]), row
+        if row["name"].startswith("cli_"):  # absolute: goal in seconds, no baseline
+            assert row["baseline_s"] is None and row["ratio"] is None, row
+            assert row["goal"] == 0.3
+        else:
+            assert _positive(row["baseline_s"]) and _positive(row["ratio"]), row
+            assert _positive(row["goal"]), row
+        assert row["passed"] in (True, False), row
+
+
+def test_validation_row_counts_collectives(smoke_rows):
+    (row,) = [r for r in smoke_rows if r["name"] == "validation_torch_2workers"]
+    # The job fails (no row) when det-lite's metrics differ from the hand-written gather's.
+    assert isinstance(row["collectives"], int) and row["collectives"] >= 1
+    assert row["collectives_goal"] == 1
+
+
+def test_cli_rows_see_no_torch_import(smoke_rows):
+    for row in smoke_rows:
+        if row["name"].startswith("cli_"):
+            assert row["torch_imported"] is False, row
+
+
+def test_unknown_measure_is_a_usage_error():
+    proc = subprocess.run(
+        [sys.executable, RUN, "--only", "single,nope"], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert proc.returncode == 2
+    assert "unknown measure(s) nope" in proc.stderr
+
+
+# --- statistics on closed-form inputs -------------------------------------------------------------
+
+
+@pytest.fixture
+def common(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    import _common
+
+    return _common
+
+
+def test_lockstep_row_pairs_batches_and_takes_medians(common):
+    # Repeat 1: det-lite 10 % slower on every batch; repeat 2: 30 % slower; repeat 3: 20 %.
+    results = [
+        ([1.1, 2.2, 3.3], [1.0, 2.0, 3.0]),
+        ([1.3, 1.3, 1.3], [1.0, 1.0, 1.0]),
+        ([2.4, 1.2, 3.6], [2.0, 1.0, 3.0]),
+    ]
+    row = common.lockstep_row("x", results, 1.05)
+    assert row["ratio"] == pytest.approx(1.2)  # median of the per-repeat ratios 1.1, 1.3, 1.2
+    assert row["ratio_mean"] == pytest.approx(1.2)  # 6.6/6, 3.9/3, 7.2/6
+    assert row["det_lite_s"] == pytest.approx(2.2)  # median of the per-repeat medians 2.2, 1.3, 2.4
+    assert row["baseline_s"] == pytest.approx(2.0)  # ... of 2.0, 1.0, 2.0
+    assert row["repeats"] == 3
+    assert common.passed(row) is False
+    assert common.passed(dict(row, goal=1.25)) is True
+
+
+def test_alternate_runs_the_sides_in_abba_order(common):
+    calls = []
+
+    def side(tag):
+        return lambda: calls.append(tag) or len(calls)
+
+    ours, base = common.alternate(4, side("d"), side("b"))
+    assert "".join(calls) == "dbbddbbd"
+    assert ours == [1, 4, 5, 8] and base == [2, 3, 6, 7]
+
+
+def test_absolute_rows_and_collective_goals(common):
+    row = common.absolute_row("cli", [0.2, 0.4, 0.1], 0.3)
+    assert (row["det_lite_s"], row["baseline_s"], row["ratio"]) == (0.2, None, None)
+    assert common.passed(row) is True
+    assert common.passed(common.absolute_row("startup", [3.0], None)) is None
+    ratio = common.ratio_row("val", [1.0], [1.0], 1.1, collectives=2, collectives_goal=1)
+    assert common.passed(ratio) is False  # the time is fine, the number of collectives is not
