@@ -36,15 +36,15 @@ if REPO not in sys.path:
 
 from _common import Row, format_table, log, passed  # noqa: E402
 
-# name -> module; run in this order.
+# name -> (module, keyword arguments of its run()); run in this order.
 MEASURES = {
-    "single": "_single",
-    "horovod": "_horovod",
-    "ddp": "_ddp",
-    "validation": "_validation",
-    "checkpoint": "_checkpoint",
-    "cli": "_cli",
-    "startup": "_startup",
+    "single": ("_single", {}),
+    "horovod": ("_two_workers", {"engine": "horovod"}),
+    "ddp": ("_two_workers", {"engine": "ddp"}),
+    "validation": ("_validation", {}),
+    "checkpoint": ("_checkpoint", {}),
+    "cli": ("_cli", {}),
+    "startup": ("_startup", {}),
 }
 
 
@@ -97,8 +97,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def run_measure(name: str, mode: str, repeats: Optional[int], threads: int) -> List[Row]:
-    module = importlib.import_module(MEASURES[name])
-    kwargs = {"threads": threads} if name == "single" else {}
+    module_name, kwargs = MEASURES[name]
+    module = importlib.import_module(module_name)
+    if name == "single":
+        kwargs = {**kwargs, "threads": threads}
     return module.run(mode, repeats, **kwargs)
 
 

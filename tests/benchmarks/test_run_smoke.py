@@ -27,7 +27,7 @@ def _positive(value):
 @pytest.fixture(scope="module")
 def smoke_rows():
     proc = subprocess.run(
-        [sys.executable, RUN, "--smoke", "--json", "--only", "single,validation,checkpoint,cli"],
+        [sys.executable, RUN, "--smoke", "--json", "--only", "single,horovod,ddp,validation,checkpoint,cli"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -41,6 +41,10 @@ def test_smoke_run_prints_one_row_per_case(smoke_rows):
     names = [r["name"] for r in smoke_rows]
     assert names == [
         "single_mlp_step",
+        "horovod_mlp_2workers_step",
+        "horovod_mlp_2workers_step_aggregation2",
+        "ddp_mlp_2workers_step",
+        "ddp_mlp_2workers_step_aggregation2",
         "validation_torch_2workers",
         "checkpoint_save_1M",
         "checkpoint_load_1M",

@@ -1,58 +1,16 @@
-"""``determined.pytorch`` for det-lite: Determined's trial API names, bound to det-lite's objects."""
+"""``determined.pytorch`` for det-lite: Determined's trial API names, bound to det-lite's objects.
 
+It mirrors ``determined_lite.pytorch.__all__``, so every name det-lite exports is here too.
+"""
+
+import determined_lite.pytorch as _det_lite_pytorch
 from determined_lite.compat._install import missing_attribute as _missing_attribute
-from determined_lite.pytorch import (
-    Batch,
-    CallbackError,
-    DataLoader,
-    Epoch,
-    LRScheduler,
-    MetricReducer,
-    PyTorchCallback,
-    PyTorchExperimentalContext,
-    PyTorchTrial,
-    PyTorchTrialContext,
-    Record,
-    Reducer,
-    RemovableHandle,
-    TorchData,
-    Trainer,
-    TrainResult,
-    TrialInfo,
-    data_length,
-    init,
-    load_trial_from_checkpoint_path,
-    register_global_callback,
-)
 
-from . import samplers
+from . import samplers  # noqa: F401 -- listed in __all__ (from det-lite's)
+
+__all__ = list(_det_lite_pytorch.__all__)
+globals().update({name: getattr(_det_lite_pytorch, name) for name in __all__ if name != "samplers"})
 
 
 def __getattr__(name: str) -> object:
     raise _missing_attribute(__name__, name)
-
-
-__all__ = [
-    "Batch",
-    "CallbackError",
-    "DataLoader",
-    "Epoch",
-    "LRScheduler",
-    "MetricReducer",
-    "PyTorchCallback",
-    "PyTorchExperimentalContext",
-    "PyTorchTrial",
-    "PyTorchTrialContext",
-    "Record",
-    "Reducer",
-    "RemovableHandle",
-    "TorchData",
-    "TrainResult",
-    "Trainer",
-    "TrialInfo",
-    "data_length",
-    "init",
-    "load_trial_from_checkpoint_path",
-    "register_global_callback",
-    "samplers",
-]

@@ -1,23 +1,6 @@
 """``determined.pytorch.samplers`` for det-lite: the classes of ``determined_lite.pytorch.samplers``."""
 
-from determined_lite.pytorch.samplers import (
-    DistributedBatchSampler,
-    DistributedSampler,
-    RepeatBatchSampler,
-    RepeatSampler,
-    ReproducibleShuffleBatchSampler,
-    ReproducibleShuffleSampler,
-    SkipBatchSampler,
-    SkipSampler,
-)
+import determined_lite.pytorch.samplers as _det_lite_samplers
 
-__all__ = [
-    "DistributedBatchSampler",
-    "DistributedSampler",
-    "RepeatBatchSampler",
-    "RepeatSampler",
-    "ReproducibleShuffleBatchSampler",
-    "ReproducibleShuffleSampler",
-    "SkipBatchSampler",
-    "SkipSampler",
-]
+__all__ = list(_det_lite_samplers.__all__)
+globals().update({name: getattr(_det_lite_samplers, name) for name in __all__})
