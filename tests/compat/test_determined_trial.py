@@ -8,16 +8,15 @@ per-slot batch 2, so an epoch is 4 batches; validation on x = 1..5 in batches [1
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import pytest
-import yaml
+
+from tests.cli_helpers import cli, describe
+from tests.cli_helpers import write_config as _write_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "determined_trial")
@@ -26,36 +25,8 @@ UNUSED = "bind_mounts, profiling, environment.image, resources.resource_pool"
 pytestmark = pytest.mark.timeout(300)
 
 
-def cli(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "determined_lite.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=REPO,
-        env=env,
-    )
-
-
-def describe(exp_id: int) -> dict:
-    proc = cli("experiment", "describe", str(exp_id), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 def write_config(tmp_path, **changes) -> str:
-    with open(os.path.join(FIXTURE, "const.yaml")) as f:
-        config = yaml.safe_load(f)
-    for key, value in changes.items():
-        node = config
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    path = os.path.join(str(tmp_path), "exp.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(config, f)
-    return path
+    return _write_config(os.path.join(FIXTURE, "const.yaml"), tmp_path, **changes)
 
 
 # --- closed forms -----------------------------------------------------------------------------

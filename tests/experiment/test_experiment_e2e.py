@@ -15,8 +15,9 @@ import sys
 import time
 
 import pytest
-import yaml
 
+from tests.cli_helpers import cli, describe
+from tests.cli_helpers import write_config as _write_config
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,38 +26,8 @@ LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 pytestmark = pytest.mark.timeout(240)
 
 
-def cli(*args: str, check: bool = False, timeout: float = 180) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "determined_lite.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"det-lite {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-        )
-    return proc
-
-
-def describe(exp_id: int) -> dict:
-    return json.loads(cli("experiment", "describe", str(exp_id), "--json", check=True).stdout)
-
-
 def write_config(tmp_path, name: str = "exp.yaml", **changes) -> str:
-    with open(os.path.join(LINEAR, "const.yaml")) as f:
-        config = yaml.safe_load(f)
-    for key, value in changes.items():
-        node = config
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    path = os.path.join(str(tmp_path), name)
-    with open(path, "w") as f:
-        yaml.safe_dump(config, f)
-    return path
+    return _write_config(os.path.join(LINEAR, "const.yaml"), tmp_path, name, **changes)
 
 
 def weight_after(batches: int, lr: float = 0.01) -> float:
