@@ -261,12 +261,19 @@ class TrialController:
         self.callbacks.call("on_trial_startup", start, checkpoint_uuid)
         try:
             self._train(start, rng_state)
-        finally:
+        except BaseException:
+            # A complete checkpoint still counts after an error (a restart resumes from it), but
+            # announcing it must not hide the error itself.
             try:
-                self._checkpoint_on_disk()  # also after an error: a complete checkpoint still counts
-            finally:
-                self._flush.close()
-                self.callbacks.call("on_trial_shutdown")
+                self._checkpoint_on_disk()
+            except Exception:
+                logger.exception("could not finish the last checkpoint after the trial failed")
+            raise
+        else:
+            self._checkpoint_on_disk()
+        finally:
+            self._flush.close()
+            self.callbacks.call("on_trial_shutdown")
         return self.result
 
     def _train(self, start: int, rng_state: Optional[Dict[str, Any]]) -> None:

@@ -351,6 +351,34 @@ def test_error_in_shutdown_hook_is_a_callback_error() -> None:
         _fit({"bad": BadShutdown()}, max_batches=2, validation=None)
 
 
+def test_a_checkpoint_written_before_a_failure_is_still_announced() -> None:
+    # Checkpoint at batch 4 (flushed in the background), failure at batch 5, before any report.
+    boom = Boom(at=5)
+    rec = Recorder("rec", [])
+    with pytest.raises(pytorch.CallbackError, match="kaboom"):
+        _fit({"rec": rec, "boom": boom}, max_batches=8, validation=None, reporting=8, checkpoint_period=4)
+    hooks = rec.hooks()
+    assert hooks.count("on_checkpoint_write_end") == hooks.count("on_checkpoint_upload_end") == 1
+    (path,) = [a[0] for a in rec.args("on_checkpoint_write_end")]
+    assert [a[0] for a in rec.args("on_checkpoint_upload_end")] == [os.path.basename(path)]
+    assert hooks.index("on_checkpoint_upload_end") < hooks.index("on_trial_shutdown")
+
+
+def test_an_error_announcing_the_last_checkpoint_does_not_hide_the_trial_error() -> None:
+    class BadUpload(pytorch.PyTorchCallback):
+        def on_checkpoint_upload_end(self, uuid: str) -> None:
+            raise OSError("store gone")
+
+    with pytest.raises(pytorch.CallbackError, match="kaboom"):
+        _fit(
+            {"bad": BadUpload(), "boom": Boom(at=5)},
+            max_batches=8,
+            validation=None,
+            reporting=8,
+            checkpoint_period=4,
+        )
+
+
 # --- deprecations ---------------------------------------------------------------------------
 
 
