@@ -19,6 +19,8 @@ class Section(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", validate_default=False)
 
     label: ClassVar[str] = "this section's"
+    # Determined fields det-lite removes before validation: typos of them get a suggestion too.
+    determined_only: ClassVar[Tuple[str, ...]] = ()
     null_is_default: ClassVar[bool] = True
 
     @model_validator(mode="before")
@@ -32,7 +34,9 @@ class Section(BaseModel):
             if not isinstance(key, str):
                 raise FieldError((), f"field names must be strings, got {key!r}")
             if key not in cls.model_fields:
-                raise FieldError((key,), unknown_field_message(key, list(cls.model_fields), cls.label))
+                raise FieldError(
+                    (key,), unknown_field_message(key, list(cls.model_fields), cls.label, cls.determined_only)
+                )
         if cls.null_is_default:
             return {k: v for k, v in data.items() if v is not None}
         return data

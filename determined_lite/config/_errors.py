@@ -64,11 +64,13 @@ def describe(value: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def unknown_field_message(key: Any, known: Sequence[str], label: str) -> str:
-    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
-    close = close or [k for k in known if len(str(key)) >= 3 and (str(key) in k or k in str(key))][:1]
-    if close:
-        return f"unknown field (did you mean {close[0]!r}?)"
+def unknown_field_message(key: Any, known: Sequence[str], label: str, also: Sequence[str] = ()) -> str:
+    """"unknown field" with the closest of ``known`` (else of ``also``), or the list of ``known``."""
+    for names in (known, also):
+        close = difflib.get_close_matches(str(key), list(names), n=1, cutoff=0.6)
+        close = close or [k for k in names if len(str(key)) >= 3 and (str(key) in k or k in str(key))][:1]
+        if close:
+            return f"unknown field (did you mean {close[0]!r}?)"
     return f"unknown field; {label} fields are: {', '.join(known)}"
 
 

@@ -59,7 +59,6 @@ from determined_lite.config._errors import (
     describe,
     first_error,
     format_path,
-    unknown_field_message,
 )
 from determined_lite.config._hparams import iter_leaves, normalize_hyperparameters
 from determined_lite.config._launcher import SUPPORTED_ENTRYPOINTS, TRIAL_CLASS, normalize_launcher
@@ -129,6 +128,7 @@ class SearcherConfig(Section):
     """``searcher``: which trials to run; ``to_dict()`` keeps only the chosen searcher's fields."""
 
     label: ClassVar[str] = "searcher"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("searcher",)))
 
     name: Literal["single", "grid", "random", "adaptive_asha"]
     metric: StrictStr
@@ -205,6 +205,7 @@ class DDPOptions(Section):
 
 class ResourcesConfig(Section):
     label: ClassVar[str] = "resources"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("resources",)))
 
     slots_per_trial: NonNegativeInt = 1
     distributed_backend: Literal["horovod", "torch"] = "horovod"
@@ -246,6 +247,7 @@ class ResourcesConfig(Section):
 
 class OptimizationsConfig(Section):
     label: ClassVar[str] = "optimizations"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("optimizations",)))
 
     aggregation_frequency: PositiveInt = 1
     average_aggregated_gradients: StrictBool = True
@@ -254,6 +256,7 @@ class OptimizationsConfig(Section):
 
 class CheckpointStorageConfig(Section):
     label: ClassVar[str] = "checkpoint_storage"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("checkpoint_storage",)))
 
     type: Literal["shared_fs"] = "shared_fs"
     host_path: Optional[StrictStr] = None
@@ -338,6 +341,7 @@ def _environment_variables(value: Any) -> Dict[str, List[str]]:
 
 class EnvironmentConfig(Section):
     label: ClassVar[str] = "environment"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("environment",)))
 
     environment_variables: Annotated[Dict[str, List[str]], PlainValidator(_environment_variables)] = Field(
         default_factory=lambda: {device: [] for device in ENV_DEVICES}
@@ -351,6 +355,7 @@ class ExperimentConfig(Section):
     """A validated experiment config. ``to_dict()`` is what the store keeps and workers receive."""
 
     label: ClassVar[str] = "experiment config"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(()))
 
     name: Optional[StrictStr] = None
     description: Optional[StrictStr] = None
@@ -443,20 +448,9 @@ def validate_config(raw: Mapping[str, Any], source: str = "<config>") -> Experim
         raise ConfigError(e.message, path=format_path(e.loc), source=source) from None
     except ValidationError as e:
         loc, message = first_error(e)
-        raise ConfigError(_determined_hint(loc, message), path=format_path(loc), source=source) from None
+        raise ConfigError(message, path=format_path(loc), source=source) from None
     config._unused_fields = unused
     return config
-
-
-def _determined_hint(loc: Tuple[Any, ...], message: str) -> str:
-    """An "unknown field" without a suggestion gets one from the section's Determined-only fields
-    (removed before validation, so the schema never offered them): ``resource_poool`` ->
-    ``resource_pool``."""
-    if not loc or not message.startswith("unknown field") or "did you mean" in message:
-        return message
-    section = tuple(str(part) for part in loc[:-1])
-    hint = unknown_field_message(loc[-1], determined_only_fields(section), "")
-    return hint if "did you mean" in hint else message
 
 
 def environment_variables(exp_conf: Mapping[str, Any], device: str = "cpu") -> Dict[str, str]:
