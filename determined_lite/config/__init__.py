@@ -21,6 +21,12 @@ from determined_lite.config._schema import (
     validate_config,
 )
 from determined_lite.config._yaml import apply_overrides, read_yaml
+from determined_lite.config._settings import (
+    DEFAULT_SCHEDULING_UNIT,
+    DEFAULT_SMALLER_IS_BETTER,
+    CheckpointPolicy,
+    TrainingSettings,
+)
 from determined_lite.config.units import Batch, Epoch, Record, TrainUnit, length_from_config
 
 
@@ -32,12 +38,16 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> ExperimentConfig:
 
 __all__ = [
     "Batch",
+    "CheckpointPolicy",
     "ConfigError",
+    "DEFAULT_SCHEDULING_UNIT",
+    "DEFAULT_SMALLER_IS_BETTER",
     "Epoch",
     "ExperimentConfig",
     "Record",
     "SEARCHERS",
     "TrainUnit",
+    "TrainingSettings",
     "constant_values",
     "environment_variables",
     "iter_leaves",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Union
+from typing import Any, Dict, Mapping, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +45,12 @@ class Record(TrainUnit):
 Length = Union[Batch, Epoch, Record]
 
 _UNITS = {"batches": Batch, "epochs": Epoch, "records": Record}
+_NAMES = {cls: name for name, cls in _UNITS.items()}
+
+
+def length_to_config(length: TrainUnit) -> Dict[str, int]:
+    """Determined's ``{batches|epochs|records: n}`` form of ``length``; see :func:`length_from_config`."""
+    return {_NAMES[type(length)]: length.value}
 
 
 def length_from_config(value: Any, field: str = "max_length") -> TrainUnit:

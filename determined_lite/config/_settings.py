@@ -1,0 +1,117 @@
+"""What a trial's training loop takes from the experiment config, typed, with defaults in one place.
+
+The schema (``_schema.py``) validates a config file once; :class:`TrainingSettings` is the part
+of it the loop needs. The runner builds it from the validated config and carries it to workers
+in the worker spec; ``determined_lite.pytorch.init(exp_conf=...)`` builds it from a (possibly
+partial) mapping for plain-Python runs. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Dict, Mapping, Optional
+
+from determined_lite.config.units import Batch, TrainUnit, length_from_config, length_to_config
+
+# Determined's defaults, owned here; the schema and the loop read them from this module.
+DEFAULT_SCHEDULING_UNIT = 100
+DEFAULT_SMALLER_IS_BETTER = True
+
+
+class CheckpointPolicy(str, enum.Enum):
+    """Which validations also checkpoint: Determined's ``checkpoint_policy``."""
+
+    BEST = "best"  # the searcher metric improved
+    ALL = "all"
+    NONE = "none"
+
+
+def _get(conf: Mapping[str, Any], *path: str) -> Any:
+    """``conf[path[0]][path[1]]...``, or None when any step is missing or None."""
+    node: Any = conf
+    for key in path:
+        if not isinstance(node, Mapping) or node.get(key) is None:
+            return None
+        node = node[key]
+    return node
+
+
+def _period(value: Any, field: str) -> Optional[TrainUnit]:
+    if value is None:
+        return None
+    if isinstance(value, Mapping) and len(value) == 1 and next(iter(value.values())) == 0:
+        return None  # Determined's {batches: 0}: no periodic workload
+    return length_from_config(value, field)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings:
+    """The experiment-config fields the training loop uses (Determined's names in comments)."""
+
+    searcher_metric: Optional[str] = None  # searcher.metric
+    smaller_is_better: bool = DEFAULT_SMALLER_IS_BETTER  # searcher.smaller_is_better
+    max_length: Optional[TrainUnit] = None  # searcher.max_length
+    validation_period: Optional[TrainUnit] = None  # min_validation_period
+    checkpoint_period: Optional[TrainUnit] = None  # min_checkpoint_period
+    reporting_period: TrainUnit = Batch(DEFAULT_SCHEDULING_UNIT)  # scheduling_unit
+    checkpoint_policy: CheckpointPolicy = CheckpointPolicy.BEST
+    step_zero_validation: bool = False  # perform_initial_validation
+    aggregation_frequency: int = 1  # optimizations.aggregation_frequency
+    average_aggregated_gradients: bool = True  # optimizations.average_aggregated_gradients
+    experiment_seed: Optional[int] = None  # reproducibility.experiment_seed
+
+    @classmethod
+    def from_config(cls, exp_conf: Mapping[str, Any]) -> "TrainingSettings":
+        """Read the fields of ``exp_conf``; a missing or null field takes Determined's default.
+
+        Accepts a partial mapping (plain-Python ``init(exp_conf=...)``); an experiment's config
+        was validated by the schema first, so nothing here can fail for it.
+        """
+        d = cls()
+        unit = _get(exp_conf, "scheduling_unit")
+        policy = _get(exp_conf, "checkpoint_policy")
+        return cls(
+            searcher_metric=_get(exp_conf, "searcher", "metric"),
+            smaller_is_better=_or(_get(exp_conf, "searcher", "smaller_is_better"), d.smaller_is_better),
+            max_length=_period(_get(exp_conf, "searcher", "max_length"), "searcher.max_length"),
+            validation_period=_period(_get(exp_conf, "min_validation_period"), "min_validation_period"),
+            checkpoint_period=_period(_get(exp_conf, "min_checkpoint_period"), "min_checkpoint_period"),
+            reporting_period=Batch(int(unit)) if unit else d.reporting_period,
+            checkpoint_policy=CheckpointPolicy(policy) if policy else d.checkpoint_policy,
+            step_zero_validation=bool(_get(exp_conf, "perform_initial_validation")),
+            aggregation_frequency=_or(
+                _get(exp_conf, "optimizations", "aggregation_frequency"), d.aggregation_frequency
+            ),
+            average_aggregated_gradients=_or(
+                _get(exp_conf, "optimizations", "average_aggregated_gradients"),
+                d.average_aggregated_gradients,
+            ),
+            experiment_seed=_get(exp_conf, "reproducibility", "experiment_seed"),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        """A JSON-able dict (lengths in Determined's ``{unit: n}`` form); see :meth:`from_json`."""
+        out: Dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, TrainUnit):
+                value = length_to_config(value)
+            elif isinstance(value, CheckpointPolicy):
+                value = value.value
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TrainingSettings":
+        values = dict(data)
+        for name in ("max_length", "validation_period", "checkpoint_period", "reporting_period"):
+            if values.get(name) is not None:
+                values[name] = length_from_config(values[name], name)
+        if "checkpoint_policy" in values:
+            values["checkpoint_policy"] = CheckpointPolicy(values["checkpoint_policy"])
+        return cls(**values)
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
