@@ -22,7 +22,8 @@ from determined_lite.config.units import Batch, Record, TrainUnit
 from determined_lite.pytorch import _checkpoint
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
-from determined_lite.pytorch._data import DataLoader, _set_epoch
+from determined_lite.pytorch._data import DataLoader
+from determined_lite.pytorch._sharding import set_epoch
 from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._reducer import (
     LazyMetricList,
@@ -177,7 +178,7 @@ class TrialController:
     def _epoch_length(self) -> int:
         loader = self._train_loader
         if isinstance(loader, DataLoader):
-            return loader._training_epoch_length(self.dist.size)
+            return loader.sharding.epoch_length(self.dist.size)
         try:
             n = len(loader)
         except TypeError:
@@ -192,7 +193,7 @@ class TrialController:
         loader = self._train_loader
         if isinstance(loader, DataLoader):
             return iter(
-                loader._training_loader(
+                loader.sharding.training_loader(
                     seed=self.context.get_trial_seed(),
                     rank=self.dist.rank,
                     num_replicas=self.dist.size,
@@ -206,7 +207,7 @@ class TrialController:
             epoch, skip = divmod(start, self._epoch_len)
             while True:
                 for obj in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
-                    _set_epoch(obj, epoch)
+                    set_epoch(obj, epoch)
                 yield from itertools.islice(loader, skip, None)
                 epoch, skip = epoch + 1, 0
 
@@ -444,7 +445,7 @@ class TrialController:
         ctx, cbs, trial = self.context, self.callbacks, self.trial
         loader = self._val_loader
         if isinstance(loader, DataLoader):
-            loader = loader._validation_loader(
+            loader = loader.sharding.validation_loader(
                 rank=self.dist.rank, num_replicas=self.dist.size, seed=ctx.get_trial_seed()
             )
         limit = 1 if self.spec.test_mode else None
@@ -482,7 +483,7 @@ class TrialController:
             try:
                 loader = self._val_loader
                 if isinstance(loader, DataLoader):
-                    loader = loader._validation_loader(
+                    loader = loader.sharding.validation_loader(
                         rank=0, num_replicas=1, seed=self.context.get_trial_seed()
                     )
                 metrics = self.trial.evaluate_full_dataset(loader)

@@ -33,7 +33,7 @@ def _flat(batches: List[List[int]]) -> List[int]:
 
 def _train(dl: DataLoader, count: int, **kwargs: Any) -> List[List[int]]:
     kwargs.setdefault("seed", 0)
-    return _batches(dl._training_loader(**kwargs), count)
+    return _batches(dl.sharding.training_loader(**kwargs), count)
 
 
 def _steps(dl: DataLoader, replicas: int, count: int, **kwargs: Any) -> List[List[int]]:
@@ -48,30 +48,30 @@ def _steps(dl: DataLoader, replicas: int, count: int, **kwargs: Any) -> List[Lis
 def test_single_process_batches_and_epoch_length() -> None:
     dl = DataLoader(_ds(10), batch_size=4)
     assert len(dl) == 3
-    assert dl._training_epoch_length() == 3
+    assert dl.sharding.epoch_length() == 3
     assert _train(dl, 5) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9], [0, 1, 2, 3], [4, 5, 6, 7]]
-    assert _batches(dl._validation_loader()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
-    assert len(dl._validation_loader()) == 3
+    assert _batches(dl.sharding.validation_loader()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert len(dl.sharding.validation_loader()) == 3
 
 
 def test_drop_last_single_process() -> None:
     dl = DataLoader(_ds(10), batch_size=4, drop_last=True)
     assert len(dl) == 2
-    assert dl._training_epoch_length() == 2
+    assert dl.sharding.epoch_length() == 2
     assert _train(dl, 3) == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
-    assert _batches(dl._validation_loader()) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert _batches(dl.sharding.validation_loader()) == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
 def test_epoch_length_values() -> None:
-    assert DataLoader(_ds(12), batch_size=4)._training_epoch_length() == 3
-    assert DataLoader(_ds(13), batch_size=4)._training_epoch_length() == 4
-    assert DataLoader(_ds(13), batch_size=4, drop_last=True)._training_epoch_length() == 3
-    assert DataLoader(_ds(10), batch_size=2)._training_epoch_length(2) == 3
-    assert DataLoader(_ds(16), batch_size=2)._training_epoch_length(4) == 2
+    assert DataLoader(_ds(12), batch_size=4).sharding.epoch_length() == 3
+    assert DataLoader(_ds(13), batch_size=4).sharding.epoch_length() == 4
+    assert DataLoader(_ds(13), batch_size=4, drop_last=True).sharding.epoch_length() == 3
+    assert DataLoader(_ds(10), batch_size=2).sharding.epoch_length(2) == 3
+    assert DataLoader(_ds(16), batch_size=2).sharding.epoch_length(4) == 2
     with pytest.warns(UserWarning, match="last 1 records"):
-        assert DataLoader(_ds(17), batch_size=2)._training_epoch_length(4) == 2  # 1 < 4 ranks
-    assert DataLoader(_ds(20), batch_size=2)._training_epoch_length(4) == 3  # tail 4 = 1 each
-    assert DataLoader(_ds(20), batch_size=2, drop_last=True)._training_epoch_length(4) == 2
+        assert DataLoader(_ds(17), batch_size=2).sharding.epoch_length(4) == 2  # 1 < 4 ranks
+    assert DataLoader(_ds(20), batch_size=2).sharding.epoch_length(4) == 3  # tail 4 = 1 each
+    assert DataLoader(_ds(20), batch_size=2, drop_last=True).sharding.epoch_length(4) == 2
 
 
 def test_attributes_are_read_only() -> None:
@@ -88,7 +88,7 @@ def test_attributes_are_read_only() -> None:
 
 def _epoch_orders(seed: int, n: int = 20, epochs: int = 2) -> List[List[int]]:
     dl = DataLoader(_ds(n), batch_size=3, shuffle=True)
-    length = dl._training_epoch_length()
+    length = dl.sharding.epoch_length()
     batches = _train(dl, length * epochs, seed=seed)
     return [_flat(batches[e * length : (e + 1) * length]) for e in range(epochs)]
 
@@ -114,9 +114,9 @@ def test_shuffle_ignores_global_rng() -> None:
 
 def test_validation_uses_the_epoch_zero_order() -> None:
     dl = DataLoader(_ds(20), batch_size=3, shuffle=True)
-    val = _batches(dl._validation_loader(seed=5))
-    assert val == _train(dl, dl._training_epoch_length(), seed=5)
-    assert _batches(dl._validation_loader(seed=5)) == val
+    val = _batches(dl.sharding.validation_loader(seed=5))
+    assert val == _train(dl, dl.sharding.epoch_length(), seed=5)
+    assert _batches(dl.sharding.validation_loader(seed=5)) == val
 
 
 # --- sharding the training stream ------------------------------------------------------
@@ -134,8 +134,8 @@ def test_two_replicas_match_one_replica_with_double_batch() -> None:
 def test_replicas_match_with_shuffle_and_cover_every_record() -> None:
     dl2 = DataLoader(_ds(23), batch_size=3, shuffle=True)
     dl1 = DataLoader(_ds(23), batch_size=6, shuffle=True)
-    length = dl2._training_epoch_length(2)
-    assert length == dl1._training_epoch_length() == 4
+    length = dl2.sharding.epoch_length(2)
+    assert length == dl1.sharding.epoch_length() == 4
     steps = _steps(dl2, 2, 2 * length, seed=11)
     assert steps == _train(dl1, 2 * length, seed=11)
     for e in range(2):
@@ -151,20 +151,20 @@ def test_tail_split_larger_chunks_first() -> None:
 def test_tail_too_small_for_every_rank_is_dropped_with_one_warning() -> None:
     dl = DataLoader(_ds(9), batch_size=4)
     with pytest.warns(UserWarning, match=r"last 1 records.*num_replicas=2"):
-        assert dl._training_epoch_length(2) == 1
+        assert dl.sharding.epoch_length(2) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _train(dl, 2, rank=1, num_replicas=2) == [[4, 5, 6, 7], [4, 5, 6, 7]]
-        assert dl._training_epoch_length(1) == 3  # one rank: nothing is dropped
+        assert dl.sharding.epoch_length(1) == 3  # one rank: nothing is dropped
     # validation still sees the record that training skips
-    assert _flat(_batches(dl._validation_loader(rank=1, num_replicas=2))) == [8]
+    assert _flat(_batches(dl.sharding.validation_loader(rank=1, num_replicas=2))) == [8]
 
 
 def test_drop_last_drops_a_usable_tail_silently() -> None:
     dl = DataLoader(_ds(10), batch_size=2, drop_last=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert dl._training_epoch_length(2) == 2
+        assert dl.sharding.epoch_length(2) == 2
     assert _steps(dl, 2, 3) == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
 
 
@@ -174,7 +174,7 @@ def test_drop_last_drops_a_usable_tail_silently() -> None:
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_start_batch_yields_the_tail_of_the_stream(replicas: int) -> None:
     dl = DataLoader(_ds(10), batch_size=2 if replicas == 2 else 3, shuffle=True)
-    length = dl._training_epoch_length(replicas)
+    length = dl.sharding.epoch_length(replicas)
     total = 3 * length + 1
     for rank in range(replicas):
         full = _train(dl, total, seed=4, rank=rank, num_replicas=replicas)
@@ -197,7 +197,7 @@ def test_start_batch_yields_the_tail_of_the_stream(replicas: int) -> None:
 )
 def test_validation_sharding(replicas: int, expected: List[List[List[int]]]) -> None:
     dl = DataLoader(_ds(11), batch_size=3)
-    loaders = [dl._validation_loader(rank=r, num_replicas=replicas) for r in range(replicas)]
+    loaders = [dl.sharding.validation_loader(rank=r, num_replicas=replicas) for r in range(replicas)]
     per_rank = [_batches(loader) for loader in loaders]
     assert per_rank == expected
     assert [len(loader) for loader in loaders] == [len(b) for b in expected]
@@ -208,12 +208,12 @@ def test_validation_sharding(replicas: int, expected: List[List[List[int]]]) -> 
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_validation_concat_equals_single_process_with_shuffle(replicas: int, drop_last: bool) -> None:
     dl = DataLoader(_ds(11), batch_size=3, shuffle=True, drop_last=drop_last)
-    single = _batches(dl._validation_loader(seed=2))
+    single = _batches(dl.sharding.validation_loader(seed=2))
     assert len(single) == (3 if drop_last else 4)
     sharded = [
         batch
         for r in range(replicas)
-        for batch in _batches(dl._validation_loader(rank=r, num_replicas=replicas, seed=2))
+        for batch in _batches(dl.sharding.validation_loader(rank=r, num_replicas=replicas, seed=2))
     ]
     assert sharded == single
 
@@ -221,7 +221,7 @@ def test_validation_concat_equals_single_process_with_shuffle(replicas: int, dro
 def test_validation_of_an_empty_dataset_yields_nothing() -> None:
     dl = DataLoader(_ds(0), batch_size=3)
     assert len(dl) == 0
-    assert _batches(dl._validation_loader()) == []
+    assert _batches(dl.sharding.validation_loader()) == []
 
 
 # --- global RNG ------------------------------------------------------------------------
@@ -229,10 +229,10 @@ def test_validation_of_an_empty_dataset_yields_nothing() -> None:
 
 def _loaders(dl: DataLoader) -> List[torch.utils.data.DataLoader]:
     return [
-        dl._training_loader(seed=3),
-        dl._training_loader(seed=3, rank=1, num_replicas=2, start_batch=5),
-        dl._validation_loader(),
-        dl._validation_loader(rank=1, num_replicas=2, seed=9),
+        dl.sharding.training_loader(seed=3),
+        dl.sharding.training_loader(seed=3, rank=1, num_replicas=2, start_batch=5),
+        dl.sharding.validation_loader(),
+        dl.sharding.validation_loader(rank=1, num_replicas=2, seed=9),
         dl.get_data_loader(repeat=True, skip=2),
         dl.get_data_loader(repeat=False, skip=1),
     ]
@@ -260,13 +260,13 @@ def test_loader_generators_are_deterministic() -> None:
     dl = DataLoader(_ds(10), batch_size=2)
 
     def seed_of(**kwargs: Any) -> int:
-        return dl._training_loader(**kwargs).generator.initial_seed()
+        return dl.sharding.training_loader(**kwargs).generator.initial_seed()
 
     assert seed_of(seed=1) == seed_of(seed=1)
     assert seed_of(seed=1) != seed_of(seed=2)
     assert seed_of(seed=1) != seed_of(seed=1, start_batch=3)
-    first = dl._validation_loader(seed=1).generator.initial_seed()
-    assert dl._validation_loader(seed=1).generator.initial_seed() == first
+    first = dl.sharding.validation_loader(seed=1).generator.initial_seed()
+    assert dl.sharding.validation_loader(seed=1).generator.initial_seed() == first
 
 
 # --- batch structures ------------------------------------------------------------------
@@ -285,7 +285,7 @@ class _ListDataset(torch.utils.data.Dataset):
 
 def _first_validation_batch(items: List[Any], batch_size: int = 2) -> Any:
     dl = DataLoader(_ListDataset(items), batch_size=batch_size)
-    return next(iter(dl._validation_loader()))
+    return next(iter(dl.sharding.validation_loader()))
 
 
 def test_dict_items_collate() -> None:
@@ -318,7 +318,7 @@ def test_nested_items_and_numpy_arrays_collate() -> None:
 
 def test_custom_collate_fn_is_used() -> None:
     dl = DataLoader(_ds(5), batch_size=2, collate_fn=lambda items: [int(x[0]) for x in items])
-    assert list(dl._validation_loader()) == [[0, 1], [2, 3], [4]]
+    assert list(dl.sharding.validation_loader()) == [[0, 1], [2, 3], [4]]
 
 
 # --- errors ----------------------------------------------------------------------------
@@ -368,21 +368,21 @@ def test_invalid_arguments(kwargs: dict, match: str) -> None:
 def test_empty_training_epoch_is_a_clear_error() -> None:
     dl = DataLoader(_ds(3), batch_size=4, drop_last=True)
     with pytest.raises(ValueError, match=r"no batches.*3 records, batch_size=4.*num_replicas=1"):
-        dl._training_loader(seed=0)
+        dl.sharding.training_loader(seed=0)
     with pytest.raises(ValueError, match=r"1 records, batch_size=2.*num_replicas=2"):
-        DataLoader(_ds(1), batch_size=2)._training_epoch_length(2)
+        DataLoader(_ds(1), batch_size=2).sharding.epoch_length(2)
 
 
 def test_bad_rank_arguments() -> None:
     dl = DataLoader(_ds(4), batch_size=2)
     with pytest.raises(ValueError, match="rank must be in"):
-        dl._validation_loader(rank=2, num_replicas=2)
+        dl.sharding.validation_loader(rank=2, num_replicas=2)
     with pytest.raises(ValueError, match="num_replicas"):
-        dl._training_loader(seed=0, num_replicas=0)
+        dl.sharding.training_loader(seed=0, num_replicas=0)
     with pytest.raises(ValueError, match="start_batch"):
-        dl._training_loader(seed=0, start_batch=-1)
+        dl.sharding.training_loader(seed=0, start_batch=-1)
     with pytest.raises(ValueError, match="seed"):
-        dl._training_loader(seed=-1)
+        dl.sharding.training_loader(seed=-1)
 
 
 # --- custom samplers -------------------------------------------------------------------
@@ -421,7 +421,7 @@ def test_custom_sampler_set_epoch_drives_the_order() -> None:
     assert _train(dl, 2, start_batch=5) == [[5, 4], [2, 1, 0, 5]]
     assert sampler.calls == [2, 3]
     sampler.calls.clear()
-    assert _batches(dl._validation_loader()) == [[5, 4, 3, 2], [1, 0]]
+    assert _batches(dl.sharding.validation_loader()) == [[5, 4, 3, 2], [1, 0]]
     assert sampler.calls == [0]
 
 
@@ -455,7 +455,7 @@ def test_custom_batch_sampler_training_sharding() -> None:
     assert _train(dl, 6) == [[0, 1], [2], [3, 4, 5], [6], [7, 8], [0, 1]]
     assert user.calls == [0, 1]
     with pytest.warns(UserWarning, match="last 1 batches"):
-        assert dl._training_epoch_length(2) == 2
+        assert dl.sharding.epoch_length(2) == 2
     assert _train(dl, 3, rank=0, num_replicas=2) == [[0, 1], [3, 4, 5], [0, 1]]
     assert _train(dl, 3, rank=1, num_replicas=2) == [[2], [6], [2]]
 
@@ -463,9 +463,9 @@ def test_custom_batch_sampler_training_sharding() -> None:
 def test_custom_batch_sampler_validation_sharding() -> None:
     user = _EpochBatchSampler([[0, 1], [2], [3, 4, 5], [6], [7, 8]])
     dl = DataLoader(_ds(9), batch_sampler=user)
-    assert _batches(dl._validation_loader(rank=0, num_replicas=2)) == [[0, 1], [2], [3, 4, 5]]
-    assert _batches(dl._validation_loader(rank=1, num_replicas=2)) == [[6], [7, 8]]
-    assert _batches(dl._validation_loader(rank=5, num_replicas=6)) == []
+    assert _batches(dl.sharding.validation_loader(rank=0, num_replicas=2)) == [[0, 1], [2], [3, 4, 5]]
+    assert _batches(dl.sharding.validation_loader(rank=1, num_replicas=2)) == [[6], [7, 8]]
+    assert _batches(dl.sharding.validation_loader(rank=5, num_replicas=6)) == []
 
 
 def test_changing_epoch_size_is_an_error() -> None:
@@ -499,12 +499,12 @@ def test_get_data_loader() -> None:
 
 def test_two_workers_one_pass() -> None:
     dl = DataLoader(_ds(10), batch_size=3, shuffle=True, num_workers=2)
-    single = _batches(DataLoader(_ds(10), batch_size=3, shuffle=True)._validation_loader(seed=1))
-    loader = dl._validation_loader(seed=1)
+    single = _batches(DataLoader(_ds(10), batch_size=3, shuffle=True).sharding.validation_loader(seed=1))
+    loader = dl.sharding.validation_loader(seed=1)
     state = torch.random.get_rng_state()
     assert _batches(loader) == single
     assert torch.equal(torch.random.get_rng_state(), state)
-    assert _batches(dl._training_loader(seed=1), 5)[:4] == single
+    assert _batches(dl.sharding.training_loader(seed=1), 5)[:4] == single
 
 
 # --- random augmentation in worker processes -------------------------------------------------
@@ -526,23 +526,23 @@ def _values(loader: torch.utils.data.DataLoader, count: int) -> List[torch.Tenso
 
 def test_worker_augmentation_resumes_exactly_and_ignores_worker_count() -> None:
     dl = {w: DataLoader(_NoisyDataset(), batch_size=3, shuffle=True, num_workers=w) for w in (1, 2)}
-    full = _values(dl[2]._training_loader(seed=5, start_batch=0), 10)
-    resumed = _values(dl[2]._training_loader(seed=5, start_batch=6), 4)
+    full = _values(dl[2].sharding.training_loader(seed=5, start_batch=0), 10)
+    resumed = _values(dl[2].sharding.training_loader(seed=5, start_batch=6), 4)
     for a, b in zip(full[6:], resumed):
         assert torch.equal(a, b)
-    one_worker = _values(dl[1]._training_loader(seed=5, start_batch=0), 10)
+    one_worker = _values(dl[1].sharding.training_loader(seed=5, start_batch=0), 10)
     for a, b in zip(full, one_worker):
         assert torch.equal(a, b)
     # The noise is real (values are not integers) and differs between epochs of a record.
     flat = torch.cat(full)
     assert not torch.equal(flat, flat.floor())
-    other_seed = _values(dl[2]._training_loader(seed=6, start_batch=0), 1)
+    other_seed = _values(dl[2].sharding.training_loader(seed=6, start_batch=0), 1)
     assert not torch.equal(other_seed[0], full[0])
 
 
 def test_worker_augmentation_in_validation_is_the_same_across_ranks() -> None:
     dl = DataLoader(_NoisyDataset(), batch_size=3, num_workers=2)
-    single = torch.cat(list(dl._validation_loader(seed=1)))
-    sharded = torch.cat([b for r in range(2) for b in dl._validation_loader(rank=r, num_replicas=2, seed=1)])
+    single = torch.cat(list(dl.sharding.validation_loader(seed=1)))
+    sharded = torch.cat([b for r in range(2) for b in dl.sharding.validation_loader(rank=r, num_replicas=2, seed=1)])
     assert torch.equal(single, sharded)
-    assert torch.equal(single, torch.cat(list(dl._validation_loader(seed=1))))  # every pass
+    assert torch.equal(single, torch.cat(list(dl.sharding.validation_loader(seed=1))))  # every pass

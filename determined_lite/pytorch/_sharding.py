@@ -1,0 +1,408 @@
+"""How det-lite cuts a DataLoader's data into batches per rank: sharding arithmetic and samplers.
+
+:class:`Sharding` is the one internal view of a :class:`~determined_lite.pytorch.DataLoader`
+that the harness uses: the epoch length per rank, the infinite training stream of one rank from
+any global batch on, and one rank's share of a validation pass. Every rank's training batch
+``j`` is its contiguous chunk of the single-slot batch ``j`` (so N slots with per-slot batch
+``b`` see what one slot with batch ``b * N`` sees), and every validation record is seen exactly
+once across ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import warnings
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.utils.data
+
+_Batch = list  # one batch: a list of dataset keys (ints for the default order)
+
+_TRAINING = 0
+_VALIDATION = 1
+
+
+def _contiguous_share(total: int, parts: int, index: int) -> tuple[int, int]:
+    """``(start, count)`` of part ``index`` when ``total`` items are cut into ``parts``
+    contiguous parts whose sizes differ by at most one, larger parts first."""
+    base, extra = divmod(total, parts)
+    return index * base + min(index, extra), base + (1 if index < extra else 0)
+
+
+def _loader_generator(seed: int, start: int, rank: int, purpose: int) -> torch.Generator:
+    """A fresh torch generator for one torch DataLoader.
+
+    Creating a torch DataLoader iterator draws its worker base seed from the
+    loader's generator (or from the global torch RNG when there is none); a
+    dedicated generator keeps the global RNG stream untouched.
+    """
+    state = np.random.SeedSequence([seed, start, rank, purpose]).generate_state(1, np.uint64)
+    generator = torch.Generator()
+    generator.manual_seed(int(state[0]) >> 1)  # 63 bits: always a valid torch seed
+    return generator
+
+
+def length_of(obj: Any) -> Optional[int]:
+    """``len(obj)``, or None when obj has no usable ``__len__``."""
+    try:
+        return len(obj)
+    except (TypeError, NotImplementedError):
+        return None
+
+
+def set_epoch(obj: Any, epoch: int) -> None:
+    """Call ``obj.set_epoch(epoch)`` when the (user's) sampler offers it."""
+    set_epoch = getattr(obj, "set_epoch", None)
+    if callable(set_epoch):
+        set_epoch(epoch)
+
+
+def check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_replicas(rank: int, num_replicas: int) -> None:
+    check_int("num_replicas", num_replicas, 1)
+    check_int("rank", rank, 0)
+    if rank >= num_replicas:
+        raise ValueError(f"rank must be in [0, num_replicas={num_replicas}), got {rank}")
+
+
+def _rank_training_batches(
+    order: Sequence, batch_size: int, num_replicas: int, rank: int, drop_last: bool
+) -> list[_Batch]:
+    """One epoch's training batches of ``rank``: its contiguous chunk of every global batch."""
+    global_size = batch_size * num_replicas
+    full, tail = divmod(len(order), global_size)
+    lo = rank * batch_size
+    batches = [list(order[j * global_size + lo : j * global_size + lo + batch_size]) for j in range(full)]
+    if tail >= num_replicas and not drop_last:
+        start, count = _contiguous_share(tail, num_replicas, rank)
+        start += full * global_size
+        batches.append(list(order[start : start + count]))
+    return batches
+
+
+def _training_length(num_records: int, batch_size: int, num_replicas: int, drop_last: bool) -> int:
+    """Global batches per training epoch under the rules of :func:`_rank_training_batches`."""
+    full, tail = divmod(num_records, batch_size * num_replicas)
+    return full + (1 if tail >= num_replicas and not drop_last else 0)
+
+
+def _batch_seed(seed: int, purpose: int, rank: int, index: int) -> int:
+    """Seed of one batch's loading in a worker process (63 bits)."""
+    state = np.random.SeedSequence([seed, purpose, rank, index]).generate_state(1, np.uint64)
+    return int(state[0]) >> 1
+
+
+class _SeededBatch(list):
+    """A batch of dataset keys with the seed its records are loaded with in a worker."""
+
+    def __init__(self, keys: Sequence, seed: int) -> None:
+        super().__init__(keys)
+        self.seed = seed
+
+    def __reduce__(self) -> Any:
+        return (_SeededBatch, (list(self), self.seed))
+
+
+class _WorkerSeededDataset(torch.utils.data.Dataset):
+    """Loads each batch in a worker with python/numpy/torch seeded from the batch's seed.
+
+    Worker processes have their own RNGs that no checkpoint can capture; seeding per batch
+    makes random augmentation in ``__getitem__`` depend only on the trial seed and the batch
+    index, so resume is exact and the result does not depend on ``num_workers``. (With
+    ``num_workers=0`` records load in the main process, whose RNGs checkpoints do capture.)
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.dataset[key]
+
+    def __getitems__(self, keys: Sequence) -> list:
+        seed = getattr(keys, "seed", None)
+        if seed is not None and torch.utils.data.get_worker_info() is not None:
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            torch.manual_seed(seed)
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return getitems(list(keys))
+        return [self.dataset[k] for k in keys]
+
+
+class _TrainingBatchSampler(torch.utils.data.Sampler):
+    """Infinite stream of one rank's batches from global batch ``start_batch`` on.
+
+    ``epoch_batches(e)`` builds epoch ``e``'s batches for this rank once; the
+    stream crosses epoch boundaries by asking for the next epoch.
+    """
+
+    def __init__(
+        self,
+        epoch_batches: Callable[[int], list[_Batch]],
+        epoch_length: int,
+        start_batch: int,
+        batch_seed: Optional[Callable[[int], int]] = None,
+    ) -> None:
+        super().__init__()
+        self._epoch_batches = epoch_batches
+        self._epoch_length = epoch_length
+        self._start_batch = start_batch
+        self._batch_seed = batch_seed
+
+    def __iter__(self) -> Iterator[_Batch]:
+        epoch, offset = divmod(self._start_batch, self._epoch_length)
+        while True:
+            batches = self._epoch_batches(epoch)
+            if len(batches) != self._epoch_length:
+                raise RuntimeError(
+                    f"training epoch {epoch} has {len(batches)} batches on this rank, but the "
+                    f"epoch length is {self._epoch_length}; det-lite needs every epoch to have "
+                    "the same size (check your sampler/batch_sampler)"
+                )
+            if self._batch_seed is None:
+                yield from batches[offset:]
+            else:
+                first = epoch * self._epoch_length
+                for i in range(offset, len(batches)):
+                    yield _SeededBatch(batches[i], self._batch_seed(first + i))
+            offset = 0
+            epoch += 1
+
+
+class _PassBatchSampler(torch.utils.data.Sampler):
+    """One finite pass over batches that ``make_batches()`` builds when iterated."""
+
+    def __init__(
+        self,
+        make_batches: Callable[[], list[_Batch]],
+        length: int,
+        batch_seed: Optional[Callable[[int], int]] = None,
+    ) -> None:
+        super().__init__()
+        self._make_batches = make_batches
+        self._length = length
+        self._batch_seed = batch_seed
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[_Batch]:
+        batches = self._make_batches()
+        if len(batches) != self._length:
+            raise RuntimeError(
+                f"expected {self._length} batches in this pass, got {len(batches)}; det-lite "
+                "needs your sampler/batch_sampler to yield the same amount every epoch"
+            )
+        if self._batch_seed is None:
+            yield from batches
+        else:
+            for i, batch in enumerate(batches):
+                yield _SeededBatch(batch, self._batch_seed(i))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderArgs:
+    """The checked constructor arguments of a DataLoader (``batch_size`` is per slot; None with a
+    custom ``batch_sampler``)."""
+
+    dataset: Any
+    batch_size: Optional[int]
+    shuffle: bool
+    sampler: Any
+    batch_sampler: Any
+    num_workers: int
+    collate_fn: Optional[Callable[[list], Any]]
+    pin_memory: bool
+    drop_last: bool
+    timeout: float
+    worker_init_fn: Optional[Callable[[int], None]]
+    multiprocessing_context: Any
+    prefetch_factor: Optional[int]
+    persistent_workers: bool
+    pin_memory_device: str
+
+
+class Sharding:
+    """The harness's view of one DataLoader: epoch lengths and per-rank torch loaders."""
+
+    def __init__(self, args: LoaderArgs) -> None:
+        self.args = args
+        self.warned_replicas: set[int] = set()
+
+    def batches_per_pass(self) -> int:
+        """Batches in one single-process epoch (the DataLoader's ``len()``)."""
+        if self.args.batch_sampler is not None:
+            return self.units_per_epoch()
+        num_records = self.units_per_epoch()
+        if self.args.drop_last:
+            return num_records // self.args.batch_size
+        return -(-num_records // self.args.batch_size)
+
+    def units_per_epoch(self) -> int:
+        """Records per epoch (or user batches per epoch with a custom batch_sampler)."""
+        source = self.args.batch_sampler if self.args.batch_sampler is not None else self.args.sampler
+        if source is None:
+            return len(self.args.dataset)
+        length = length_of(source)
+        if length is None:  # a sampler without __len__: count what epoch 0 yields
+            length = len(self.epoch_units(seed=0, epoch=0))
+        return length
+
+    def epoch_units(self, seed: int, epoch: int) -> list:
+        """Epoch ``epoch``'s record order, or its user batches with a custom batch_sampler."""
+        if self.args.batch_sampler is not None:
+            set_epoch(self.args.batch_sampler, epoch)
+            return [list(batch) for batch in self.args.batch_sampler]
+        if self.args.sampler is not None:
+            set_epoch(self.args.sampler, epoch)
+            return list(self.args.sampler)
+        n = len(self.args.dataset)
+        if self.args.shuffle:
+            return np.random.default_rng([seed, epoch]).permutation(n).tolist()
+        return list(range(n))
+
+    # --- training --------------------------------------------------------------------
+
+    def epoch_length(self, num_replicas: int = 1) -> int:
+        """Batches per epoch on each rank (identical on every rank)."""
+        check_int("num_replicas", num_replicas, 1)
+        units = self.units_per_epoch()
+        if self.args.batch_sampler is not None:
+            length, dropped = divmod(units, num_replicas)
+            what = f"batch_sampler yields {units} batches per epoch"
+        else:
+            length = _training_length(units, self.args.batch_size, num_replicas, self.args.drop_last)
+            full, dropped = divmod(units, self.args.batch_size * num_replicas)
+            if self.args.drop_last or length > full:
+                dropped = 0  # dropped on request, or the tail is trained on
+            what = f"dataset of {units} records, batch_size={self.args.batch_size} per slot"
+        if length == 0:
+            raise ValueError(
+                f"det-lite DataLoader: a training epoch has no batches ({what}, "
+                f"num_replicas={num_replicas}, drop_last={self.args.drop_last}); use a larger "
+                "dataset or a smaller batch size"
+            )
+        if dropped and num_replicas not in self.warned_replicas:
+            self.warned_replicas.add(num_replicas)
+            unit = "batches" if self.args.batch_sampler is not None else "records"
+            warnings.warn(
+                f"det-lite DataLoader: the last {dropped} {unit} of every training epoch "
+                f"({what}) cannot be split over num_replicas={num_replicas} and are skipped "
+                "in training; validation still sees every record",
+                stacklevel=2,
+            )
+        return length
+
+    def rank_epoch_batches(self, seed: int, rank: int, num_replicas: int, epoch: int) -> list[_Batch]:
+        """Training batches of ``rank`` for one epoch."""
+        units = self.epoch_units(seed, epoch)
+        if self.args.batch_sampler is not None:
+            usable = len(units) - len(units) % num_replicas
+            return units[rank:usable:num_replicas]
+        return _rank_training_batches(units, self.args.batch_size, num_replicas, rank, self.args.drop_last)
+
+    def training_loader(
+        self, *, seed: int, rank: int = 0, num_replicas: int = 1, start_batch: int = 0
+    ) -> torch.utils.data.DataLoader:
+        """Infinite: yields this rank's batches for global batch start_batch, start_batch+1, ...
+        epoch after epoch (so a resumed stream equals the tail of an uninterrupted one)."""
+        check_int("seed", seed, 0)
+        _check_replicas(rank, num_replicas)
+        check_int("start_batch", start_batch, 0)
+        length = self.epoch_length(num_replicas)
+
+        def epoch_batches(epoch: int) -> list[_Batch]:
+            return self.rank_epoch_batches(seed, rank, num_replicas, epoch)
+
+        sampler = _TrainingBatchSampler(
+            epoch_batches, length, start_batch, self.worker_seeds(seed, _TRAINING, rank, 0)
+        )
+        return self.torch_loader(sampler, _loader_generator(seed, start_batch, rank, _TRAINING))
+
+    # --- validation ------------------------------------------------------------------
+
+    def validation_share(self, num_replicas: int, rank: int) -> tuple[int, int]:
+        """``(first, count)`` of the single-process validation batches that ``rank`` gets."""
+        units = self.units_per_epoch()
+        if self.args.batch_sampler is not None:
+            total = units
+        elif self.args.drop_last:
+            total = units // self.args.batch_size
+        else:
+            total = -(-units // self.args.batch_size)
+        return _contiguous_share(total, num_replicas, rank)
+
+    def validation_batches(self, seed: int, first: int, count: int) -> list[_Batch]:
+        """Single-process validation batches ``first .. first+count-1`` (epoch-0 order)."""
+        units = self.epoch_units(seed, 0)
+        if self.args.batch_sampler is not None:
+            return units[first : first + count]
+        b = self.args.batch_size
+        usable = len(units) - len(units) % b if self.args.drop_last else len(units)
+        stop = min((first + count) * b, usable)
+        return [units[i : min(i + b, stop)] for i in range(first * b, stop, b)]
+
+    def pass_loader(
+        self, *, seed: int, rank: int, num_replicas: int, skip: int
+    ) -> torch.utils.data.DataLoader:
+        """One pass over this rank's validation share with its first ``skip`` batches skipped."""
+        check_int("seed", seed, 0)
+        _check_replicas(rank, num_replicas)
+        check_int("skip", skip, 0)
+        first, count = self.validation_share(num_replicas, rank)
+        skip = min(skip, count)
+        first, count = first + skip, count - skip
+
+        def make_batches() -> list[_Batch]:
+            return self.validation_batches(seed, first, count)
+
+        # Keyed by the single-process batch index: the same records load with the same
+        # seeds however many ranks share the pass.
+        sampler = _PassBatchSampler(make_batches, count, self.worker_seeds(seed, _VALIDATION, 0, first))
+        return self.torch_loader(sampler, _loader_generator(seed, skip, rank, _VALIDATION))
+
+    def validation_loader(
+        self, *, rank: int = 0, num_replicas: int = 1, seed: int = 0
+    ) -> torch.utils.data.DataLoader:
+        """One pass over this rank's share of the validation set; every record exactly once
+        across ranks, in single-process order when ranks are concatenated; may yield nothing."""
+        return self.pass_loader(seed=seed, rank=rank, num_replicas=num_replicas, skip=0)
+
+    def worker_seeds(
+        self, seed: int, purpose: int, rank: int, offset: int
+    ) -> Optional[Callable[[int], int]]:
+        """Per-batch seeds for loading in worker processes; None when loading in-process."""
+        if self.args.num_workers == 0:
+            return None
+        return lambda index: _batch_seed(seed, purpose, rank, offset + index)
+
+    def torch_loader(
+        self, batch_sampler: torch.utils.data.Sampler, generator: torch.Generator
+    ) -> torch.utils.data.DataLoader:
+        """A torch loader over the user's dataset driven by ``batch_sampler``."""
+        dataset = self.args.dataset if self.args.num_workers == 0 else _WorkerSeededDataset(self.args.dataset)
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_sampler=batch_sampler,
+            num_workers=self.args.num_workers,
+            collate_fn=self.args.collate_fn,
+            pin_memory=self.args.pin_memory,
+            timeout=self.args.timeout,
+            worker_init_fn=self.args.worker_init_fn,
+            multiprocessing_context=self.args.multiprocessing_context,
+            generator=generator,
+            prefetch_factor=self.args.prefetch_factor,
+            persistent_workers=self.args.persistent_workers,
+            pin_memory_device=self.args.pin_memory_device,
+        )
