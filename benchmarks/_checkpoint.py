@@ -8,7 +8,7 @@ metadata go through ``_checkpoint.write_checkpoint(durable=False)`` (temporary d
 ``metadata.json``, a copy of the trial's code, atomic rename) and then
 ``_checkpoint.BackgroundFlush`` (fsync of the files and the directory on a background thread,
 as the training loop does while it goes on training); loading is
-``_checkpoint.read_checkpoint`` + the context's ``_load_state_dict``, as on resume. The
+``_checkpoint.read_checkpoint`` + the harness's ``load_state_dict``, as on resume. The
 baseline saves ``model.state_dict()`` with ``torch.save`` to the same filesystem and loads it
 with ``torch.load`` + ``load_state_dict``. Both sides alternate (ABBA) in this process; files
 are deleted after every repeat.
@@ -105,7 +105,7 @@ class _DetLite:
         ctx, ck = self.ctx, self.ck
         start = time.perf_counter()
         state = {
-            "context": ctx._state_dict(),
+            "context": ctx.harness.state_dict(),
             "callbacks": {},
             "rng": [ck.capture_rng_state()],
             "trainer": {"total_batches": 1, "trial_seed": ctx.get_trial_seed(), "world_size": 1},
@@ -131,7 +131,7 @@ class _DetLite:
         del state
         start_load = time.perf_counter()
         loaded, _ = ck.read_checkpoint(path, map_location="cpu")
-        ctx._load_state_dict(loaded["context"])
+        ctx.harness.load_state_dict(loaded["context"])
         loaded_at = time.perf_counter()
         del loaded
         shutil.rmtree(path)

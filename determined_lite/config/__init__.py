@@ -20,13 +20,14 @@ from determined_lite.config._schema import (
     parse_host,
     validate_config,
 )
-from determined_lite.config._yaml import apply_overrides, read_yaml
 from determined_lite.config._settings import (
+    DEFAULT_REPORTING_PERIOD,
     DEFAULT_SCHEDULING_UNIT,
     DEFAULT_SMALLER_IS_BETTER,
     CheckpointPolicy,
     TrainingSettings,
 )
+from determined_lite.config._yaml import apply_overrides, read_yaml
 from determined_lite.config.units import Batch, Epoch, Record, TrainUnit, length_from_config
 
 
@@ -40,6 +41,7 @@ __all__ = [
     "Batch",
     "CheckpointPolicy",
     "ConfigError",
+    "DEFAULT_REPORTING_PERIOD",
     "DEFAULT_SCHEDULING_UNIT",
     "DEFAULT_SMALLER_IS_BETTER",
     "Epoch",

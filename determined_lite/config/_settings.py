@@ -17,6 +17,7 @@ from determined_lite.config.units import Batch, TrainUnit, length_from_config, l
 # Determined's defaults, owned here; the schema and the loop read them from this module.
 DEFAULT_SCHEDULING_UNIT = 100
 DEFAULT_SMALLER_IS_BETTER = True
+DEFAULT_REPORTING_PERIOD: TrainUnit = Batch(DEFAULT_SCHEDULING_UNIT)
 
 
 class CheckpointPolicy(str, enum.Enum):
@@ -54,7 +55,7 @@ class TrainingSettings:
     max_length: Optional[TrainUnit] = None  # searcher.max_length
     validation_period: Optional[TrainUnit] = None  # min_validation_period
     checkpoint_period: Optional[TrainUnit] = None  # min_checkpoint_period
-    reporting_period: TrainUnit = Batch(DEFAULT_SCHEDULING_UNIT)  # scheduling_unit
+    reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD  # scheduling_unit
     checkpoint_policy: CheckpointPolicy = CheckpointPolicy.BEST
     step_zero_validation: bool = False  # perform_initial_validation
     aggregation_frequency: int = 1  # optimizations.aggregation_frequency

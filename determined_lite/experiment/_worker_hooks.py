@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.launch._spec import WorkerSpec, _write_json_atomic, progress_path
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._schedule import is_better
 
 STOP_ACTIONS = ("pause", "kill")
 
@@ -28,7 +29,6 @@ class StoreReporter(PyTorchCallback):
         self._store = Store(spec.store_path)
         self._trial_id = spec.trial_id
         self._spec = spec
-        self._done = 0
         self._max_batches: Optional[int] = None
         self._context: Any = None
         self._written: Dict[str, str] = {}  # uuid -> directory, until flushed to disk
@@ -36,42 +36,38 @@ class StoreReporter(PyTorchCallback):
     def bind(self, context: Any) -> None:
         self._context = context
 
+    def _harness(self) -> Any:
+        if self._context is None:
+            raise RuntimeError("StoreReporter.bind(context) must be called before training")
+        return self._context.harness
+
     def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
-        self._done = first_batch_idx
         # A resumed trial re-trains what came after its checkpoint: metrics reported past it by
         # the interrupted run are replaced by the ones this run reports.
         self._store.delete_metrics_after(self._trial_id, first_batch_idx)
 
     def on_training_start(self) -> None:
-        ctx = self._context
-        if ctx is not None and getattr(ctx, "_epoch_len", None):
-            from determined_lite.config.units import Record, length_from_config
-
-            unit = length_from_config(self._spec.max_length, "max_length")
-            gbs = ctx.get_global_batch_size() if isinstance(unit, Record) else 0
-            self._max_batches = unit.to_batches(ctx._epoch_len, gbs)
-            if self._spec.test_mode:
-                self._max_batches = ctx._aggregation_frequency
+        # The loop's plan owns where training ends (max_length rounded up to whole optimizer
+        # steps; one step in test mode).
+        plan = self._harness().state.plan
+        self._max_batches = plan.max_batches if plan is not None else None
         self._write_progress()
-
-    def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
-        self._done = batch_idx + 1
 
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
     ) -> None:
-        self._store.add_training_metrics(self._trial_id, self._done, avg_metrics)
-        self._store.update_trial(self._trial_id, total_batches=self._done)
+        done = self._harness().state.batches_done
+        self._store.add_training_metrics(self._trial_id, done, avg_metrics)
+        self._store.update_trial(self._trial_id, total_batches=done)
         self._write_progress()
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
-        self._store.add_validation_metrics(self._trial_id, self._done, metrics)
-        searcher = self._spec.exp_conf.get("searcher") or {}
-        value = metrics.get(searcher.get("metric"))
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        self._store.add_validation_metrics(self._trial_id, self._harness().state.batches_done, metrics)
+        settings = self._harness().settings
+        value = metrics.get(settings.searcher_metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             best = (self._store.get_trial(self._trial_id) or {}).get("best_validation")
-            smaller = searcher.get("smaller_is_better", True)
-            if best is None or (value < best if smaller else value > best):
+            if is_better(value, best, settings.smaller_is_better):
                 self._store.update_trial(self._trial_id, best_validation=float(value))
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
@@ -94,7 +90,7 @@ class StoreReporter(PyTorchCallback):
     def _write_progress(self) -> None:
         _write_json_atomic(
             progress_path(self._spec.result_path),
-            {"total_batches": self._done, "max_batches": self._max_batches},
+            {"total_batches": self._harness().state.batches_done, "max_batches": self._max_batches},
         )
 
 

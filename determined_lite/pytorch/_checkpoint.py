@@ -262,5 +262,5 @@ def load_trial_from_checkpoint_path(
         aggregation_frequency=metadata.get("aggregation_frequency", 1),
     )
     trial = trial_class(context, **(trial_kwargs or {}))
-    context._load_state_dict(state["context"], strict=False)
+    context.harness.load_state_dict(state["context"], strict=False)
     return trial

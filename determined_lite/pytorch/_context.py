@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
-import warnings
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Set, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
+from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext, SingleProcessContext
-from determined_lite.pytorch._callback import CallbackList
+from determined_lite.pytorch._harness import TrialHarness, WrappedOptimizer
 from determined_lite.pytorch._lr_scheduler import LRScheduler
-from determined_lite.pytorch._reducer import MetricReducer, WrappedReducer, wrap_reducer
+from determined_lite.pytorch._reducer import MetricReducer, wrap_reducer
 
 logger = logging.getLogger("determined_lite")
 
@@ -46,18 +45,6 @@ def _to_device(data: Any, device: torch.device, non_blocking: bool) -> Any:
     return data
 
 
-class _WrappedOptimizer:
-    """Bookkeeping for one wrapped optimizer (the object the trial holds is ``optimizer``)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, backward_passes_per_step: int) -> None:
-        self.optimizer = optimizer
-        self.backward_passes_per_step = backward_passes_per_step
-        self.steps = 0
-
-    def parameters(self) -> List[torch.nn.Parameter]:
-        return [p for group in self.optimizer.param_groups for p in group["params"]]
-
-
 class PyTorchExperimentalContext:
     """Experimental features of Determined's context, same names and meaning."""
 
@@ -68,11 +55,11 @@ class PyTorchExperimentalContext:
         """Automatic mixed precision with no further code: autocast around ``train_batch`` and
         ``evaluate_batch``, a loss scaler in ``backward``/``step_optimizer`` (CUDA: float16 with a
         ``torch.amp.GradScaler``; CPU: bfloat16, which needs no scaling)."""
-        self._parent._enable_amp()
+        self._parent.harness.precision.enable_amp()
 
     def disable_auto_to_device(self) -> None:
         """Leave batches where the data loader put them; the trial moves them itself."""
-        self._parent._auto_to_device = False
+        self._parent.harness.auto_to_device = False
 
     def disable_dataset_reproducibility_checks(self) -> None:
         """Accept any iterable (e.g. a plain ``torch.utils.data.DataLoader``) as a data loader.
@@ -80,7 +67,7 @@ class PyTorchExperimentalContext:
         The harness then cannot shard it across workers, nor skip exactly to a batch on resume
         beyond iterating past the batches already trained.
         """
-        self._parent._dataset_checks = False
+        self._parent.harness.dataset_checks = False
 
     def wrap_reducer(
         self,
@@ -122,33 +109,20 @@ class PyTorchTrialContext:
         self._hparams = dict(hparams or {})
         self._exp_conf = copy.deepcopy(exp_conf or {})
         self._distributed = distributed or SingleProcessContext()
-        self._aggregation_frequency = aggregation_frequency
-        self._average_aggregated_gradients = average_aggregated_gradients
-        self._trial_seed = trial_seed
         self._trial_id = trial_id
         self._experiment_id = experiment_id
         self.device = device or default_device(self._distributed)
         self._tensorboard_path = tensorboard_path
         self.experimental = PyTorchExperimentalContext(self)
-
-        self.models: List[torch.nn.Module] = []
-        self._wrapped_optimizers: List[_WrappedOptimizer] = []
-        self.lr_schedulers: List[LRScheduler] = []
-        self._scalers: List[Any] = []
-        self._reducers: List[WrappedReducer] = []
-
-        self._auto_to_device = True
-        self._dataset_checks = True
-        self._use_amp = False
-        self._amp_scaler: Optional[Any] = None
-        self._stop_requested = False
-
-        # Set by the training loop.
-        self._callbacks = CallbackList([], is_chief=self._distributed.is_chief)
-        self._batch_idx = 0
-        self._epoch_len: Optional[int] = None
-        self._training = False
-        self._scalers_to_update: Set[int] = set()
+        # det-lite: what the training loop shares with this context (not Determined's API).
+        self.harness = TrialHarness(
+            self._distributed,
+            self.device,
+            aggregation_frequency=aggregation_frequency,
+            average_aggregated_gradients=average_aggregated_gradients,
+            trial_seed=trial_seed,
+            settings=TrainingSettings.from_config(self._exp_conf),
+        )
 
     # --- information ------------------------------------------------------------------------
     @property
@@ -157,8 +131,19 @@ class PyTorchTrialContext:
         return self._distributed
 
     @property
+    def models(self) -> List[torch.nn.Module]:
+        """The wrapped models, in wrapping order."""
+        return self.harness.models
+
+    @property
     def optimizers(self) -> List[torch.optim.Optimizer]:
-        return [w.optimizer for w in self._wrapped_optimizers]
+        """The wrapped optimizers, in wrapping order."""
+        return [w.optimizer for w in self.harness.optimizers]
+
+    @property
+    def lr_schedulers(self) -> List[LRScheduler]:
+        """The wrapped LR schedulers, in wrapping order."""
+        return self.harness.lr_schedulers
 
     def get_hparams(self) -> Dict[str, Any]:
         return dict(self._hparams)
@@ -178,7 +163,7 @@ class PyTorchTrialContext:
         return copy.deepcopy(self._exp_conf.get("data") or {})
 
     def get_trial_seed(self) -> int:
-        return self._trial_seed
+        return self.harness.trial_seed
 
     def get_trial_id(self) -> Optional[int]:
         return self._trial_id
@@ -210,35 +195,29 @@ class PyTorchTrialContext:
         return self._tensorboard_path
 
     def get_stop_requested(self) -> bool:
-        return self._stop_requested
+        return self.harness.stop_requested
 
     def set_stop_requested(self, stop_requested: bool) -> None:
         """Ask the harness to checkpoint and end training at the next optimizer-step boundary."""
         if not isinstance(stop_requested, bool):
             raise TypeError(f"set_stop_requested() takes a bool, got {stop_requested!r}")
-        self._stop_requested = stop_requested
+        self.harness.stop_requested = stop_requested
 
     # --- epochs and batches -----------------------------------------------------------------
-    def _require_epoch_len(self) -> int:
-        if self._epoch_len is None:
-            raise RuntimeError(
-                "epoch information is only available once training started (inside train_batch "
-                "or a training callback)"
-            )
-        return self._epoch_len
-
     def current_train_batch(self) -> int:
         """Index of the training batch being trained (or next to be trained), from 0."""
-        return self._batch_idx
+        return self.harness.state.batch_idx
 
     def current_train_epoch(self) -> int:
-        return self._batch_idx // self._require_epoch_len()
+        return self.harness.state.epoch
 
     def is_epoch_start(self) -> bool:
-        return self._batch_idx % self._require_epoch_len() == 0
+        state = self.harness.state
+        return state.batch_idx % state.require_epoch_length() == 0
 
     def is_epoch_end(self) -> bool:
-        return (self._batch_idx + 1) % self._require_epoch_len() == 0
+        state = self.harness.state
+        return (state.batch_idx + 1) % state.require_epoch_length() == 0
 
     # --- wrapping ---------------------------------------------------------------------------
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -249,7 +228,7 @@ class PyTorchTrialContext:
             raise ValueError(f"wrap_model() was already called on this {type(model).__name__}")
         model = model.to(self.device)
         wrapped = self._distributed.wrap_model(model, self.device)
-        self.models.append(wrapped)
+        self.harness.models.append(wrapped)
         return wrapped
 
     def wrap_optimizer(
@@ -267,12 +246,12 @@ class PyTorchTrialContext:
                 "wrap_optimizer(backward_passes_per_step=...) must be a positive integer, got "
                 f"{backward_passes_per_step!r}"
             )
-        if any(w.optimizer is optimizer for w in self._wrapped_optimizers):
+        if any(w.optimizer is optimizer for w in self.harness.optimizers):
             raise ValueError("wrap_optimizer() was already called on this optimizer")
         wrapped = self._distributed.wrap_optimizer(
-            optimizer, self.models, backward_passes_per_step * self._aggregation_frequency
+            optimizer, self.models, backward_passes_per_step * self.harness.state.aggregation_frequency
         )
-        self._wrapped_optimizers.append(_WrappedOptimizer(wrapped, backward_passes_per_step))
+        self.harness.optimizers.append(WrappedOptimizer(wrapped, backward_passes_per_step))
         return wrapped
 
     def wrap_lr_scheduler(
@@ -284,26 +263,19 @@ class PyTorchTrialContext:
         """Register an LR scheduler that the harness steps per ``step_mode`` every ``frequency``."""
         wrapped = LRScheduler(lr_scheduler, step_mode, frequency)
         optimizer = getattr(lr_scheduler, "optimizer", None)
-        if optimizer is not None and self._find_optimizer(optimizer) is None:
+        if optimizer is not None and self.harness.find_optimizer(optimizer) is None:
             raise ValueError(
                 "wrap_lr_scheduler(): the scheduler's optimizer was not returned by "
                 "context.wrap_optimizer(); build the scheduler on the wrapped optimizer"
             )
         if step_mode is LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP and optimizer is None:
             raise ValueError("STEP_EVERY_OPTIMIZER_STEP needs a scheduler with an .optimizer attribute")
-        self.lr_schedulers.append(wrapped)
+        self.harness.lr.add(wrapped)
         return wrapped
 
     def wrap_scaler(self, scaler: Any) -> Any:
         """Register a ``torch.amp.GradScaler`` so it is checkpointed; pass it to ``step_optimizer``."""
-        if not all(hasattr(scaler, a) for a in ("scale", "step", "update", "state_dict")):
-            raise TypeError(f"wrap_scaler() needs a torch.amp.GradScaler, got {type(scaler).__name__}")
-        if self._use_amp:
-            raise RuntimeError(
-                "wrap_scaler() cannot be combined with experimental.use_amp(), which manages its own scaler"
-            )
-        self._scalers.append(scaler)
-        return scaler
+        return self.harness.precision.add_scaler(scaler)
 
     def wrap_reducer(
         self,
@@ -320,9 +292,9 @@ class PyTorchTrialContext:
         dict of metrics.
         """
         wrapped = wrap_reducer(reducer, name, for_training, for_validation)
-        if name is not None and any(r.name == name for r in self._reducers):
+        if name is not None and any(r.name == name for r in self.harness.reducers):
             raise ValueError(f"a reducer named {name!r} is already registered")
-        self._reducers.append(wrapped)
+        self.harness.reducers.append(wrapped)
         return wrapped.reducer
 
     def configure_apex_amp(self, *args: Any, **kwargs: Any) -> Any:
@@ -335,11 +307,12 @@ class PyTorchTrialContext:
 
     def get_optimizer(self) -> torch.optim.Optimizer:
         """The single wrapped optimizer (Determined's older API)."""
-        if len(self._wrapped_optimizers) != 1:
+        optimizers = self.optimizers
+        if len(optimizers) != 1:
             raise RuntimeError(
-                f"get_optimizer() needs exactly one wrapped optimizer, found {len(self._wrapped_optimizers)}"
+                f"get_optimizer() needs exactly one wrapped optimizer, found {len(optimizers)}"
             )
-        return self._wrapped_optimizers[0].optimizer
+        return optimizers[0]
 
     def get_model(self) -> torch.nn.Module:
         """The single wrapped model (Determined's older API)."""
@@ -353,24 +326,6 @@ class PyTorchTrialContext:
         return _to_device(data, self.device, non_blocking=self.device.type == "cuda")
 
     # --- backward and step ------------------------------------------------------------------
-    def _enable_amp(self) -> None:
-        if self._scalers:
-            raise RuntimeError("experimental.use_amp() cannot be combined with wrap_scaler()")
-        if self._use_amp:
-            return
-        self._use_amp = True
-        if self.device.type == "cuda":
-            self._amp_scaler = torch.amp.GradScaler("cuda")
-
-    def _autocast(self) -> ContextManager[Any]:
-        if not self._use_amp:
-            return contextlib.nullcontext()
-        dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
-
-    def _is_update_batch(self) -> bool:
-        return (self._batch_idx + 1) % self._aggregation_frequency == 0
-
     def backward(
         self,
         loss: torch.Tensor,
@@ -381,23 +336,17 @@ class PyTorchTrialContext:
         """Compute gradients of ``loss`` (scaled for AMP when ``use_amp`` is on)."""
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward() needs a torch.Tensor loss, got {type(loss).__name__}")
-        self._callbacks.call("on_before_backward", loss)
-        to_backprop = self._amp_scaler.scale(loss) if self._amp_scaler is not None else loss
-        to_backprop.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
-        self._callbacks.call("on_after_backward", loss)
-
-    def _find_optimizer(self, optimizer: Any) -> Optional[_WrappedOptimizer]:
-        for w in self._wrapped_optimizers:
-            if w.optimizer is optimizer or w.optimizer.param_groups is getattr(
-                optimizer, "param_groups", None
-            ):
-                return w
-        return None
+        callbacks = self.harness.callbacks
+        callbacks.call("on_before_backward", loss)
+        self.harness.precision.scale(loss).backward(
+            gradient=gradient, retain_graph=retain_graph, create_graph=create_graph
+        )
+        callbacks.call("on_after_backward", loss)
 
     def step_optimizer(
         self,
         optimizer: torch.optim.Optimizer,
-        clip_grads: Optional[Callable[[Iterator], None]] = None,
+        clip_grads: Optional[Callable[[Iterable[torch.nn.Parameter]], None]] = None,
         auto_zero_grads: bool = True,
         scaler: Optional[Any] = None,
     ) -> None:
@@ -407,119 +356,42 @@ class PyTorchTrialContext:
         (mean over the window), clipped by ``clip_grads(params)``, the optimizer steps, and the
         gradients are zeroed unless ``auto_zero_grads=False``.
         """
-        wrapped = self._find_optimizer(optimizer)
+        harness = self.harness
+        wrapped = harness.find_optimizer(optimizer)
         if wrapped is None:
             raise ValueError(
                 "step_optimizer() got an optimizer that was not returned by context.wrap_optimizer()"
             )
-        if not auto_zero_grads and self._aggregation_frequency > 1:
+        k = harness.state.aggregation_frequency
+        if not auto_zero_grads and k > 1:
             raise ValueError(
                 "step_optimizer(auto_zero_grads=False) cannot be used with "
-                f"optimizations.aggregation_frequency={self._aggregation_frequency}: the harness "
-                "must zero gradients after each aggregated step"
+                f"optimizations.aggregation_frequency={k}: the harness must zero gradients after "
+                "each aggregated step"
             )
-        if scaler is not None and not any(s is scaler for s in self._scalers):
-            raise ValueError("step_optimizer(scaler=...) needs a scaler returned by context.wrap_scaler()")
-        if not self._is_update_batch():
+        precision, callbacks = harness.precision, harness.callbacks
+        precision.check_scaler(scaler)
+        if not harness.state.is_step_batch():
             return
-        scaler = scaler if scaler is not None else self._amp_scaler
         opt = wrapped.optimizer
         self._distributed.synchronize(opt)
-        if scaler is not None:
-            scaler.unscale_(opt)
-        average = self._aggregation_frequency > 1 and self._average_aggregated_gradients
-        if average or clip_grads is not None or self._callbacks.has("on_before_optimizer_step"):
+        precision.unscale(opt, scaler)
+        average = k > 1 and harness.average_aggregated_gradients
+        if average or clip_grads is not None or callbacks.has("on_before_optimizer_step"):
             params = wrapped.parameters()
             if average:
                 grads = [p.grad for p in params if p.grad is not None]
                 if grads:
-                    torch._foreach_div_(grads, float(self._aggregation_frequency))
+                    torch._foreach_div_(grads, float(k))
             if clip_grads is not None:
                 clip_grads(params)
-            self._callbacks.call("on_before_optimizer_step", params)
+            callbacks.call("on_before_optimizer_step", params)
         with self._distributed.step_context(opt):
-            if scaler is not None:
-                scaler.step(opt)
-                self._scalers_to_update.add(id(scaler))
-            else:
-                opt.step()
-        self._callbacks.call("on_after_optimizer_step", opt)
+            precision.step(opt, scaler)
+        callbacks.call("on_after_optimizer_step", opt)
         if auto_zero_grads:
-            self._callbacks.call("on_before_optimizer_zero_grad", opt)
+            callbacks.call("on_before_optimizer_zero_grad", opt)
             opt.zero_grad()
-            self._callbacks.call("on_after_optimizer_zero_grad", opt)
+            callbacks.call("on_after_optimizer_zero_grad", opt)
         wrapped.steps += 1
-        for sched in self.lr_schedulers:
-            if (
-                sched.step_mode is LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP
-                and self._find_optimizer(sched.optimizer) is wrapped
-                and wrapped.steps % sched.frequency == 0
-            ):
-                self._step_scheduler(sched)
-
-    def _step_scheduler(self, sched: LRScheduler) -> None:
-        self._callbacks.call("on_before_scheduler_step", sched)
-        wrapped = self._find_optimizer(getattr(sched, "optimizer", None))
-        if wrapped is not None and wrapped.steps == 0:
-            # STEP_EVERY_BATCH/EPOCH may legitimately step before the first optimizer step
-            # (e.g. under gradient aggregation); torch's ordering warning is noise here.
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
-                sched.step()
-        else:
-            sched.step()
-        self._callbacks.call("on_after_scheduler_step", sched)
-
-    def _update_scalers(self) -> None:
-        """Once per batch, after every optimizer stepped: adjust the loss scale of used scalers."""
-        if not self._scalers_to_update:
-            return
-        for scaler in self._scalers + ([self._amp_scaler] if self._amp_scaler else []):
-            if id(scaler) in self._scalers_to_update:
-                scaler.update()
-        self._scalers_to_update.clear()
-
-    # --- state ------------------------------------------------------------------------------
-    def _state_dict(self) -> Dict[str, Any]:
-        return {
-            "models_state_dict": [_unwrap(m).state_dict() for m in self.models],
-            "optimizers_state_dict": [w.optimizer.state_dict() for w in self._wrapped_optimizers],
-            "optimizer_steps": [w.steps for w in self._wrapped_optimizers],
-            "lr_schedulers_state_dict": [s.state_dict() for s in self.lr_schedulers],
-            "scalers_state_dict": [s.state_dict() for s in self._scalers],
-            "amp_scaler_state_dict": self._amp_scaler.state_dict() if self._amp_scaler else None,
-        }
-
-    def _load_state_dict(self, state: Dict[str, Any], strict: bool = True) -> None:
-        def check(key: str, have: int) -> List[Any]:
-            saved = state.get(key, [])
-            if strict and len(saved) != have:
-                raise ValueError(
-                    f"checkpoint has {len(saved)} entries in {key!r} but the trial wrapped {have}; "
-                    "the trial's __init__ must wrap the same objects as when it was saved"
-                )
-            return saved
-
-        for model, sd in zip(self.models, check("models_state_dict", len(self.models))):
-            _unwrap(model).load_state_dict(sd)
-        if not strict:
-            return
-        for w, sd in zip(
-            self._wrapped_optimizers, check("optimizers_state_dict", len(self._wrapped_optimizers))
-        ):
-            w.optimizer.load_state_dict(sd)
-        for w, steps in zip(self._wrapped_optimizers, state.get("optimizer_steps", [])):
-            w.steps = steps
-        for s, sd in zip(self.lr_schedulers, check("lr_schedulers_state_dict", len(self.lr_schedulers))):
-            s.load_state_dict(sd)
-        for s, sd in zip(self._scalers, check("scalers_state_dict", len(self._scalers))):
-            s.load_state_dict(sd)
-        if self._amp_scaler is not None and state.get("amp_scaler_state_dict"):
-            self._amp_scaler.load_state_dict(state["amp_scaler_state_dict"])
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The user's module inside a distributed wrapper (DDP and friends expose ``.module``)."""
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return model.module
-    return model
+        harness.lr.after_optimizer_step(wrapped.owns, wrapped.steps, callbacks)

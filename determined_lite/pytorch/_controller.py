@@ -8,38 +8,33 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import itertools
 import logging
 import os
 import time
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 import determined_lite
-from determined_lite.config.units import Batch, Record, TrainUnit
+from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainUnit
 from determined_lite.pytorch import _checkpoint
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
-from determined_lite.pytorch._sharding import set_epoch
-from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._reducer import (
     LazyMetricList,
     check_evaluation_reducer,
     merge_reducer_metrics,
-    to_json_metric,
     training_cross_slot,
     training_partial,
-    validation_cross_slot,
-    validation_partial,
 )
+from determined_lite.pytorch._schedule import Plan, decide, is_better
+from determined_lite.pytorch._sharding import set_epoch
 from determined_lite.pytorch._trial import PyTorchTrial
+from determined_lite.pytorch._validation import Validation, evaluation_mode
 
 logger = logging.getLogger("determined_lite")
-
-CHECKPOINT_POLICIES = ("best", "all", "none")
 
 
 @dataclasses.dataclass
@@ -65,8 +60,8 @@ class RunSpec:
     max_length: TrainUnit
     validation_period: Optional[TrainUnit] = None
     checkpoint_period: Optional[TrainUnit] = None
-    reporting_period: TrainUnit = dataclasses.field(default_factory=lambda: Batch(100))
-    checkpoint_policy: str = "best"
+    reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD
+    checkpoint_policy: Union[str, CheckpointPolicy] = CheckpointPolicy.BEST
     latest_checkpoint: Optional[str] = None
     step_zero_validation: bool = False
     test_mode: bool = False
@@ -77,10 +72,10 @@ class RunSpec:
     should_stop: Optional[Callable[[], bool]] = None
 
     def __post_init__(self) -> None:
-        if self.checkpoint_policy not in CHECKPOINT_POLICIES:
-            raise ValueError(
-                f"checkpoint_policy must be one of {CHECKPOINT_POLICIES}, got {self.checkpoint_policy!r}"
-            )
+        policies = tuple(p.value for p in CheckpointPolicy)
+        if self.checkpoint_policy not in policies:
+            raise ValueError(f"checkpoint_policy must be one of {policies}, got {self.checkpoint_policy!r}")
+        self.checkpoint_policy = CheckpointPolicy(self.checkpoint_policy)
         for field in ("max_length", "validation_period", "checkpoint_period", "reporting_period"):
             value = getattr(self, field)
             if value is not None and not isinstance(value, TrainUnit):
@@ -89,22 +84,8 @@ class RunSpec:
                 )
 
 
-def _overrides(trial: PyTorchTrial, name: str) -> bool:
-    return getattr(type(trial), name) is not getattr(PyTorchTrial, name)
-
-
-def _takes_batch_idx(method: Callable[..., Any]) -> bool:
-    """Whether ``evaluate_batch`` has Determined's newer ``(batch, batch_idx)`` signature."""
-    params = [
-        p
-        for p in inspect.signature(method).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    return len(params) >= 2
-
-
 class TrialController:
-    """Runs one trial on one worker: train, report, validate, checkpoint, resume."""
+    """Runs one trial on one worker: setup, then train (report, validate, checkpoint), then cleanup."""
 
     def __init__(
         self,
@@ -115,6 +96,8 @@ class TrialController:
     ) -> None:
         self.trial = trial
         self.context = context
+        self.harness = context.harness
+        self.state = context.harness.state
         self.spec = spec
         self.dist = context.distributed
         self.result = TrainResult()
@@ -128,19 +111,8 @@ class TrialController:
             raise TypeError(
                 f"Trainer needs a determined_lite.pytorch.PyTorchTrial, got {type(self.trial).__name__}"
             )
-        batch, full = (
-            _overrides(self.trial, "evaluate_batch"),
-            _overrides(self.trial, "evaluate_full_dataset"),
-        )
-        if batch == full:
-            which = "both" if batch else "neither"
-            raise TypeError(
-                f"{type(self.trial).__name__} must override exactly one of evaluate_batch() and "
-                f"evaluate_full_dataset(); it overrides {which}"
-            )
-        self._full_dataset = full
-        self._eval_takes_idx = (not full) and _takes_batch_idx(self.trial.evaluate_batch)
-        if not self.context.models:
+        self._evaluation = evaluation_mode(self.trial)
+        if not self.harness.models:
             raise ValueError(
                 f"{type(self.trial).__name__}.__init__ wrapped no model; call context.wrap_model()"
             )
@@ -164,7 +136,7 @@ class TrialController:
         loader = getattr(self.trial, method)()
         if isinstance(loader, DataLoader):
             return loader
-        if self.context._dataset_checks:
+        if self.harness.dataset_checks:
             raise TypeError(
                 f"{method}() must return a determined_lite.pytorch.DataLoader (so the harness can "
                 f"shard, repeat and resume it), got {type(loader).__module__}."
@@ -194,17 +166,18 @@ class TrialController:
         if isinstance(loader, DataLoader):
             return iter(
                 loader.sharding.training_loader(
-                    seed=self.context.get_trial_seed(),
+                    seed=self.harness.trial_seed,
                     rank=self.dist.rank,
                     num_replicas=self.dist.size,
                     start_batch=start,
                 )
             )
+        epoch_length = self.state.require_epoch_length()
 
         def repeat() -> Iterator[Any]:
             # A sampler with ``set_epoch`` (torch's DistributedSampler, det-lite's samplers) is
             # told each pass's epoch, so a resumed trial continues the same order.
-            epoch, skip = divmod(start, self._epoch_len)
+            epoch, skip = divmod(start, epoch_length)
             while True:
                 for obj in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
                     set_epoch(obj, epoch)
@@ -213,42 +186,44 @@ class TrialController:
 
         return repeat()
 
-    def _interval(self, unit: Optional[TrainUnit]) -> Optional[int]:
-        if unit is None:
-            return None
-        return max(1, self._to_batches(unit))
-
-    def _to_batches(self, unit: TrainUnit) -> int:
-        gbs = self.context.get_global_batch_size() if isinstance(unit, Record) else 0
-        return unit.to_batches(self._epoch_len, gbs)
+    def _plan(self) -> Plan:
+        spec = self.spec
+        plan = Plan.build(
+            max_length=spec.max_length,
+            epoch_length=self.state.require_epoch_length(),
+            aggregation_frequency=self.state.aggregation_frequency,
+            global_batch_size=self.context.get_global_batch_size,
+            validation_period=spec.validation_period,
+            checkpoint_period=spec.checkpoint_period,
+            reporting_period=spec.reporting_period,
+            checkpoint_policy=CheckpointPolicy(spec.checkpoint_policy),
+            test_mode=spec.test_mode,
+        )
+        if plan.max_batches != plan.requested_batches:
+            logger.warning(
+                "max_length is %d batches, not a multiple of aggregation_frequency=%d; "
+                "training runs to batch %d so that the last optimizer step is complete",
+                plan.requested_batches,
+                plan.aggregation_frequency,
+                plan.max_batches,
+            )
+        return plan
 
     # --- run --------------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        ctx, spec = self.context, self.spec
-        self.callbacks = ctx._callbacks = self._build_callbacks()
+        harness, state, spec = self.harness, self.state, self.spec
+        self.callbacks = harness.callbacks = self._build_callbacks()
         self._train_loader = self._build_loader("build_training_data_loader")
-        self._val_loader = self._build_loader("build_validation_data_loader")
-        self._reducer_kinds = check_evaluation_reducer(self.trial.evaluation_reducer())
-        self._epoch_len = ctx._epoch_len = self._epoch_length()
-
-        k = ctx._aggregation_frequency
-        if spec.test_mode:
-            self._max_batches = k
-        else:
-            requested = self._to_batches(spec.max_length)
-            self._max_batches = -(-requested // k) * k
-            if self._max_batches != requested:
-                logger.warning(
-                    "max_length is %d batches, not a multiple of aggregation_frequency=%d; "
-                    "training runs to batch %d so that the last optimizer step is complete",
-                    requested,
-                    k,
-                    self._max_batches,
-                )
-        self._val_every = None if spec.test_mode else self._interval(spec.validation_period)
-        self._ckpt_every = None if spec.test_mode else self._interval(spec.checkpoint_period)
-        self._report_every = self._interval(spec.reporting_period)
-        self._best: Optional[float] = None
+        self.validation = Validation(
+            self.trial,
+            self.context,
+            self._build_loader("build_validation_data_loader"),
+            check_evaluation_reducer(self.trial.evaluation_reducer()),
+            self._evaluation,
+            test_mode=spec.test_mode,
+        )
+        state.epoch_length = self._epoch_length()
+        self.plan = state.plan = self._plan()
         self._last_validation: Optional[Tuple[int, Dict[str, Any]]] = None
         self._last_checkpoint_batch: Optional[int] = None
 
@@ -256,8 +231,8 @@ class TrialController:
         start = 0
         if spec.latest_checkpoint:
             start, checkpoint_uuid, rng_state = self._restore(spec.latest_checkpoint)
-        self.result.total_batches = start
-        self.dist.broadcast_initial_state(ctx.models, ctx.optimizers)
+        state.batches_done = start
+        self.dist.broadcast_initial_state(harness.models, self.context.optimizers)
 
         self.callbacks.call("on_trial_startup", start, checkpoint_uuid)
         try:
@@ -275,100 +250,83 @@ class TrialController:
         finally:
             self._flush.close()
             self.callbacks.call("on_trial_shutdown")
+        self.result.total_batches = state.batches_done
         return self.result
 
     def _train(self, start: int, rng_state: Optional[Dict[str, Any]]) -> None:
-        ctx, trial, cbs = self.context, self.trial, self.callbacks
+        harness, state, plan = self.harness, self.state, self.plan
+        trial, cbs = self.trial, self.callbacks
         batches = self._training_batches(start)
-        for model in ctx.models:
+        for model in harness.models:
             model.train()
         cbs.call("on_training_start")
         if rng_state is not None:
             _checkpoint.restore_rng_state(rng_state)
-        ctx._training = True
-        self._reset_reducers(training=True)
+        self.harness.reset_reducers(training=True)
         self._chunk: List[Dict[str, Any]] = []
 
         if start == 0 and self.spec.step_zero_validation and not self.spec.test_mode:
             self._validate()
-        if start >= self._max_batches:
-            logger.info("already trained %d of %d batches; nothing to do", start, self._max_batches)
+        if start >= plan.max_batches:
+            logger.info("already trained %d of %d batches; nothing to do", start, plan.max_batches)
             return
 
-        k = ctx._aggregation_frequency
-        epoch_len = self._epoch_len
-        auto_to_device = ctx._auto_to_device
-        every_batch = _schedulers(ctx, LRScheduler.StepMode.STEP_EVERY_BATCH)
-        every_epoch = _schedulers(ctx, LRScheduler.StepMode.STEP_EVERY_EPOCH)
+        k, epoch_len = plan.aggregation_frequency, plan.epoch_length
+        auto_to_device = harness.auto_to_device
         pending_checkpoint = False
         # An external stop (spec.should_stop, asked on the chief at reports) seen mid-window is kept until
         # the next optimizer-step boundary, where training stops.
         external_stop = False
         for batch_idx in itertools.count(start):
             epoch_idx = batch_idx // epoch_len
-            ctx._batch_idx = batch_idx
+            state.batch_idx = batch_idx
             if batch_idx % epoch_len == 0:
                 cbs.call("on_training_epoch_start", epoch_idx)
             batch = next(batches)
             if auto_to_device:
-                batch = ctx.to_device(batch)
+                batch = self.context.to_device(batch)
             cbs.call("on_train_batch_start", batch, batch_idx)
-            update = (batch_idx + 1) % k == 0
+            update = state.is_step_batch()
             with self._batch_context(update):
                 out = trial.train_batch(batch, epoch_idx, batch_idx)
             metrics = self._check_training_output(out)
             if update:
-                ctx._update_scalers()
-                # STEP_EVERY_BATCH: the scheduler steps due on the k batches of this window are
-                # taken after its optimizer step, as in Determined ("never step the LR when the
-                # optimizer does not step"): stepping mid-window would decay the LR before the
-                # window's optimizer step and skip the schedule's first values. k = 1: per batch.
-                for sched in every_batch:
-                    for i in range(batch_idx - k + 1, batch_idx + 1):
-                        if (i + 1) % sched.frequency == 0:
-                            ctx._step_scheduler(sched)
+                harness.precision.update()
+                harness.lr.after_step_window(batch_idx, k, cbs)
             cbs.call("on_train_batch_end", metrics, batch_idx)
             self._chunk.append(metrics)
 
             done = batch_idx + 1
-            self.result.total_batches = done
+            state.batches_done = done
             if done % epoch_len == 0:
-                for sched in every_epoch:
-                    if (done // epoch_len) % sched.frequency == 0:
-                        ctx._step_scheduler(sched)
+                harness.lr.after_epoch(done // epoch_len, cbs)
                 cbs.call("on_training_epoch_end", epoch_idx)
 
-            end = done >= self._max_batches
-            boundary = done % k == 0
-            validate = end or _due(done, self._val_every)
-            pending_checkpoint = pending_checkpoint or _due(done, self._ckpt_every)
-            report = validate or (pending_checkpoint and boundary) or _due(done, self._report_every)
-            stop = ctx._stop_requested or external_stop
-            if report or (stop and boundary):
-                if self._flush_training(done) and not stop:
-                    stop = external_stop = True
-            if validate:
-                if self._validate() and self.spec.checkpoint_policy != "none":
-                    pending_checkpoint = True
-                elif self.spec.checkpoint_policy == "all":
-                    pending_checkpoint = True
-            if boundary and (pending_checkpoint or end or stop):
+            stop = harness.stop_requested or external_stop
+            decision = decide(plan, done, checkpoint_pending=pending_checkpoint, stop=stop)
+            if decision.report and self._flush_training(done) and not stop:
+                stop = external_stop = True
+            pending_checkpoint = decision.checkpoint_pending
+            if decision.validate:
+                improved = self._validate()
+                pending_checkpoint = decision.checkpoint_after_validation(plan.checkpoint_policy, improved)
+            if decision.checkpoint_now(pending_checkpoint, stop):
                 self._save_checkpoint(done)
                 pending_checkpoint = False
-            if end or (stop and boundary):
-                self.result.stopped_early = not end
+            if decision.stop_now(stop):
+                self.result.stopped_early = not decision.end
                 break
-        ctx._training = False
 
     def _batch_context(self, update: bool) -> ContextManager[Any]:
         """Autocast (AMP) and, off optimizer-step batches, no gradient communication."""
-        ctx = self.context
-        if not ctx._use_amp:
-            return _NULL if update else self.dist.no_sync(ctx.models)
+        precision = self.harness.precision
+        if update:
+            return precision.autocast()
+        if not precision.autocasts:
+            return self.dist.no_sync(self.harness.models)
         stack = contextlib.ExitStack()
-        stack.enter_context(ctx._autocast())
-        if not update:
-            stack.enter_context(self.dist.no_sync(ctx.models))
+        stack.enter_context(precision.autocast())
+        stack.enter_context(self.dist.no_sync(self.harness.models))
         return stack
 
     # --- training metrics -------------------------------------------------------------------
@@ -382,11 +340,6 @@ class TrialController:
             f"dict of metric names to values, got {type(out).__name__}"
         )
 
-    def _reset_reducers(self, training: bool) -> None:
-        for r in self.context._reducers:
-            if r.for_training if training else r.for_validation:
-                r.reducer.reset()
-
     def _flush_training(self, done: int) -> bool:
         """Reduce the chunk of batches since the last report, across batches then workers.
 
@@ -396,7 +349,7 @@ class TrialController:
         self._checkpoint_on_disk()
         if not self._chunk:
             return False
-        reducers = [r for r in self.context._reducers if r.for_training]
+        reducers = self.harness.reducers_for(training=True)
         partial = training_partial(self._chunk)
         vote = self.dist.is_chief and self.spec.should_stop is not None and bool(self.spec.should_stop())
         gathered = self.dist.allgather(
@@ -406,7 +359,7 @@ class TrialController:
         metrics = merge_reducer_metrics(metrics, reducers, [g["reducers"] for g in gathered], "training")
         batch_metrics = LazyMetricList(self._chunk, "training")
         self._chunk = []
-        self._reset_reducers(training=True)
+        self.harness.reset_reducers(training=True)
         self.result.training_metrics.append({"total_batches": done, "metrics": metrics})
         self.callbacks.call("on_training_workload_end", metrics, batch_metrics)
         return bool(gathered[0]["stop"])
@@ -414,100 +367,16 @@ class TrialController:
     # --- validation -------------------------------------------------------------------------
     def _validate(self) -> bool:
         """Run a validation; True when the searcher metric improved."""
-        ctx, cbs, done = self.context, self.callbacks, self.result.total_batches
+        cbs, done = self.callbacks, self.state.batches_done
         cbs.call("on_validation_start")
         cbs.call("on_validation_step_start")
-        self._reset_reducers(training=False)
-        modes = [m.training for m in ctx.models]
-        for m in ctx.models:
-            m.eval()
-        # Validation never moves the training RNG streams: how often a trial validates (or
-        # validating at the end of a run that is resumed later) cannot change training.
-        rng = _checkpoint.capture_rng_state()
-        try:
-            with torch.no_grad(), ctx._autocast():
-                metrics = self._evaluate_full() if self._full_dataset else self._evaluate_batches()
-        finally:
-            _checkpoint.restore_rng_state(rng)
-            for m, mode in zip(ctx.models, modes):
-                m.train(mode)
-        # Training resumes with a fresh chunk: a reducer used for both workloads must not carry
-        # the values of this validation into it.
-        self._reset_reducers(training=True)
+        metrics = self.validation.run()
         self._last_validation = (done, metrics)
         self.result.validation_metrics.append({"total_batches": done, "metrics": metrics})
         improved = self._track_best(metrics)
         cbs.call("on_validation_end", metrics)
         cbs.call("on_validation_step_end", metrics)
         return improved
-
-    def _evaluate_batches(self) -> Dict[str, Any]:
-        ctx, cbs, trial = self.context, self.callbacks, self.trial
-        loader = self._val_loader
-        if isinstance(loader, DataLoader):
-            loader = loader.sharding.validation_loader(
-                rank=self.dist.rank, num_replicas=self.dist.size, seed=ctx.get_trial_seed()
-            )
-        limit = 1 if self.spec.test_mode else None
-        outputs: List[Dict[str, Any]] = []
-        lengths: List[int] = []
-        cbs.call("on_validation_epoch_start")
-        for idx, batch in enumerate(loader):
-            if limit is not None and idx >= limit:
-                break
-            lengths.append(trial.get_batch_length(batch))
-            if ctx._auto_to_device:
-                batch = ctx.to_device(batch)
-            cbs.call("on_validation_batch_start", batch, idx)
-            out = trial.evaluate_batch(batch, idx) if self._eval_takes_idx else trial.evaluate_batch(batch)
-            if not isinstance(out, dict):
-                raise TypeError(
-                    f"{type(trial).__name__}.evaluate_batch() must return a dict of metric names "
-                    f"to values, got {type(out).__name__}"
-                )
-            cbs.call("on_validation_batch_end", out, idx)
-            outputs.append(out)
-        cbs.call("on_validation_epoch_end", outputs)
-        reducers = [r for r in ctx._reducers if r.for_validation]
-        partial = validation_partial(outputs, lengths, self._reducer_kinds)
-        gathered = self.dist.allgather(
-            {"metrics": partial, "reducers": [r.reducer.per_slot_reduce() for r in reducers]}
-        )
-        metrics = validation_cross_slot([g["metrics"] for g in gathered])
-        return merge_reducer_metrics(metrics, reducers, [g["reducers"] for g in gathered], "validation")
-
-    def _evaluate_full(self) -> Dict[str, Any]:
-        """Chief evaluates the whole set; every rank receives the result (or the chief's error)."""
-        outcome: Tuple[bool, Any] = (True, {})
-        if self.dist.is_chief:
-            try:
-                loader = self._val_loader
-                if isinstance(loader, DataLoader):
-                    loader = loader.sharding.validation_loader(
-                        rank=0, num_replicas=1, seed=self.context.get_trial_seed()
-                    )
-                metrics = self.trial.evaluate_full_dataset(loader)
-                if not isinstance(metrics, dict):
-                    raise TypeError(
-                        f"{type(self.trial).__name__}.evaluate_full_dataset() must return a dict "
-                        f"of metric names to values, got {type(metrics).__name__}"
-                    )
-                metrics = {n: to_json_metric(v, n, "validation") for n, v in metrics.items()}
-                reducers = [r for r in self.context._reducers if r.for_validation]
-                metrics = merge_reducer_metrics(
-                    metrics, reducers, [[r.reducer.per_slot_reduce() for r in reducers]], "validation"
-                )
-                outcome = (True, metrics)
-            except Exception as e:
-                if self.dist.size == 1:
-                    raise
-                outcome = (False, e)
-        ok, payload = self.dist.broadcast(outcome) if self.dist.size > 1 else outcome
-        if not ok:
-            if self.dist.is_chief:
-                raise payload
-            raise RuntimeError(f"evaluate_full_dataset() failed on the chief: {payload!r}")
-        return payload
 
     def _track_best(self, metrics: Dict[str, Any]) -> bool:
         name = self.spec.searcher_metric
@@ -521,13 +390,10 @@ class TrialController:
         value = metrics[name]
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise TypeError(f"searcher metric {name!r} must be a number, got {value!r}")
-        better = self._best is None or (
-            value < self._best if self.spec.smaller_is_better else value > self._best
-        )
-        if better:
-            self._best = float(value)
-            self.result.best_validation = self._best
-        return better
+        if not is_better(value, self.state.best_validation, self.spec.smaller_is_better):
+            return False
+        self.state.best_validation = self.result.best_validation = float(value)
+        return True
 
     # --- checkpoints ------------------------------------------------------------------------
     def _checkpoint_on_disk(self) -> None:
@@ -540,21 +406,20 @@ class TrialController:
         if self._last_checkpoint_batch == done:
             return
         self._checkpoint_on_disk()
-        ctx = self.context
+        ctx, harness = self.context, self.harness
         state = {
-            "context": ctx._state_dict(),
+            "context": harness.state_dict(),
             "callbacks": self.callbacks.state_dict(),
             "rng": self.dist.allgather(_checkpoint.capture_rng_state()),
             "trainer": {
                 "total_batches": done,
-                "trial_seed": ctx.get_trial_seed(),
-                "best_validation": self._best,
+                "trial_seed": harness.trial_seed,
+                "best_validation": self.state.best_validation,
                 "world_size": self.dist.size,
             },
         }
-        metrics = (
-            self._last_validation[1] if self._last_validation and self._last_validation[0] == done else None
-        )
+        last = self._last_validation
+        metrics = last[1] if last and last[0] == done else None
         path = uuid = None
         if self.dist.is_chief:
             self.callbacks.call("on_checkpoint_save_start", state)
@@ -562,14 +427,14 @@ class TrialController:
                 "trial_id": ctx.get_trial_id(),
                 "experiment_id": ctx.get_experiment_id(),
                 "total_batches": done,
-                "epochs": done / self._epoch_len,
+                "epochs": done / self.plan.epoch_length,
                 "framework": f"torch-{torch.__version__}",
                 "determined_lite_version": determined_lite.__version__,
                 "hparams": ctx.get_hparams(),
                 "experiment_config": ctx.get_experiment_config(),
                 "trial_class": f"{type(self.trial).__module__}:{type(self.trial).__qualname__}",
-                "trial_seed": ctx.get_trial_seed(),
-                "aggregation_frequency": ctx._aggregation_frequency,
+                "trial_seed": harness.trial_seed,
+                "aggregation_frequency": self.plan.aggregation_frequency,
                 "validation_metrics": metrics,
                 "created": time.time(),
             }
@@ -590,12 +455,11 @@ class TrialController:
     def _restore(self, path: str) -> Tuple[int, str, Dict[str, Any]]:
         state, metadata = _checkpoint.read_checkpoint(path, map_location="cpu")
         self.callbacks.call("on_checkpoint_load_start", state)
-        self.context._load_state_dict(state["context"])
+        self.harness.load_state_dict(state["context"])
         self.callbacks.load_state_dict(state.get("callbacks", {}))
         trainer = state["trainer"]
-        self.context._trial_seed = trainer["trial_seed"]
-        self._best = trainer.get("best_validation")
-        self.result.best_validation = self._best
+        self.harness.trial_seed = trainer["trial_seed"]
+        self.state.best_validation = self.result.best_validation = trainer.get("best_validation")
         rng = state["rng"]
         start = trainer["total_batches"]
         self._last_checkpoint_batch = start
@@ -605,14 +469,3 @@ class TrialController:
             metadata.get("uuid", os.path.basename(os.path.normpath(path))),
             rng[self.dist.rank % len(rng)],
         )
-
-
-_NULL = contextlib.nullcontext()  # reusable: nullcontext keeps no state
-
-
-def _schedulers(ctx: PyTorchTrialContext, mode: LRScheduler.StepMode) -> List[LRScheduler]:
-    return [s for s in ctx.lr_schedulers if s.step_mode is mode]
-
-
-def _due(done: int, every: Optional[int]) -> bool:
-    return every is not None and done % every == 0

@@ -1,9 +1,10 @@
-"""LRScheduler: a torch LR scheduler that the harness steps, saves and restores."""
+"""LRScheduler: a torch LR scheduler that the harness steps, saves and restores; LRStepper steps them."""
 
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict
+import warnings
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -94,3 +95,61 @@ class LRScheduler:
             f"LRScheduler({type(self._scheduler).__name__}, {self._step_mode.name}, "
             f"frequency={self._frequency})"
         )
+
+
+class LRStepper:
+    """Decides every automatic scheduler step: the one place that reads ``step_mode``.
+
+    ``steps_of(optimizer)`` gives how many times the (wrapped) optimizer a scheduler is built
+    on has stepped, or None when it is not a wrapped one. Hooks fire on ``callbacks``, which
+    the caller passes because the loop installs them after the trial wrapped its schedulers.
+    """
+
+    def __init__(self, steps_of: Callable[[Any], Optional[int]]) -> None:
+        self.schedulers: List[LRScheduler] = []
+        self._steps_of = steps_of
+
+    def add(self, scheduler: LRScheduler) -> None:
+        self.schedulers.append(scheduler)
+
+    def _with_mode(self, mode: "LRScheduler.StepMode") -> List[LRScheduler]:
+        return [s for s in self.schedulers if s.step_mode is mode]
+
+    def after_optimizer_step(
+        self, is_its_optimizer: Callable[[Any], bool], steps: int, callbacks: Any
+    ) -> None:
+        """STEP_EVERY_OPTIMIZER_STEP: an optimizer stepped for the ``steps``-th time."""
+        for sched in self._with_mode(LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP):
+            if is_its_optimizer(sched.optimizer) and steps % sched.frequency == 0:
+                self.step(sched, callbacks)
+
+    def after_step_window(self, last_batch_idx: int, aggregation_frequency: int, callbacks: Any) -> None:
+        """STEP_EVERY_BATCH, after the optimizer step that ends a window of k batches.
+
+        The steps due on the window's k batches are taken after its optimizer step, as in
+        Determined ("never step the LR when the optimizer does not step"): stepping mid-window
+        would decay the LR before the window's step and skip the schedule's first values.
+        """
+        first = last_batch_idx - aggregation_frequency + 1
+        for sched in self._with_mode(LRScheduler.StepMode.STEP_EVERY_BATCH):
+            for i in range(first, last_batch_idx + 1):
+                if (i + 1) % sched.frequency == 0:
+                    self.step(sched, callbacks)
+
+    def after_epoch(self, epochs_done: int, callbacks: Any) -> None:
+        """STEP_EVERY_EPOCH: ``epochs_done`` epochs are complete."""
+        for sched in self._with_mode(LRScheduler.StepMode.STEP_EVERY_EPOCH):
+            if epochs_done % sched.frequency == 0:
+                self.step(sched, callbacks)
+
+    def step(self, sched: LRScheduler, callbacks: Any) -> None:
+        callbacks.call("on_before_scheduler_step", sched)
+        if self._steps_of(getattr(sched, "optimizer", None)) == 0:
+            # STEP_EVERY_BATCH/EPOCH may legitimately step before the first optimizer step
+            # (e.g. under gradient aggregation); torch's ordering warning is noise here.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+                sched.step()
+        else:
+            sched.step()
+        callbacks.call("on_after_scheduler_step", sched)

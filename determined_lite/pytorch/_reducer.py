@@ -12,7 +12,7 @@ import abc
 import enum
 import json
 import numbers
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -297,7 +297,7 @@ def validation_partial(
     reducers: Union[Reducer, Mapping[str, Reducer]],
 ) -> Dict[str, Any]:
     """Per-slot partial of ``evaluate_batch`` outputs: small and mergeable per reducer kind."""
-    partial = {}
+    partial: Dict[str, Tuple[Reducer, Any, Optional[float]]] = {}
     for name in _metric_names(batch_metrics):
         kind = _reducer_for(reducers, name)
         rows = [(m[name], n) for m, n in zip(batch_metrics, batch_lengths) if name in m]

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import numbers
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._schedule import TrainingState
 
 logger = logging.getLogger("determined_lite")
 
 
 def _scalars(metrics: Dict[str, Any]) -> Dict[str, float]:
     return {
-        k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Number) and not isinstance(v, bool)
+        k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)
     }
 
 
@@ -24,28 +25,28 @@ def _fmt(metrics: Dict[str, Any]) -> str:
 class MetricLogger(PyTorchCallback):
     """Logs reduced training and validation metrics once per report (chief only)."""
 
-    def __init__(self, is_chief: bool, total_batches: Callable[[], int]) -> None:
+    def __init__(self, is_chief: bool, state: TrainingState) -> None:
         self._enabled = is_chief
-        self._total_batches = total_batches
+        self._state = state
 
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
     ) -> None:
         if self._enabled:
-            logger.info("batch %d training: %s", self._total_batches(), _fmt(avg_metrics))
+            logger.info("batch %d training: %s", self._state.batches_done, _fmt(avg_metrics))
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
         if self._enabled:
-            logger.info("batch %d validation: %s", self._total_batches(), _fmt(metrics))
+            logger.info("batch %d validation: %s", self._state.batches_done, _fmt(metrics))
 
 
 class TensorBoardMetrics(PyTorchCallback):
     """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only)."""
 
-    def __init__(self, path: Optional[str], is_chief: bool, total_batches: Callable[[], int]) -> None:
+    def __init__(self, path: Optional[str], is_chief: bool, state: TrainingState) -> None:
         self._path = path
         self._enabled = is_chief and path is not None
-        self._total_batches = total_batches
+        self._state = state
         self._writer: Any = None
 
     def _write(self, prefix: str, metrics: Dict[str, Any]) -> None:
@@ -55,7 +56,7 @@ class TensorBoardMetrics(PyTorchCallback):
             from determined_lite.tensorboard.metric_writers.pytorch import TorchWriter
 
             self._writer = TorchWriter(self._path)
-        step = self._total_batches()
+        step = self._state.batches_done
         for name, value in _scalars(metrics).items():
             self._writer.writer.add_scalar(f"{prefix}/{name}", value, step)
         self._writer.flush()

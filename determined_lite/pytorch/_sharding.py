@@ -240,14 +240,22 @@ class Sharding:
         self.args = args
         self.warned_replicas: set[int] = set()
 
+    @property
+    def batch_size(self) -> int:
+        """The per-slot batch size in records (only without a custom ``batch_sampler``)."""
+        size = self.args.batch_size
+        if size is None:
+            raise RuntimeError("a DataLoader with a batch_sampler has no batch size in records")
+        return size
+
     def batches_per_pass(self) -> int:
         """Batches in one single-process epoch (the DataLoader's ``len()``)."""
         if self.args.batch_sampler is not None:
             return self.units_per_epoch()
         num_records = self.units_per_epoch()
         if self.args.drop_last:
-            return num_records // self.args.batch_size
-        return -(-num_records // self.args.batch_size)
+            return num_records // self.batch_size
+        return -(-num_records // self.batch_size)
 
     def units_per_epoch(self) -> int:
         """Records per epoch (or user batches per epoch with a custom batch_sampler)."""
@@ -282,11 +290,11 @@ class Sharding:
             length, dropped = divmod(units, num_replicas)
             what = f"batch_sampler yields {units} batches per epoch"
         else:
-            length = _training_length(units, self.args.batch_size, num_replicas, self.args.drop_last)
-            full, dropped = divmod(units, self.args.batch_size * num_replicas)
+            length = _training_length(units, self.batch_size, num_replicas, self.args.drop_last)
+            full, dropped = divmod(units, self.batch_size * num_replicas)
             if self.args.drop_last or length > full:
                 dropped = 0  # dropped on request, or the tail is trained on
-            what = f"dataset of {units} records, batch_size={self.args.batch_size} per slot"
+            what = f"dataset of {units} records, batch_size={self.batch_size} per slot"
         if length == 0:
             raise ValueError(
                 f"det-lite DataLoader: a training epoch has no batches ({what}, "
@@ -310,7 +318,7 @@ class Sharding:
         if self.args.batch_sampler is not None:
             usable = len(units) - len(units) % num_replicas
             return units[rank:usable:num_replicas]
-        return _rank_training_batches(units, self.args.batch_size, num_replicas, rank, self.args.drop_last)
+        return _rank_training_batches(units, self.batch_size, num_replicas, rank, self.args.drop_last)
 
     def training_loader(
         self, *, seed: int, rank: int = 0, num_replicas: int = 1, start_batch: int = 0
@@ -338,9 +346,9 @@ class Sharding:
         if self.args.batch_sampler is not None:
             total = units
         elif self.args.drop_last:
-            total = units // self.args.batch_size
+            total = units // self.batch_size
         else:
-            total = -(-units // self.args.batch_size)
+            total = -(-units // self.batch_size)
         return _contiguous_share(total, num_replicas, rank)
 
     def validation_batches(self, seed: int, first: int, count: int) -> list[_Batch]:
@@ -348,7 +356,7 @@ class Sharding:
         units = self.epoch_units(seed, 0)
         if self.args.batch_sampler is not None:
             return units[first : first + count]
-        b = self.args.batch_size
+        b = self.batch_size
         usable = len(units) - len(units) % b if self.args.drop_last else len(units)
         stop = min((first + count) * b, usable)
         return [units[i : min(i + b, stop)] for i in range(first * b, stop, b)]

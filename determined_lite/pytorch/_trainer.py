@@ -3,47 +3,24 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import logging
 import random
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 from determined_lite import tensorboard
-from determined_lite.config.units import Batch, TrainUnit
+from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainingSettings, TrainUnit
 from determined_lite.distributed import DistributedContext
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._checkpoint import seed_everything
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
+from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.store._paths import checkpoint_root
 
 logger = logging.getLogger("determined_lite")
-
-DEFAULT_REPORTING_PERIOD = Batch(100)  # Determined's default scheduling unit
-
-
-@dataclasses.dataclass
-class TrialInfo:
-    """Identity of a trial inside an experiment (filled in by the experiment launcher)."""
-
-    trial_id: Optional[int] = None
-    experiment_id: Optional[int] = None
-    trial_seed: Optional[int] = None
-    context_dir: Optional[str] = None
-    checkpoint_root: Optional[str] = None
-    tensorboard_path: Optional[str] = None
-
-
-def _conf(exp_conf: Dict[str, Any], *path: str, default: Any = None) -> Any:
-    node: Any = exp_conf
-    for key in path:
-        if not isinstance(node, dict) or node.get(key) is None:
-            return default
-        node = node[key]
-    return node
 
 
 @contextlib.contextmanager
@@ -63,16 +40,16 @@ def init(
     ``aggregation_frequency`` defaults to ``optimizations.aggregation_frequency``, else 1.
     """
     exp_conf = dict(exp_conf or {})
+    settings = TrainingSettings.from_config(exp_conf)
     info = trial_info or TrialInfo()
     seed = info.trial_seed
     if seed is None:
-        seed = _conf(exp_conf, "reproducibility", "experiment_seed")
+        seed = settings.experiment_seed
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
         logger.info("no reproducibility.experiment_seed given; using trial seed %d", seed)
     if aggregation_frequency is None:
-        aggregation_frequency = _conf(exp_conf, "optimizations", "aggregation_frequency", default=1)
-    average = _conf(exp_conf, "optimizations", "average_aggregated_gradients", default=True)
+        aggregation_frequency = settings.aggregation_frequency
     tb_path = None
     if enable_tensorboard_logging:
         tb_path = info.tensorboard_path or tensorboard.trial_tensorboard_path(
@@ -81,17 +58,17 @@ def init(
 
     seed_everything(seed)
     context = PyTorchTrialContext(
-        hparams=hparams if hparams is not None else _conf(exp_conf, "hyperparameters", default={}),
+        hparams=hparams if hparams is not None else exp_conf.get("hyperparameters") or {},
         exp_conf=exp_conf,
         distributed=distributed,
         aggregation_frequency=aggregation_frequency,
-        average_aggregated_gradients=average,
+        average_aggregated_gradients=settings.average_aggregated_gradients,
         trial_seed=seed,
         trial_id=info.trial_id,
         experiment_id=info.experiment_id,
         tensorboard_path=tb_path,
     )
-    context._trial_info = info
+    context.harness.trial_info = info
     previous = tensorboard._active_path
     tensorboard.set_active_path(tb_path)
     try:
@@ -122,7 +99,7 @@ class Trainer:
         validation_period: Optional[TrainUnit] = None,
         max_length: Optional[TrainUnit] = None,
         reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD,
-        checkpoint_policy: str = "best",
+        checkpoint_policy: Union[str, CheckpointPolicy] = CheckpointPolicy.BEST,
         latest_checkpoint: Optional[str] = None,
         step_zero_validation: bool = False,
         test_mode: bool = False,
@@ -137,11 +114,15 @@ class Trainer:
         validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``.
         Returns the reported metrics and the checkpoints written.
         """
-        if max_length is None:
-            max_length = _max_length_from_config(self.context.get_experiment_config())
         ctx = self.context
-        exp_conf = ctx.get_experiment_config()
-        info: TrialInfo = getattr(ctx, "_trial_info", None) or TrialInfo()
+        settings, info = ctx.harness.settings, ctx.harness.trial_info
+        if max_length is None:
+            max_length = settings.max_length
+        if max_length is None:
+            raise ValueError(
+                "Trainer.fit() needs max_length=Batch(n) or Epoch(n) (or searcher.max_length in the "
+                "experiment config)"
+            )
         spec = RunSpec(
             max_length=max_length,
             validation_period=validation_period,
@@ -151,33 +132,16 @@ class Trainer:
             latest_checkpoint=latest_checkpoint,
             step_zero_validation=step_zero_validation,
             test_mode=test_mode,
-            checkpoint_root=info.checkpoint_root or checkpoint_root(exp_conf),
+            checkpoint_root=info.checkpoint_root or checkpoint_root(ctx.get_experiment_config()),
             code_source=_code_source(self.trial, info),
-            searcher_metric=_conf(exp_conf, "searcher", "metric"),
-            smaller_is_better=_conf(exp_conf, "searcher", "smaller_is_better", default=True),
+            searcher_metric=settings.searcher_metric,
+            smaller_is_better=settings.smaller_is_better,
             should_stop=should_stop,
         )
-        controller: TrialController
-        is_chief = ctx.distributed.is_chief
-
-        def total_batches() -> int:
-            return controller.result.total_batches
-
+        is_chief, state = ctx.distributed.is_chief, ctx.harness.state
         core = [
-            ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, total_batches)),
-            ("_core.logger", MetricLogger(is_chief, total_batches)),
+            ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state)),
+            ("_core.logger", MetricLogger(is_chief, state)),
         ] + list(core_callbacks)
-        controller = TrialController(self.trial, ctx, spec, core)
-        return controller.run()
+        return TrialController(self.trial, ctx, spec, core).run()
 
-
-def _max_length_from_config(exp_conf: Dict[str, Any]) -> TrainUnit:
-    from determined_lite.config.units import length_from_config
-
-    value = _conf(exp_conf, "searcher", "max_length")
-    if value is None:
-        raise ValueError(
-            "Trainer.fit() needs max_length=Batch(n) or Epoch(n) (or searcher.max_length in the "
-            "experiment config)"
-        )
-    return length_from_config(value, "searcher.max_length")

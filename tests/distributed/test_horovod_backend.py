@@ -388,7 +388,7 @@ def _engine_checks(outdir: str) -> int:
     weights = []
     for window in range(2):
         for batch in range(2):  # k = 2 batches ...
-            ctx._batch_idx = 2 * window + batch
+            ctx.harness.state.batch_idx = 2 * window + batch
             for p in range(3):  # ... of bpps = 3 backward passes
                 x = torch.tensor([[(r + 1.0) * (batch + 1) * (p + 1) * (window + 1)]])
                 ctx.backward(model(x).sum())

@@ -33,7 +33,7 @@ from determined_lite.launch._torchrun import (
     remote_command,
     torchrun_command,
 )
-from determined_lite.pytorch._context import _unwrap
+from determined_lite.pytorch._harness import unwrap as _unwrap
 from tests.distributed._helpers import describe, global_batches, run, weights
 from tests.fixtures.linear import expected_weights
 

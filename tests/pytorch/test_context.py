@@ -213,7 +213,7 @@ def test_unwrapped_scaler_is_a_value_error() -> None:
     with pytorch.init(hparams=HP, exp_conf=SEED_CONF) as ctx:
         model = ctx.wrap_model(torch.nn.Linear(1, 1))
         opt = ctx.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=LR))
-        ctx._batch_idx = 0
+        ctx.harness.state.batch_idx = 0
         model(torch.ones(1, 1)).sum().backward()
         before = model.weight.detach().clone()
         with pytest.raises(ValueError, match="wrap_scaler"):

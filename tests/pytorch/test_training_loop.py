@@ -72,7 +72,7 @@ def totals(records: List[Dict[str, Any]]) -> List[int]:
 
 def test_explicit_aggregation_frequency_wins_over_the_config() -> None:
     trial, _ = run(k=1, exp_conf={"optimizations": {"aggregation_frequency": 3}}, max_length=pytorch.Batch(3))
-    assert trial.context._aggregation_frequency == 1
+    assert trial.context.harness.state.aggregation_frequency == 1
     assert_close_seq(trial.recorder.weights, expected_weights(0.0, LR, xs(3), aggregation=1))
 
 
@@ -86,7 +86,7 @@ def test_weights_after_every_batch_match_closed_form(k: int, via: str) -> None:
         trial, result = run(
             exp_conf={"optimizations": {"aggregation_frequency": k}}, max_length=pytorch.Batch(12)
         )
-    assert trial.context._aggregation_frequency == k
+    assert trial.context.harness.state.aggregation_frequency == k
     expected = expected_weights(0.0, LR, xs(12), aggregation=k)
     assert_close_seq(trial.recorder.weights, expected)
     assert result.total_batches == 12

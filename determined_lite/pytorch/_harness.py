@@ -1,0 +1,148 @@
+"""TrialHarness: what a trial's context and the training loop share (det-lite's, not Determined's).
+
+The user-facing :class:`~determined_lite.pytorch.PyTorchTrialContext` fills it as the trial
+wraps its models, optimizers, schedulers, scalers and reducers; the loop reads it, installs the
+callbacks and writes the progress in ``state``. Everything here is a public field so that
+neither side reaches into the other's private attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from determined_lite.config import TrainingSettings
+from determined_lite.distributed import DistributedContext
+from determined_lite.pytorch._callback import CallbackList
+from determined_lite.pytorch._lr_scheduler import LRScheduler, LRStepper
+from determined_lite.pytorch._precision import Precision
+from determined_lite.pytorch._reducer import WrappedReducer
+from determined_lite.pytorch._schedule import TrainingState
+
+
+@dataclasses.dataclass
+class TrialInfo:
+    """Identity of a trial inside an experiment (filled in by the experiment launcher)."""
+
+    trial_id: Optional[int] = None
+    experiment_id: Optional[int] = None
+    trial_seed: Optional[int] = None
+    context_dir: Optional[str] = None
+    checkpoint_root: Optional[str] = None
+    tensorboard_path: Optional[str] = None
+
+
+class WrappedOptimizer:
+    """Bookkeeping for one wrapped optimizer (the object the trial holds is ``optimizer``)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, backward_passes_per_step: int) -> None:
+        self.optimizer = optimizer
+        self.backward_passes_per_step = backward_passes_per_step
+        self.steps = 0
+
+    def parameters(self) -> List[torch.nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def owns(self, optimizer: Any) -> bool:
+        """Whether ``optimizer`` is this one (or a view sharing its param groups, as a scheduler
+        built on the unwrapped optimizer holds)."""
+        return self.optimizer is optimizer or self.optimizer.param_groups is getattr(
+            optimizer, "param_groups", None
+        )
+
+
+class TrialHarness:
+    """The wrapped objects, precision, callbacks and progress of one trial on one worker."""
+
+    def __init__(
+        self,
+        distributed: DistributedContext,
+        device: torch.device,
+        *,
+        aggregation_frequency: int,
+        average_aggregated_gradients: bool,
+        trial_seed: int,
+        settings: TrainingSettings,
+    ) -> None:
+        self.distributed = distributed
+        self.settings = settings  # the experiment config's training fields
+        self.trial_info = TrialInfo()  # where the trial belongs; set by init()
+        self.state = TrainingState(aggregation_frequency=aggregation_frequency)
+        self.average_aggregated_gradients = average_aggregated_gradients
+        self.trial_seed = trial_seed  # restored from a checkpoint on resume
+        self.precision = Precision(device)
+        self.callbacks = CallbackList([], is_chief=distributed.is_chief)  # installed by the loop
+        self.models: List[torch.nn.Module] = []
+        self.optimizers: List[WrappedOptimizer] = []
+        self.lr = LRStepper(self.optimizer_steps)
+        self.reducers: List[WrappedReducer] = []
+        self.auto_to_device = True
+        self.dataset_checks = True
+        self.stop_requested = False
+
+    def find_optimizer(self, optimizer: Any) -> Optional[WrappedOptimizer]:
+        for wrapped in self.optimizers:
+            if wrapped.owns(optimizer):
+                return wrapped
+        return None
+
+    def optimizer_steps(self, optimizer: Any) -> Optional[int]:
+        wrapped = self.find_optimizer(optimizer)
+        return None if wrapped is None else wrapped.steps
+
+    @property
+    def lr_schedulers(self) -> List[LRScheduler]:
+        return self.lr.schedulers
+
+    def reducers_for(self, training: bool) -> List[WrappedReducer]:
+        """The reducers that take part in training (or validation) metrics."""
+        return [r for r in self.reducers if (r.for_training if training else r.for_validation)]
+
+    def reset_reducers(self, training: bool) -> None:
+        for r in self.reducers_for(training):
+            r.reducer.reset()
+
+    # --- checkpoint state -------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """Models, optimizers, schedulers and scalers (the ``context`` entry of a checkpoint)."""
+        return {
+            "models_state_dict": [unwrap(m).state_dict() for m in self.models],
+            "optimizers_state_dict": [w.optimizer.state_dict() for w in self.optimizers],
+            "optimizer_steps": [w.steps for w in self.optimizers],
+            "lr_schedulers_state_dict": [s.state_dict() for s in self.lr_schedulers],
+            **self.precision.state_dict(),
+        }
+
+    def load_state_dict(self, state: Dict[str, Any], strict: bool = True) -> None:
+        """Restore :meth:`state_dict`; ``strict=False`` loads the models' weights only."""
+
+        def check(key: str, have: int) -> List[Any]:
+            saved = state.get(key, [])
+            if strict and len(saved) != have:
+                raise ValueError(
+                    f"checkpoint has {len(saved)} entries in {key!r} but the trial wrapped {have}; "
+                    "the trial's __init__ must wrap the same objects as when it was saved"
+                )
+            return saved
+
+        for model, sd in zip(self.models, check("models_state_dict", len(self.models))):
+            unwrap(model).load_state_dict(sd)
+        if not strict:
+            return
+        for w, sd in zip(self.optimizers, check("optimizers_state_dict", len(self.optimizers))):
+            w.optimizer.load_state_dict(sd)
+        for w, steps in zip(self.optimizers, state.get("optimizer_steps", [])):
+            w.steps = steps
+        for s, sd in zip(self.lr_schedulers, check("lr_schedulers_state_dict", len(self.lr_schedulers))):
+            s.load_state_dict(sd)
+        scalers = check("scalers_state_dict", len(self.precision.scalers))
+        self.precision.load_state_dict(state, scalers)
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module inside a distributed wrapper (DDP and friends expose ``.module``)."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.module
+    return model
