@@ -36,7 +36,7 @@ def experiment() -> None:
 
 def _config_errors() -> Tuple[Type[BaseException], ...]:
     try:
-        from determined_lite.config import ConfigError  # type: ignore[attr-defined]
+        from determined_lite.config import ConfigError
     except ImportError:
         return ()
     return (ConfigError,)
@@ -83,7 +83,7 @@ def create(
         code = create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode)
     except click.UsageError:
         raise
-    except config_errors as e:  # type: ignore[misc]
+    except config_errors as e:
         raise BadInput(str(e)) from None
     ctx.exit(int(code))
 
@@ -118,7 +118,7 @@ def activate(ctx: click.Context, experiment_id: int, detach: bool) -> None:
         code = activate_experiment(experiment_id, detach=detach)
     except click.UsageError:
         raise
-    except config_errors as e:  # type: ignore[misc]
+    except config_errors as e:
         raise BadInput(str(e)) from None
     ctx.exit(int(code))
 

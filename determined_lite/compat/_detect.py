@@ -8,9 +8,18 @@ import os
 import sys
 from typing import Iterable, Optional, Sequence
 
-from determined_lite.compat._install import ALIAS_PATH, is_alias_origin
-
 # Bounds on the scan, so a context directory full of data stays quick to check.
+# A directory holding a top-level ``determined`` package made of re-exports (see _install).
+ALIAS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_alias")
+
+
+def is_alias_origin(origin: Optional[str]) -> bool:
+    """Whether a module file belongs to the alias tree."""
+    if not origin:
+        return False
+    return os.path.abspath(origin).startswith(ALIAS_PATH + os.sep)
+
+
 _SKIP_DIRS = {"__pycache__", "node_modules", "venv", ".venv", "site-packages"}
 _MAX_PY_FILES = 500
 _MAX_ENTRIES = 20_000

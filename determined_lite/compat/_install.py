@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
-from typing import Optional
+
+from determined_lite.compat._detect import ALIAS_PATH, find_real_determined, is_alias_origin
 
 logger = logging.getLogger("determined_lite")
 
-# A directory holding a top-level ``determined`` package made of re-exports. Appended (never
-# prepended) to sys.path, so any other ``determined`` on the path would still come first;
-# sys.path also reaches DataLoader worker processes started with "spawn" or "forkserver".
-ALIAS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_alias")
-
-
-def is_alias_origin(origin: Optional[str]) -> bool:
-    """Whether a module file belongs to the alias tree."""
-    if not origin:
-        return False
-    return os.path.abspath(origin).startswith(ALIAS_PATH + os.sep)
+# ALIAS_PATH is appended (never prepended) to sys.path, so any other ``determined`` on the path
+# would still come first; sys.path also reaches DataLoader workers started with "spawn".
 
 
 def alias_installed() -> bool:
@@ -30,7 +21,6 @@ def alias_installed() -> bool:
     module = sys.modules.get("determined")
     if module is not None:
         return is_alias_origin(getattr(module, "__file__", None))
-    from determined_lite.compat._detect import find_real_determined
 
     return find_real_determined() is None
 
@@ -42,7 +32,6 @@ def install_alias() -> bool:
     already imported, or importable from ``sys.path`` (a regular package or module, not a bare
     directory), is left alone and False is returned.
     """
-    from determined_lite.compat._detect import find_real_determined
 
     if ALIAS_PATH in sys.path:
         return alias_installed()

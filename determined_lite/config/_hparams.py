@@ -20,7 +20,7 @@ constant mapping with a ``type`` key must be written ``{type: const, val: {...}}
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Tuple
+from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Tuple, Type
 
 from pydantic import Field, StrictInt, ValidationError, model_validator
 
@@ -84,8 +84,13 @@ class CategoricalHP(_Typed):
     vals: Annotated[List[Any], Field(min_length=1)]
 
 
-TYPES = {"const": ConstHP, "int": IntHP, "double": DoubleHP, "log": LogHP, "categorical": CategoricalHP}
-SEARCHABLE = ("int", "double", "log", "categorical")
+TYPES: Dict[str, Type[Section]] = {
+    "const": ConstHP,
+    "int": IntHP,
+    "double": DoubleHP,
+    "log": LogHP,
+    "categorical": CategoricalHP,
+}
 
 
 def normalize_hyperparameters(raw: Any) -> Dict[str, Any]:

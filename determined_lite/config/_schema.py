@@ -344,7 +344,7 @@ class EnvironmentConfig(Section):
     determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("environment",)))
 
     environment_variables: Annotated[Dict[str, List[str]], PlainValidator(_environment_variables)] = Field(
-        default_factory=lambda: {device: [] for device in ENV_DEVICES}
+        default_factory=lambda: {device: list[str]() for device in ENV_DEVICES}
     )
 
 

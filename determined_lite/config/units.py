@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +41,6 @@ class Record(TrainUnit):
     def to_batches(self, epoch_length: int, global_batch_size: int) -> int:
         return -(-self.value // global_batch_size)
 
-
-Length = Union[Batch, Epoch, Record]
 
 _UNITS = {"batches": Batch, "epochs": Epoch, "records": Record}
 _NAMES = {cls: name for name, cls in _UNITS.items()}

@@ -302,7 +302,7 @@ class TorchDistributedContext(DistributedContext):
         device_ids = [device.index if device.index is not None else 0] if device.type == "cuda" else None
         return ForwardingDDP(model, device_ids=device_ids, **self._ddp_kwargs)
 
-    def no_sync(self, models: Iterable[torch.nn.Module]) -> ContextManager[None]:
+    def no_sync(self, models: Iterable[torch.nn.Module]) -> ContextManager[Any]:
         ddp = [m for m in models if isinstance(m, DistributedDataParallel)]
         if not ddp:
             return contextlib.nullcontext()

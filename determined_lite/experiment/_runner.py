@@ -113,7 +113,6 @@ class ExperimentRunner:
         self.run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
         self._log_lock = threading.Lock()
         self._log_buffer: List[tuple] = []
-        self._echo: List[str] = []
         self.progress = Progress(enabled=show_progress, out=out)
 
     # --- state ------------------------------------------------------------------------------

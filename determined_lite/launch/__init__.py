@@ -1,6 +1,7 @@
 """Start a trial's workers: one process, ``horovodrun`` or ``torch.distributed.run``."""
 
-from determined_lite.launch._launcher import TrialProcess, launch, run_trial, worker_command
+from determined_lite.launch._failures import worker_command
+from determined_lite.launch._launcher import TrialProcess, launch, run_trial
 from determined_lite.launch._spec import BACKENDS, WorkerResult, WorkerSpec
 
 __all__ = ["BACKENDS", "TrialProcess", "WorkerResult", "WorkerSpec", "launch", "run_trial", "worker_command"]

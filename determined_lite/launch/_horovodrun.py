@@ -49,8 +49,9 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from determined_lite.launch._failures import worker_command, write_failure_result
 from determined_lite.launch._hosts import parse_hosts
-from determined_lite.launch._spec import WorkerResult, WorkerSpec
+from determined_lite.launch._spec import WorkerSpec
 
 # Kept in step with determined_lite.distributed._horovod (not imported: it needs torch).
 FAILURE_PREFIX_ENV = "DET_LITE_HOROVOD_FAILURE_PREFIX"
@@ -110,7 +111,6 @@ def horovodrun_command(
             "resources.distributed_backend is 'horovod' but Horovod is not installed; install it "
             "with scripts/install-horovod.sh or set resources.distributed_backend: torch"
         )
-    from determined_lite.launch._launcher import worker_command
 
     placed = parse_hosts(hosts, spec.slots) if hosts else [("localhost", spec.slots)]
     all_local = all(_is_local(h) for h, _ in placed)
@@ -275,17 +275,6 @@ def primary_failure(
     return Failure(rank=None, error=text.splitlines()[0] if text else None)
 
 
-def _write_failure_result(result_path: str, error: str) -> None:
-    """Mark the trial's result as failed by ``error``, keeping what the chief reported."""
-    result = WorkerResult(status="error")
-    if os.path.exists(result_path):
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            result = WorkerResult.load(result_path)
-    result.status = "error"
-    result.error = error
-    result.save(result_path)
-
-
 def _num_proc(args: Sequence[str]) -> Optional[int]:
     for flag in ("-np", "--num-proc"):
         if flag in args[:-1]:
@@ -318,8 +307,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     several = _num_proc(args) != 1
     out = _UntaggedStream(sys.stdout, prefix_ranks=several)
-    sys.stdout = out  # type: ignore[assignment]
-    sys.stderr = _UntaggedStream(sys.stderr, prefix_ranks=several)  # type: ignore[assignment]
+    sys.stdout = out
+    sys.stderr = _UntaggedStream(sys.stderr, prefix_ranks=several)
     sys.argv = ["horovodrun", *args]
     try:
         hvd_launch.run_commandline()
@@ -340,7 +329,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             print(failure.summary(), file=sys.stderr)
         if result_path:
-            _write_failure_result(result_path, failure.describe())
+            write_failure_result(result_path, failure.describe())
         return 1
     finally:
         if prefix:

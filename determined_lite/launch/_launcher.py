@@ -18,17 +18,10 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import determined_lite
+from determined_lite.launch._failures import worker_command
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
 
 OutputFn = Callable[[str], None]
-
-WORKER_MODULE = "determined_lite.launch.worker"
-
-
-def worker_command(spec_path: str) -> List[str]:
-    """The command line of one worker process."""
-    return [sys.executable, "-u", "-m", WORKER_MODULE, spec_path]
-
 
 def _command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
@@ -148,10 +141,7 @@ def run_trial(
     proc = launch(spec, spec_path, hosts=hosts, on_output=on_output, env=env)
     try:
         code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.stop()
-        raise
-    except BaseException:
+    except BaseException:  # a timeout, Ctrl-C or anything else: never leave workers behind
         proc.stop()
         raise
     if os.path.exists(spec.result_path):

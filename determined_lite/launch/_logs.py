@@ -49,6 +49,6 @@ def install_rank_prefix(rank: int, size: int) -> None:
         return
     prefix = f"[rank {rank}] "
     if not isinstance(sys.stdout, _PrefixedStream):
-        sys.stdout = _PrefixedStream(sys.stdout, prefix)  # type: ignore[assignment]
+        sys.stdout = _PrefixedStream(sys.stdout, prefix)
     if not isinstance(sys.stderr, _PrefixedStream):
-        sys.stderr = _PrefixedStream(sys.stderr, prefix)  # type: ignore[assignment]
+        sys.stderr = _PrefixedStream(sys.stderr, prefix)

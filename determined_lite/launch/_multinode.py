@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from determined_lite.launch._torchrun import primary_failure, remote_command, write_failure_result
+from determined_lite.launch._failures import write_failure_result
+from determined_lite.launch._torchrun import describe_failure, primary_failure, remote_command
 
 GRACE_S = 10.0  # SIGTERM → SIGKILL for agents being stopped
 POLL_S = 0.05
@@ -147,7 +148,7 @@ def supervise(plan: Dict[str, Any]) -> int:
             f"det-lite: torchrun agent on {failed.host} exited with code {failed.proc.returncode}; "
             "stopped the other agents\n"
         )
-    write_failure_result(plan["result"], failure)
+    write_failure_result(plan["result"], describe_failure(failure))
     return 1
 
 

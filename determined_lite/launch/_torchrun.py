@@ -42,10 +42,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from determined_lite.launch._failures import WORKER_MODULE, write_failure_result
 from determined_lite.launch._hosts import parse_hosts
-from determined_lite.launch._spec import WorkerResult, WorkerSpec
+from determined_lite.launch._spec import WorkerSpec
 
-WORKER_MODULE = "determined_lite.launch.worker"
 AGENT_MODULE = "determined_lite.launch._torchrun"
 MULTINODE_MODULE = "determined_lite.launch._multinode"
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
@@ -214,19 +214,6 @@ def primary_failure(failures: Sequence[Dict[str, Any]]) -> Optional[Dict[str, An
     return min(failures, key=key)
 
 
-def write_failure_result(result_path: str, failure: Dict[str, Any]) -> None:
-    """Mark the trial's result as failed by ``failure`` (keeping what the chief reported)."""
-    result = WorkerResult(status="error")
-    if os.path.exists(result_path):
-        try:
-            result = WorkerResult.load(result_path)
-        except (OSError, ValueError, TypeError):
-            pass
-    result.status = "error"
-    result.error = describe_failure(failure)
-    result.save(result_path)
-
-
 def _failures_of(error: Any) -> List[Dict[str, Any]]:
     """Plain dicts of the failures in torch's ``ChildFailedError``."""
     out = []
@@ -333,7 +320,7 @@ def _report(args: argparse.Namespace, failure: Dict[str, Any]) -> None:
         with open(args.failure_file, "w") as f:
             json.dump(failure, f)
     if args.result:
-        write_failure_result(args.result, failure)
+        write_failure_result(args.result, describe_failure(failure))
 
 
 if __name__ == "__main__":

@@ -298,13 +298,6 @@ class AdaptiveASHASearch(SearchMethod):
     def total_trials(self) -> int:
         return sum(p.max_trials for p in self.plan)
 
-    def rung_of(self, request_id: str) -> int:
-        """The rung the trial is at (or training towards)."""
-        return self._brackets[self._bracket(request_id)].trial_rung[request_id]
-
-    def bracket_of(self, request_id: str) -> int:
-        return self._bracket(request_id)
-
     def _bracket(self, request_id: str) -> int:
         if request_id not in self._bracket_of:
             raise KeyError(f"adaptive_asha searcher: unknown trial request id {request_id!r}")

@@ -99,11 +99,6 @@ class SearchMethod(abc.ABC):
         """Trials the search runs to the end, known up front; trials created to replace
         ``invalid_hp`` ones come on top of this."""
 
-    @property
-    def is_shutdown(self) -> bool:
-        """True once Shutdown has been emitted."""
-        return self._shutdown
-
     # ---- events ------------------------------------------------------------------------------
     @abc.abstractmethod
     def initial_operations(self) -> List[Operation]:

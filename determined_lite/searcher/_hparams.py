@@ -66,7 +66,7 @@ def _check_leaf(path: Path, leaf: Mapping[str, Any], need_count: bool) -> None:
         )
     if kind == "log":
         base = leaf.get("base")
-        if not _is_number(base) or base <= 0:
+        if not _is_number(base) or base is None or base <= 0:
             raise ValueError(f"{where}.base: expected a positive number, got {base!r}")
     count = leaf.get("count")
     if count is None:

@@ -137,7 +137,8 @@ class GridSearch(_OneShotSearch):
         return len(self.points)
 
     def _initial_points(self) -> List[Optional[Dict[str, Any]]]:
-        return copy.deepcopy(self.points)
+        points: List[Optional[Dict[str, Any]]] = list(copy.deepcopy(self.points))
+        return points
 
     def _plan(self) -> Dict[str, Any]:
         return {"max_length": self.max_length, "grid_points": len(self.points)}

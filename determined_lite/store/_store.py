@@ -68,6 +68,7 @@ class Store(Database):
                 " ended_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (name, state, config_text, context_dir, config_path, now, ended),
             )
+            assert cursor.lastrowid is not None  # set by every INSERT
             return int(cursor.lastrowid)
 
         return self._write(body)
@@ -322,6 +323,7 @@ class Store(Database):
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (experiment_id, request_id, state, hparams_text, seed, now),
             )
+            assert cursor.lastrowid is not None  # set by every INSERT
             return int(cursor.lastrowid)
 
         return self._write(body)

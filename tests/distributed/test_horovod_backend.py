@@ -24,9 +24,8 @@ from typing import Any, Dict, List
 import pytest
 import torch
 
-from determined_lite.launch import WorkerSpec, run_trial
+from determined_lite.launch import WorkerSpec, run_trial, worker_command
 from determined_lite.launch import _horovodrun as hr
-from determined_lite.launch._launcher import worker_command
 from tests.fixtures.linear import expected_weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))

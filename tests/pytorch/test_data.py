@@ -543,6 +543,7 @@ def test_worker_augmentation_resumes_exactly_and_ignores_worker_count() -> None:
 def test_worker_augmentation_in_validation_is_the_same_across_ranks() -> None:
     dl = DataLoader(_NoisyDataset(), batch_size=3, num_workers=2)
     single = torch.cat(list(dl.sharding.validation_loader(seed=1)))
-    sharded = torch.cat([b for r in range(2) for b in dl.sharding.validation_loader(rank=r, num_replicas=2, seed=1)])
+    shards = [dl.sharding.validation_loader(rank=r, num_replicas=2, seed=1) for r in range(2)]
+    sharded = torch.cat([b for shard in shards for b in shard])
     assert torch.equal(single, sharded)
     assert torch.equal(single, torch.cat(list(dl.sharding.validation_loader(seed=1))))  # every pass
