@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from determined_lite.config import environment_variables
+from determined_lite.config import TrainingSettings, environment_variables
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import checkpoints_to_keep
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, launch
@@ -277,6 +277,7 @@ class ExperimentRunner:
             tensorboard_path=trial_tensorboard_path(self.id, request.trial_id),
             backend="single" if self.slots_per_trial == 1 and not self.hosts else self.backend,
             slots=self.slots_per_trial,
+            settings=TrainingSettings.from_config(self.config).to_json(),
         )
         for stale in (spec.result_path, progress_path(spec.result_path)):
             if os.path.exists(stale):

@@ -8,6 +8,8 @@ import os
 import tempfile
 from typing import Any, Dict, List, Optional
 
+from determined_lite.config import TrainingSettings
+
 BACKENDS = ("single", "horovod", "torch")
 
 
@@ -37,12 +39,21 @@ class WorkerSpec:
     tensorboard_path: Optional[str] = None
     backend: str = "single"
     slots: int = 1
+    # TrainingSettings.to_json() of the experiment, built once by the runner; None: read from
+    # exp_conf (a spec written by hand or by a test).
+    settings: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.slots < 1:
             raise ValueError(f"slots must be >= 1, got {self.slots}")
+
+    def training_settings(self) -> TrainingSettings:
+        """The experiment config's training fields (periods, policy, searcher metric)."""
+        if self.settings is None:
+            return TrainingSettings.from_config(self.exp_conf)
+        return TrainingSettings.from_json(self.settings)
 
     def save(self, path: str) -> str:
         _write_json_atomic(path, dataclasses.asdict(self))

@@ -16,10 +16,10 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import determined_lite
-from determined_lite.config.units import Batch, TrainUnit, length_from_config
+from determined_lite.config.units import length_from_config
 from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
 
@@ -50,22 +50,6 @@ def import_entrypoint(entrypoint: str, context_dir: str) -> Any:
     return obj
 
 
-def _unit(exp_conf: Dict[str, Any], key: str) -> Optional[TrainUnit]:
-    value = exp_conf.get(key)
-    return None if value is None else length_from_config(value, key)
-
-
-def fit_arguments(exp_conf: Dict[str, Any]) -> Dict[str, Any]:
-    """``Trainer.fit`` keyword arguments from Determined's experiment-config fields."""
-    return {
-        "validation_period": _unit(exp_conf, "min_validation_period"),
-        "checkpoint_period": _unit(exp_conf, "min_checkpoint_period"),
-        "reporting_period": Batch(int(exp_conf.get("scheduling_unit") or 100)),
-        "checkpoint_policy": exp_conf.get("checkpoint_policy") or "best",
-        "step_zero_validation": bool(exp_conf.get("perform_initial_validation", False)),
-    }
-
-
 Hooks = Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]
 
 
@@ -94,6 +78,7 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
         tensorboard_path=spec.tensorboard_path,
     )
     callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
+    settings = spec.training_settings()
     with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
         for _, callback in callbacks:
             if hasattr(callback, "bind"):
@@ -105,7 +90,11 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
             test_mode=spec.test_mode,
             should_stop=should_stop,
             core_callbacks=list(callbacks) + list(extra_callbacks),
-            **fit_arguments(spec.exp_conf),
+            validation_period=settings.validation_period,
+            checkpoint_period=settings.checkpoint_period,
+            reporting_period=settings.reporting_period,
+            checkpoint_policy=settings.checkpoint_policy,
+            step_zero_validation=settings.step_zero_validation,
         )
     last = result.validation_metrics[-1]["metrics"] if result.validation_metrics else None
     return WorkerResult(
