@@ -298,6 +298,9 @@ class AdaptiveASHASearch(SearchMethod):
     def total_trials(self) -> int:
         return sum(p.max_trials for p in self.plan)
 
+    def bracket_of(self, request_id: str) -> int:
+        return self._bracket(request_id)
+
     def _bracket(self, request_id: str) -> int:
         if request_id not in self._bracket_of:
             raise KeyError(f"adaptive_asha searcher: unknown trial request id {request_id!r}")
