@@ -1,14 +1,16 @@
 """The embedded experiment store: one SQLite file (WAL) shared by the CLI, the runner and workers.
 
-Experiment and trial states (Determined's, the subset det-lite needs):
+Experiment and trial states (Determined's, the subset det-lite needs; ``ExperimentState``,
+``TrialState``):
 
 * ``ACTIVE``: running, or about to; ``PAUSED``: stopped at a checkpoint, resumable with
   ``experiment activate``;
-* ``COMPLETED``, ``CANCELED`` (killed), ``ERROR``: terminal, stamped with ``ended_at``.
+* ``COMPLETED``, ``CANCELED`` (killed), ``ERROR``: terminal (``TERMINAL_STATES``), stamped with
+  ``ended_at``.
 
-Pause and kill from another terminal are requests (``request_action`` / ``apply_action``) that
-the experiment's processes read at their next scheduling-unit boundary. Importing this package
-imports only the standard library.
+Pause and kill from another terminal are requests (``Action``; ``request_action`` /
+``apply_action``) that the experiment's processes read at their next scheduling-unit boundary.
+Importing this package imports only the standard library.
 """
 
 from determined_lite.store._db import NotFoundError, StoreError, schema_version
@@ -19,22 +21,24 @@ from determined_lite.store._paths import (
     process_alive,
     tensorboard_dir,
 )
-from determined_lite.store._store import (
-    ACTIONS,
-    EXPERIMENT_STATES,
+from determined_lite.store._states import (
     TERMINAL_STATES,
-    TRIAL_STATES,
-    Store,
+    Action,
+    ActionOutcome,
+    ExperimentState,
+    TrialState,
 )
+from determined_lite.store._store import Store
 
 __all__ = [
-    "ACTIONS",
-    "EXPERIMENT_STATES",
     "TERMINAL_STATES",
-    "TRIAL_STATES",
+    "Action",
+    "ActionOutcome",
+    "ExperimentState",
     "NotFoundError",
     "Store",
     "StoreError",
+    "TrialState",
     "default_checkpoint_root",
     "default_db_path",
     "det_lite_home",

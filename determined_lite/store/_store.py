@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, Union
 
 from determined_lite.store._db import Database, NotFoundError, dumps_json, loads_json
 from determined_lite.store._paths import process_alive, process_token
-
-EXPERIMENT_STATES = ("ACTIVE", "PAUSED", "COMPLETED", "CANCELED", "ERROR")
-TRIAL_STATES = ("ACTIVE", "PAUSED", "COMPLETED", "CANCELED", "ERROR")
-TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR"})
-ACTIONS = ("pause", "kill")
+from determined_lite.store._states import (
+    TERMINAL_STATES,
+    Action,
+    ActionOutcome,
+    ExperimentState,
+    TextEnum,
+    TrialState,
+)
 
 LogLine = Union[str, Tuple[Optional[int], str]]
 
@@ -30,10 +33,12 @@ _TRIAL_COLUMNS = (
 )
 
 
-def _check_state(state: str, allowed: Sequence[str], what: str) -> str:
-    if state not in allowed:
-        raise ValueError(f"{what} state must be one of {', '.join(allowed)}; got {state!r}")
-    return state
+def _check(value: str, allowed: Type[TextEnum], what: str) -> str:
+    """``value`` as the plain text of its ``allowed`` member; ValueError naming the choices."""
+    choices = [member.value for member in allowed]
+    if value not in choices:
+        raise ValueError(f"{what} must be one of {', '.join(choices)}; got {value!r}")
+    return allowed(value).value
 
 
 class Store(Database):
@@ -52,10 +57,10 @@ class Store(Database):
         context_dir: Optional[str],
         config_path: Optional[str],
         name: Optional[str] = None,
-        state: str = "ACTIVE",
+        state: str = ExperimentState.ACTIVE,
     ) -> int:
         """Record a new experiment (default state ACTIVE); returns its id (1, 2, ...)."""
-        _check_state(state, EXPERIMENT_STATES, "experiment")
+        state = _check(state, ExperimentState, "experiment state")
         if name is None and isinstance(config, dict) and isinstance(config.get("name"), str):
             name = config["name"]
         config_text = dumps_json(config, "experiment config")
@@ -137,12 +142,12 @@ class Store(Database):
 
     def set_experiment_state(self, experiment_id: int, state: str) -> None:
         """Set the state; a terminal state stamps ``ended_at``. Leaving ACTIVE drops a pending action."""
-        _check_state(state, EXPERIMENT_STATES, "experiment")
+        state = _check(state, ExperimentState, "experiment state")
         ended = time.time() if state in TERMINAL_STATES else None
 
         def body(conn: sqlite3.Connection) -> None:
             self._experiment_row(conn, experiment_id)
-            if state == "ACTIVE":
+            if state == ExperimentState.ACTIVE:
                 conn.execute(
                     "UPDATE experiments SET state = ?, ended_at = NULL WHERE id = ?", (state, experiment_id)
                 )
@@ -195,23 +200,26 @@ class Store(Database):
 
     # --- pause / kill requests ------------------------------------------------------------------
 
-    def request_action(self, experiment_id: int, action: str) -> str:
+    def request_action(self, experiment_id: int, action: str) -> Action:
         """Ask the experiment's processes to ``pause`` or ``kill``; returns the pending action.
 
         A kill replaces a pending pause; a pause does not replace a pending kill.
         """
-        if action not in ACTIONS:
-            raise ValueError(f"action must be one of {', '.join(ACTIONS)}; got {action!r}")
+        requested = Action(_check(action, Action, "action"))
 
-        def body(conn: sqlite3.Connection) -> str:
-            current = self._experiment_row(conn, experiment_id)["requested_action"]
-            effective = "kill" if "kill" in (current, action) else action
-            conn.execute(
-                "UPDATE experiments SET requested_action = ? WHERE id = ?", (effective, experiment_id)
-            )
-            return effective
+        def body(conn: sqlite3.Connection) -> Action:
+            row = self._experiment_row(conn, experiment_id)
+            return self._record_request(conn, experiment_id, row["requested_action"], requested)
 
         return self._write(body)
+
+    @staticmethod
+    def _record_request(
+        conn: sqlite3.Connection, experiment_id: int, current: Optional[str], action: Action
+    ) -> Action:
+        effective = Action.KILL if Action.KILL in (current, action) else action
+        conn.execute("UPDATE experiments SET requested_action = ? WHERE id = ?", (effective, experiment_id))
+        return effective
 
     def pending_action(self, experiment_id: int) -> Optional[str]:
         """``"pause"``, ``"kill"`` or None. Cheap: workers poll it every scheduling unit."""
@@ -236,7 +244,7 @@ class Store(Database):
 
         self._write(body)
 
-    def apply_action(self, experiment_id: int, action: str) -> str:
+    def apply_action(self, experiment_id: int, action: str) -> ActionOutcome:
         """Pause or kill from another process: a request if the experiment's process is alive,
         else the state change itself. Returns what happened:
 
@@ -245,28 +253,24 @@ class Store(Database):
           trials) are now PAUSED / CANCELED;
         * ``"noop"``: nothing to do (already finished, or pausing a paused experiment).
         """
-        if action not in ACTIONS:
-            raise ValueError(f"action must be one of {', '.join(ACTIONS)}; got {action!r}")
+        requested = Action(_check(action, Action, "action"))
+        pause = requested == Action.PAUSE
 
-        def body(conn: sqlite3.Connection) -> str:
+        def body(conn: sqlite3.Connection) -> ActionOutcome:
             row = self._experiment_row(conn, experiment_id)
             state = row["state"]
-            if state in TERMINAL_STATES or (action == "pause" and state == "PAUSED"):
-                return "noop"
+            if state in TERMINAL_STATES or (pause and state == ExperimentState.PAUSED):
+                return ActionOutcome.NOOP
             if process_alive(row["pid"], row["pid_token"]):
-                current = row["requested_action"]
-                effective = "kill" if "kill" in (current, action) else action
-                conn.execute(
-                    "UPDATE experiments SET requested_action = ? WHERE id = ?", (effective, experiment_id)
-                )
-                return "requested"
-            self._stop(conn, experiment_id, "PAUSED" if action == "pause" else "CANCELED")
-            return "paused" if action == "pause" else "canceled"
+                self._record_request(conn, experiment_id, row["requested_action"], requested)
+                return ActionOutcome.REQUESTED
+            self._stop(conn, experiment_id, ExperimentState.PAUSED if pause else ExperimentState.CANCELED)
+            return ActionOutcome.PAUSED if pause else ActionOutcome.CANCELED
 
         return self._write(body)
 
     @staticmethod
-    def _stop(conn: sqlite3.Connection, experiment_id: int, state: str) -> None:
+    def _stop(conn: sqlite3.Connection, experiment_id: int, state: ExperimentState) -> None:
         now = time.time()
         ended = now if state in TERMINAL_STATES else None
         conn.execute(
@@ -274,11 +278,14 @@ class Store(Database):
             " pid_token = NULL WHERE id = ?",
             (state, ended, experiment_id),
         )
-        unfinished = ("ACTIVE",) if state == "PAUSED" else ("ACTIVE", "PAUSED")
+        if state == ExperimentState.PAUSED:
+            unfinished: Tuple[TrialState, ...] = (TrialState.ACTIVE,)
+        else:
+            unfinished = (TrialState.ACTIVE, TrialState.PAUSED)
         conn.execute(
             f"UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?"
             f" AND state IN ({','.join('?' * len(unfinished))})",
-            (state, ended, experiment_id, *unfinished),
+            (TrialState(state), ended, experiment_id, *unfinished),
         )
 
     def delete_experiment(self, experiment_id: int) -> List[Dict[str, Any]]:
@@ -309,10 +316,10 @@ class Store(Database):
         request_id: Any,
         hparams: Dict[str, Any],
         seed: Optional[int],
-        state: str = "ACTIVE",
+        state: str = TrialState.ACTIVE,
     ) -> int:
         """Record a trial the searcher asked for (``request_id`` is kept as given: int or str)."""
-        _check_state(state, TRIAL_STATES, "trial")
+        state = _check(state, TrialState, "trial state")
         hparams_text = dumps_json(hparams, "hparams")
         now = time.time()
 
@@ -387,7 +394,7 @@ class Store(Database):
             return
         values = dict(fields)
         if "state" in values:
-            _check_state(values["state"], TRIAL_STATES, "trial")
+            values["state"] = _check(values["state"], TrialState, "trial state")
             values["ended_at"] = time.time() if values["state"] in TERMINAL_STATES else None
         assignments = ", ".join(f"{k} = ?" for k in values)
 

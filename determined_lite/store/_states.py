@@ -1,0 +1,64 @@
+"""The words the store writes and answers with: experiment and trial states, pause/kill actions.
+
+Each is a ``str`` enum whose value is the exact text in SQLite, in ``--json`` output and in the
+CLI's tables: a member compares, hashes, formats and JSON-encodes as that text, and a state read
+back from the store (a plain ``str``) equals its member. Renaming a value changes the store
+format: ``tests/store/test_states.py`` pins them.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class TextEnum(str, enum.Enum):
+    """A ``str`` enum that is its value for ``str()`` and f-strings too (``f"{State.ACTIVE}"`` is
+    ``ACTIVE``, not ``State.ACTIVE``), as Python 3.11's ``enum.StrEnum``; det-lite supports 3.10."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
+
+
+class ExperimentState(TextEnum):
+    """An experiment's ``state``: ACTIVE runs (or is about to); PAUSED stopped at a checkpoint and
+    resumes with ``experiment activate``; the others are terminal (see ``TERMINAL_STATES``)."""
+
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    CANCELED = "CANCELED"  # killed
+    ERROR = "ERROR"
+
+
+class TrialState(TextEnum):
+    """A trial's ``state``; same words and meanings as ``ExperimentState``."""
+
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    CANCELED = "CANCELED"
+    ERROR = "ERROR"
+
+
+# Terminal states stamp ``ended_at``; an experiment in one cannot be activated.
+TERMINAL_STATES = frozenset({ExperimentState.COMPLETED, ExperimentState.CANCELED, ExperimentState.ERROR})
+
+
+class Action(TextEnum):
+    """A request to an experiment's processes (``requested_action``), read at the next
+    scheduling-unit boundary. A kill replaces a pending pause, never the other way round."""
+
+    PAUSE = "pause"
+    KILL = "kill"
+
+
+class ActionOutcome(TextEnum):
+    """What ``Store.apply_action`` did (its docstring says when)."""
+
+    REQUESTED = "requested"
+    PAUSED = "paused"
+    CANCELED = "canceled"
+    NOOP = "noop"
