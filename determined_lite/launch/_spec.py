@@ -9,6 +9,7 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 from determined_lite.config import TrainingSettings
+from determined_lite.store._states import TextEnum
 
 BACKENDS = ("single", "horovod", "torch")
 
@@ -65,13 +66,18 @@ class WorkerSpec:
             return cls(**json.load(f))
 
 
+class WorkerStatus(TextEnum):
+    """How a trial's run ended (``WorkerResult.status``, the text in ``result.json``)."""
+
+    COMPLETED = "completed"  # reached max_length
+    STOPPED = "stopped"  # a pause/kill request, or the trial asked to stop
+    INVALID_HP = "invalid_hp"  # the trial raised InvalidHP
+    ERROR = "error"
+
+
 @dataclasses.dataclass
 class WorkerResult:
-    """What the chief worker reports when it exits.
-
-    ``status``: ``completed`` (reached max_length), ``stopped`` (a pause/kill request or the
-    trial asked to stop), ``invalid_hp`` (the trial raised ``InvalidHP``) or ``error``.
-    """
+    """What the chief worker reports when it exits; ``status`` is a ``WorkerStatus`` value."""
 
     status: str
     total_batches: int = 0
@@ -92,6 +98,18 @@ class WorkerResult:
     def load(cls, path: str) -> "WorkerResult":
         with open(path) as f:
             return cls(**json.load(f))
+
+    @classmethod
+    def after_exit(cls, path: str, code: int) -> "WorkerResult":
+        """The result at ``path`` once the workers exited with ``code``: an ``error`` when they
+        failed (whatever the chief reported) or wrote no result."""
+        if not os.path.exists(path):
+            return cls(status=WorkerStatus.ERROR, error=f"workers exited with status {code} before reporting")
+        result = cls.load(path)
+        if code != 0 and result.status != WorkerStatus.ERROR:
+            result.status = WorkerStatus.ERROR
+            result.error = result.error or f"workers exited with status {code}"
+        return result
 
 
 def progress_path(result_path: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import determined_lite
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._logs import install_rank_prefix
-from determined_lite.launch._spec import WorkerResult, WorkerSpec
+from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
 
 logger = logging.getLogger("determined_lite")
 
@@ -98,7 +98,7 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
         )
     last = result.validation_metrics[-1]["metrics"] if result.validation_metrics else None
     return WorkerResult(
-        status="stopped" if result.stopped_early else "completed",
+        status=WorkerStatus.STOPPED if result.stopped_early else WorkerStatus.COMPLETED,
         total_batches=result.total_batches,
         best_validation=result.best_validation,
         validation_metrics=last,
@@ -152,7 +152,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result = run(spec, dist)
     except determined_lite.InvalidHP as e:
         logger.warning("trial raised InvalidHP: %s", e)
-        result = WorkerResult(status="invalid_hp", error=str(e) or type(e).__name__)
+        result = WorkerResult(status=WorkerStatus.INVALID_HP, error=str(e) or type(e).__name__)
     except BaseException as e:  # noqa: B036 -- report everything, then fail the worker
         if dist.size > 1 and dist.is_peer_failure(e):
             # Another worker failed first; its error is the one to report, once.
@@ -160,7 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             sys.stderr.write(traceback.format_exc())
         sys.stderr.flush()
-        result = WorkerResult(status="error", error=f"rank {dist.rank}: {type(e).__name__}: {e}")
+        result = WorkerResult(status=WorkerStatus.ERROR, error=f"rank {dist.rank}: {type(e).__name__}: {e}")
         code = 1
         if dist.is_chief:
             result.save(spec.result_path)
