@@ -26,9 +26,11 @@ from determined_lite.config import TrainingSettings, environment_variables
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import checkpoints_to_keep
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, launch
-from determined_lite.launch._spec import progress_path
+from determined_lite.launch._spec import WorkerStatus, progress_path
 from determined_lite.searcher import Close, Create, Shutdown, ValidateAfter, make_searcher, unit_of
+from determined_lite.searcher._ops import ERRORED, INVALID_HP, USER_CANCELED
 from determined_lite.store._paths import checkpoint_root, det_lite_home
+from determined_lite.store._states import Action, ExperimentState, TrialState
 from determined_lite.tensorboard import trial_tensorboard_path
 
 logger = logging.getLogger("determined_lite.experiment")
@@ -165,21 +167,21 @@ class ExperimentRunner:
                 if op.request_id in self.running:
                     self.running.pop(op.request_id).process.stop()
                 if not request.finished:
-                    self._finish(request, "COMPLETED")
+                    self._finish(request, TrialState.COMPLETED)
             elif isinstance(op, Shutdown):
                 self.shutdown = True
             else:
                 raise TypeError(f"unknown searcher operation {op!r}")
         self._save_state()
 
-    def _finish(self, request: _Request, state: str) -> None:
+    def _finish(self, request: _Request, state: TrialState) -> None:
         request.finished = True
         self.store.update_trial(request.trial_id, state=state)
         self._apply_retention()
 
     # --- main loop --------------------------------------------------------------------------
     def run(self, resume: bool = False) -> int:
-        self.store.set_experiment_state(self.id, "ACTIVE")
+        self.store.set_experiment_state(self.id, ExperimentState.ACTIVE)
         self.store.set_experiment_pid(self.id, os.getpid())
         os.makedirs(self.run_dir, exist_ok=True)
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")
@@ -188,7 +190,7 @@ class ExperimentRunner:
         else:
             for request in self.requests.values():
                 if not request.finished:
-                    self.store.update_trial(request.trial_id, state="ACTIVE")
+                    self.store.update_trial(request.trial_id, state=TrialState.ACTIVE)
         previous = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
@@ -211,12 +213,12 @@ class ExperimentRunner:
         pausing = False
         while True:
             action = self.store.pending_action(self.id)
-            if action == "kill":
+            if action == Action.KILL:
                 self._stop_all()
-                self._end("CANCELED", trial_state="CANCELED")
+                self._end(ExperimentState.CANCELED, trial_state=TrialState.CANCELED)
                 self.store.clear_action(self.id)
                 return 1
-            if action == "pause":
+            if action == Action.PAUSE:
                 pausing = True
             if not pausing:
                 self._start_queued()
@@ -291,7 +293,7 @@ class ExperimentRunner:
             env=self._worker_env(),
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
-        self.store.update_trial(trial_id, state="ACTIVE")
+        self.store.update_trial(trial_id, state=TrialState.ACTIVE)
         resumed = f" from checkpoint {latest['uuid']} (batch {latest['total_batches']})" if latest else ""
         self._log(trial_id, f"trial {trial_id} starts: train to {request.pending} {self.unit}{resumed}")
         self.progress.start(trial_id, request.hparams)
@@ -320,8 +322,8 @@ class ExperimentRunner:
 
     def _handle_exit(self, run: _Run, code: int, pausing: bool) -> None:
         request = run.request
-        result = _read_result(run.spec.result_path, code)
-        if result.status == "completed":
+        result = WorkerResult.after_exit(run.spec.result_path, code)
+        if result.status == WorkerStatus.COMPLETED:
             request.trained = run.length
             request.pending = None
             metric = (result.validation_metrics or {}).get(self.metric)
@@ -331,7 +333,7 @@ class ExperimentRunner:
                 metric = self._stored_metric(request.trial_id, result.total_batches)
             if metric is None:
                 self._log(request.trial_id, f"trial {request.trial_id} reported no {self.metric!r}")
-                self._exit_early(request, "errored", "ERROR")
+                self._exit_early(request, ERRORED, TrialState.ERROR)
                 return
             self._save_state()
             if self.test_mode:
@@ -339,15 +341,15 @@ class ExperimentRunner:
                 self.shutdown = True
                 return
             self._apply(self.searcher.on_validation_completed(request.request_id, float(metric), run.length))
-        elif result.status == "stopped":
-            if pausing or self.store.pending_action(self.id) in ("pause", "kill"):
+        elif result.status == WorkerStatus.STOPPED:
+            if pausing or self.store.pending_action(self.id) in (Action.PAUSE, Action.KILL):
                 self.queue.insert(0, request.request_id)  # resumes from its checkpoint on activate
                 self._save_state()
             else:  # the trial asked to stop (context.set_stop_requested)
-                self._exit_early(request, "user_canceled", "COMPLETED")
-        elif result.status == "invalid_hp":
+                self._exit_early(request, USER_CANCELED, TrialState.COMPLETED)
+        elif result.status == WorkerStatus.INVALID_HP:
             self._log(request.trial_id, f"trial {request.trial_id} raised InvalidHP: {result.error}")
-            self._exit_early(request, "invalid_hp", "CANCELED")
+            self._exit_early(request, INVALID_HP, TrialState.CANCELED)
         else:
             self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
             if pausing:
@@ -364,7 +366,7 @@ class ExperimentRunner:
                 self.queue.insert(0, request.request_id)
                 self._save_state()
             else:
-                self._exit_early(request, "errored", "ERROR")
+                self._exit_early(request, ERRORED, TrialState.ERROR)
 
     def _stored_metric(self, trial_id: int, total_batches: int) -> Optional[float]:
         for v in reversed(self.store.validation_metrics(trial_id)):
@@ -372,7 +374,7 @@ class ExperimentRunner:
                 return v["metrics"][self.metric]
         return None
 
-    def _exit_early(self, request: _Request, reason: str, state: str) -> None:
+    def _exit_early(self, request: _Request, reason: str, state: TrialState) -> None:
         request.pending = None
         request.closed = True
         self._finish(request, state)
@@ -391,11 +393,11 @@ class ExperimentRunner:
     def _mark_paused(self, why: str) -> None:
         for request in self.requests.values():
             if not request.finished:
-                self.store.update_trial(request.trial_id, state="PAUSED")
-        self.store.set_experiment_state(self.id, "PAUSED")
+                self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
+        self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
         self._log(None, f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
-    def _end(self, state: str, trial_state: str) -> None:
+    def _end(self, state: ExperimentState, trial_state: TrialState) -> None:
         for request in self.requests.values():
             if not request.finished:
                 request.finished = True
@@ -407,8 +409,10 @@ class ExperimentRunner:
 
     def _complete(self) -> int:
         trials = self.store.list_trials(self.id)
-        ok = any(t["state"] == "COMPLETED" for t in trials)
-        self._end("COMPLETED" if ok else "ERROR", trial_state="COMPLETED")
+        ok = any(t["state"] == TrialState.COMPLETED for t in trials)
+        self._end(
+            ExperimentState.COMPLETED if ok else ExperimentState.ERROR, trial_state=TrialState.COMPLETED
+        )
         return 0 if ok else 1
 
     # --- checkpoints ------------------------------------------------------------------------
@@ -477,12 +481,3 @@ def _read_progress(result_path: str) -> Optional[Dict[str, Any]]:
             return json.load(f)
     except (OSError, ValueError):
         return None
-
-
-def _read_result(result_path: str, code: int) -> WorkerResult:
-    if os.path.exists(result_path):
-        result = WorkerResult.load(result_path)
-        if code != 0 and result.status != "error":
-            result.status, result.error = "error", result.error or f"workers exited with status {code}"
-        return result
-    return WorkerResult(status="error", error=f"workers exited with status {code} before reporting")
