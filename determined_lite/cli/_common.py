@@ -14,9 +14,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import click
 
-from determined_lite.store import NotFoundError, Store, StoreError
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+from determined_lite.experiment import EXIT_BAD_INPUT, EXIT_FAILED
+from determined_lite.store import ExperimentState, NotFoundError, Store, StoreError
 
 
 class BadInput(click.ClickException):
@@ -74,6 +73,13 @@ def get_trial(store: Store, trial_id: int) -> Dict[str, Any]:
     return trial
 
 
+def experiment_finished(store: Store, experiment_id: int) -> bool:
+    """Whether the experiment has stopped running: gone, no longer ACTIVE, or its process died
+    (``logs --follow`` stops then)."""
+    exp = store.get_experiment(experiment_id)
+    return exp is None or exp["state"] != ExperimentState.ACTIVE or (bool(exp["pid"]) and not exp["running"])
+
+
 # --- output ---------------------------------------------------------------------------------
 
 
@@ -123,10 +129,10 @@ def format_mapping(mapping: Optional[Dict[str, Any]]) -> str:
 def display_state(exp: Dict[str, Any]) -> str:
     """The state, with a pending request or a dead process noted (``ACTIVE (kill requested)``)."""
     state = exp["state"]
-    if state == "ACTIVE" and exp.get("requested_action"):
-        return f"ACTIVE ({exp['requested_action']} requested)"
-    if state == "ACTIVE" and exp.get("pid") and not exp.get("running"):
-        return "ACTIVE (not running)"
+    if state == ExperimentState.ACTIVE and exp.get("requested_action"):
+        return f"{state} ({exp['requested_action']} requested)"
+    if state == ExperimentState.ACTIVE and exp.get("pid") and not exp.get("running"):
+        return f"{state} (not running)"
     return state
 
 

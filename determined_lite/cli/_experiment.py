@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, NoReturn, Sequence, Tuple, Type
 
 import click
 
@@ -14,6 +14,7 @@ from determined_lite.cli._common import (
     display_state,
     echo_json,
     echo_table,
+    experiment_finished,
     format_mapping,
     format_time,
     format_value,
@@ -21,7 +22,7 @@ from determined_lite.cli._common import (
     open_store,
 )
 from determined_lite.cli._logs import print_logs
-from determined_lite.store import TERMINAL_STATES, Store, tensorboard_dir
+from determined_lite.store import Action, ActionOutcome, ExperimentState, tensorboard_dir
 
 DEFAULT_LIST_LIMIT = 100
 
@@ -40,6 +41,21 @@ def _config_errors() -> Tuple[Type[BaseException], ...]:
     except ImportError:
         return ()
     return (ConfigError,)
+
+
+def _exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
+    """Exit with the code of ``call`` (into the experiment layer, which imports torch when it runs
+    trials); a config error or a request the experiment's state refuses is bad input (2)."""
+    from determined_lite.experiment import ActivationRefused
+
+    bad_input: Tuple[Type[BaseException], ...] = (ActivationRefused, *_config_errors())
+    try:
+        code = call()
+    except click.UsageError:
+        raise
+    except bad_input as e:
+        raise BadInput(str(e)) from None
+    ctx.exit(int(code))
 
 
 def _parse_overrides(overrides: Sequence[str]) -> List[str]:
@@ -76,16 +92,11 @@ def create(
     In the foreground, exits 0 only when the experiment COMPLETED.
     """
     parsed = _parse_overrides(overrides)
-    config_errors = _config_errors()
-    try:
-        from determined_lite.experiment import create_experiment  # imports torch
+    from determined_lite.experiment import create_experiment
 
-        code = create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode)
-    except click.UsageError:
-        raise
-    except config_errors as e:
-        raise BadInput(str(e)) from None
-    ctx.exit(int(code))
+    _exit_with(
+        ctx, lambda: create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode)
+    )
 
 
 @experiment.command("activate", short_help="Resume a paused experiment.")
@@ -94,33 +105,9 @@ def create(
 @click.pass_context
 def activate(ctx: click.Context, experiment_id: int, detach: bool) -> None:
     """Resume a PAUSED experiment from its trials' latest checkpoints."""
-    store = open_store()
-    exp = get_experiment(store, experiment_id)
-    state = exp["state"]
-    if state in TERMINAL_STATES:
-        raise BadInput(f"experiment {experiment_id} is {state}; only a PAUSED experiment can be activated")
-    if exp["running"]:
-        if state == "ACTIVE":
-            if exp["requested_action"] == "pause":
-                store.clear_action(experiment_id, "pause")
-                click.echo(f"Experiment {experiment_id} is running; its pause request is withdrawn.")
-            else:
-                click.echo(f"Experiment {experiment_id} is already active (pid {exp['pid']}).")
-            return
-        raise BadInput(
-            f"experiment {experiment_id} is {state} but its process (pid {exp['pid']}) is still "
-            "exiting; try again when it has stopped"
-        )
-    config_errors = _config_errors()
-    try:
-        from determined_lite.experiment import activate_experiment  # imports torch
+    from determined_lite.experiment import activate_experiment
 
-        code = activate_experiment(experiment_id, detach=detach)
-    except click.UsageError:
-        raise
-    except config_errors as e:
-        raise BadInput(str(e)) from None
-    ctx.exit(int(code))
+    _exit_with(ctx, lambda: activate_experiment(experiment_id, detach=detach))
 
 
 # --- read ---------------------------------------------------------------------------------------
@@ -250,11 +237,6 @@ def describe(experiment_id: int, as_json: bool) -> None:
     echo_workloads(exp["trials"])
 
 
-def _experiment_finished(store: Store, experiment_id: int) -> bool:
-    exp = store.get_experiment(experiment_id)
-    return exp is None or exp["state"] != "ACTIVE" or (bool(exp["pid"]) and not exp["running"])
-
-
 @experiment.command("logs", short_help="Print an experiment's logs.")
 @click.argument("experiment_id", type=int)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the experiment stops.")
@@ -268,7 +250,7 @@ def logs(experiment_id: int, follow: bool, tail: int, timestamps: bool) -> None:
         lambda **kw: store.logs(experiment_id=experiment_id, **kw),
         tail,
         follow,
-        lambda: _experiment_finished(store, experiment_id),
+        lambda: experiment_finished(store, experiment_id),
         with_trial=True,
         timestamps=timestamps,
     )
@@ -277,16 +259,16 @@ def logs(experiment_id: int, follow: bool, tail: int, timestamps: bool) -> None:
 # --- control ------------------------------------------------------------------------------------
 
 
-def _apply(experiment_id: int, action: str) -> None:
+def _apply(experiment_id: int, action: Action) -> None:
     store = open_store()
     get_experiment(store, experiment_id)
     outcome = store.apply_action(experiment_id, action)
-    if outcome == "requested":
+    if outcome == ActionOutcome.REQUESTED:
         click.echo(
             f"Requested {action} of experiment {experiment_id}; its trials stop at the next "
-            "scheduling-unit boundary" + (" with a checkpoint." if action == "pause" else ".")
+            "scheduling-unit boundary" + (" with a checkpoint." if action == Action.PAUSE else ".")
         )
-    elif outcome == "noop":
+    elif outcome == ActionOutcome.NOOP:
         state = store.get_experiment(experiment_id)["state"]  # type: ignore[index]
         click.echo(f"Experiment {experiment_id} is already {state}; nothing to do.")
     else:
@@ -297,14 +279,14 @@ def _apply(experiment_id: int, action: str) -> None:
 @click.argument("experiment_id", type=int)
 def pause(experiment_id: int) -> None:
     """Pause an experiment: its trials checkpoint and stop; `activate` resumes them."""
-    _apply(experiment_id, "pause")
+    _apply(experiment_id, Action.PAUSE)
 
 
 @experiment.command("kill", short_help="Cancel an experiment.")
 @click.argument("experiment_id", type=int)
 def kill(experiment_id: int) -> None:
     """Cancel an experiment: its trials stop at the next scheduling-unit boundary."""
-    _apply(experiment_id, "kill")
+    _apply(experiment_id, Action.KILL)
 
 
 def _remove_tree(path: str, what: str) -> bool:
@@ -329,7 +311,7 @@ def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
     run directory ($DET_LITE_HOME/experiments/ID)."""
     store = open_store()
     exp = get_experiment(store, experiment_id)
-    if exp["state"] == "ACTIVE" or exp["running"]:
+    if exp["state"] == ExperimentState.ACTIVE or exp["running"]:
         raise BadInput(
             f"experiment {experiment_id} is {display_state(exp)}; kill or pause it before deleting it"
         )

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import click
 
-from determined_lite.cli._common import AliasedGroup, BadInput, echo_json, echo_table, get_trial, open_store
+from determined_lite.cli._common import (
+    AliasedGroup,
+    BadInput,
+    echo_json,
+    echo_table,
+    experiment_finished,
+    get_trial,
+    open_store,
+)
 from determined_lite.cli._experiment import TRIAL_HEADERS, echo_workloads, trial_row
 from determined_lite.cli._logs import print_logs
+from determined_lite.store import TrialState
 
 
 @click.group("trial", cls=AliasedGroup)
@@ -44,10 +53,11 @@ def logs(trial_id: int, follow: bool, tail: int, timestamps: bool) -> None:
 
     def finished() -> bool:
         found = store.get_trial(trial_id)
-        if found is None or found["state"] != "ACTIVE":
-            return True
-        exp = store.get_experiment(found["experiment_id"])
-        return exp is None or exp["state"] != "ACTIVE" or (bool(exp["pid"]) and not exp["running"])
+        return (
+            found is None
+            or found["state"] != TrialState.ACTIVE
+            or experiment_finished(store, found["experiment_id"])
+        )
 
     print_logs(
         lambda **kw: store.logs(trial_id=trial_id, **kw),

@@ -3,6 +3,9 @@
 ``create_experiment`` and ``activate_experiment`` are what ``det-lite experiment create`` and
 ``det-lite experiment activate`` call; both return the process exit code (design.md: 0 when the
 experiment COMPLETED, 1 when it failed or stopped before completing, 2 for bad input).
+``activate_experiment`` raises ``NotFoundError`` (store) for an unknown id and
+``ActivationRefused`` when the experiment's state does not allow it; the CLI prints both as
+``Error: ...`` and exits 2. Importing this package imports only the standard library.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
+# Process exit codes (the CLI's too): success, the experiment or a trial failed, bad input.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class ActivationRefused(ValueError):
+    """``activate_experiment`` on an experiment that has ended, or whose process is still exiting."""
 
 
 def _error(message: str) -> int:
@@ -169,25 +177,35 @@ def create_experiment(
     return _run(experiment_id, test=test, resume=False, out=out)
 
 
-def activate_experiment(experiment_id: int, detach: bool = False, out: TextIO = sys.stdout) -> int:
-    """Resume a paused experiment, or one whose process died, from its latest checkpoints."""
-    from determined_lite.store import Store
+def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[TextIO] = None) -> int:
+    """Resume a PAUSED experiment, or one whose process died, from its trials' latest checkpoints.
 
+    On a running experiment: withdraw its pending pause request, or say it is already active.
+    Messages go to ``out`` (default: the current ``sys.stdout``).
+    """
+    from determined_lite.store import TERMINAL_STATES, Action, ExperimentState, NotFoundError, Store
+
+    out = out or sys.stdout
     store = Store()
     experiment = store.get_experiment(experiment_id)
     if experiment is None:
-        return _error(f"experiment {experiment_id} not found")
-    state = experiment["state"]
-    if state in ("COMPLETED", "CANCELED", "ERROR"):
-        return _error(
-            f"experiment {experiment_id} is {state}; only a paused or interrupted one can be activated"
+        raise NotFoundError(f"experiment {experiment_id} not found")
+    state, pid = experiment["state"], experiment["pid"]
+    if state in TERMINAL_STATES:
+        raise ActivationRefused(
+            f"experiment {experiment_id} is {state}; only a PAUSED experiment can be activated"
         )
-    if store.experiment_process_alive(experiment_id):
-        if store.pending_action(experiment_id) == "pause":
-            store.clear_action(experiment_id)
-            print(f"experiment {experiment_id}: pause request withdrawn", file=out)
+    if experiment["running"]:
+        if state != ExperimentState.ACTIVE:
+            raise ActivationRefused(
+                f"experiment {experiment_id} is {state} but its process (pid {pid}) is still "
+                "exiting; try again when it has stopped"
+            )
+        if experiment["requested_action"] == Action.PAUSE:
+            store.clear_action(experiment_id, Action.PAUSE)
+            print(f"Experiment {experiment_id} is running; its pause request is withdrawn.", file=out)
         else:
-            print(f"experiment {experiment_id} is already running (process {experiment['pid']})", file=out)
+            print(f"Experiment {experiment_id} is already active (pid {pid}).", file=out)
         return EXIT_OK
     store.clear_action(experiment_id)
     print(f"Activating experiment {experiment_id}", file=out)
@@ -198,4 +216,12 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: TextIO = 
     return _run(experiment_id, test=False, resume=True, out=out)
 
 
-__all__ = ["activate_experiment", "check_entrypoint", "create_experiment"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "ActivationRefused",
+    "activate_experiment",
+    "check_entrypoint",
+    "create_experiment",
+]
