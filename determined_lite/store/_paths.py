@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 DB_FILE = "det-lite.db"
 
@@ -48,14 +48,19 @@ def process_token(pid: int) -> Optional[str]:
     On Linux this is the process start time from ``/proc/<pid>/stat`` (field 22); elsewhere
     ``None`` (then only the pid is compared).
     """
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
+
+
+def _stat_fields(pid: int) -> Optional[List[str]]:
+    """``/proc/<pid>/stat`` from field 3 (the state) on; None when it cannot be read."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
             stat = f.read().decode("ascii", "replace")
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
+    return stat[stat.rfind(")") + 2 :].split()
 
 
 def process_alive(pid: Optional[int], token: Optional[str] = None) -> bool:
@@ -70,14 +75,9 @@ def process_alive(pid: Optional[int], token: Optional[str] = None) -> bool:
         pass  # exists, owned by someone else
     except OSError:
         return False
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if fields and fields[0] in ("Z", "X"):
-            return False
-    except OSError:
-        pass
+    fields = _stat_fields(pid)
+    if fields and fields[0] in ("Z", "X"):  # zombie, dead
+        return False
     if token is not None:
         current = process_token(pid)
         if current is not None and current != token:
