@@ -28,14 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
 import sys
 import threading
-import time
-import traceback
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Sequence, Tuple, TypeVar
 
 import torch
@@ -52,11 +49,6 @@ _ALLGATHER = "det_lite.allgather_object"
 _BROADCAST = "det_lite.broadcast_object"
 
 
-# Set by the launcher (``_horovodrun``): where a failing worker records its error, as
-# ``<prefix>.rank<N>.json``, so the launcher can name the worker that failed first.
-FAILURE_PREFIX_ENV = "DET_LITE_HOROVOD_FAILURE_PREFIX"
-
-
 def is_peer_failure(error: BaseException) -> bool:
     """Whether ``error`` only follows from another worker's failure (Horovod shut down under it)."""
     from horovod.common.exceptions import HorovodInternalError
@@ -71,30 +63,14 @@ def is_peer_failure(error: BaseException) -> bool:
     return False
 
 
-def failure_file(prefix: str, rank: int) -> str:
-    """The file in which worker ``rank`` records the error it failed with."""
-    return f"{prefix}.rank{rank}.json"
-
-
 def record_failure(error: BaseException, rank: int) -> None:
-    """Write ``error`` where the launcher looks for it (nothing when no launcher asked for it)."""
-    prefix = os.environ.get(FAILURE_PREFIX_ENV)
-    if not prefix:
-        return
-    message = str(error).strip()
-    record = {
-        "rank": rank,
-        "error": f"{type(error).__name__}: {message.splitlines()[0]}" if message else type(error).__name__,
-        "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
-        "timestamp": time.time(),
-    }
-    path = failure_file(prefix, rank)
-    try:
-        with open(path + ".tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(path + ".tmp", path)
-    except OSError as e:  # reporting must not hide the error being reported
-        logger.warning("could not record this worker's error in %s: %s", path, e)
+    """Record ``error`` for the horovodrun wrapper, which names the worker that failed first.
+
+    The record is the launchers' failure protocol, imported here only on this failure path.
+    """
+    from determined_lite.launch._failures import record_worker_failure
+
+    record_worker_failure(error, rank)
 
 
 def gloo_timeout_seconds() -> int:

@@ -1,27 +1,234 @@
 """The failure protocol every launcher shares: how the first failure of a trial is reported.
 
 A trial's workers fail together (the survivors are stopped), but only one failure caused the
-others. Each launcher collects what its engine tells about its workers (torch's error files,
-Horovod's failure records and exit codes), picks that first failure, and writes it once into
-the trial's ``result.json`` with :func:`write_failure_result`, keeping whatever the chief had
-reported there before.
+others. Whatever tells how a worker ended — an error the worker recorded, torch's error files,
+an exit status horovodrun printed — becomes a :class:`WorkerFailure`. :func:`primary_failure`
+picks the one that caused the others, and :func:`write_failure_result` writes it once into the
+trial's ``result.json``, keeping whatever the chief had reported there before.
+
+Failure files (JSON objects of :meth:`WorkerFailure.to_json`, written whole with
+:func:`write_failure`):
+
+- ``<result>.failure.rank<N>.json``: worker ``N`` of a Horovod trial records the error it
+  raised there (``rank``, ``error``, ``traceback``, ``timestamp``); the horovodrun wrapper sets
+  ``$DET_LITE_HOROVOD_FAILURE_PREFIX`` to ``<result>.failure`` (:func:`worker_failure_prefix`).
+- ``<result>.node<I>.failure.json``: the torchrun agent on host ``I`` of a multi-host trial
+  records the first failure of its workers there, for the process supervising the agents.
+
+This module imports nothing heavier than the standard library: the launchers run without torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import glob
+import json
+import logging
 import os
+import signal
 import sys
-from typing import List
+import time
+import traceback
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple, Union
 
 from determined_lite.launch._spec import WorkerResult
 
+logger = logging.getLogger("determined_lite")
+
 WORKER_MODULE = "determined_lite.launch.worker"
+
+# Set by the horovodrun wrapper for its workers: where a failing worker records its error.
+FAILURE_PREFIX_ENV = "DET_LITE_HOROVOD_FAILURE_PREFIX"
+
+# Signals a trial's workers are stopped with on request (the launcher's SIGTERM, Ctrl-C).
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+
+# Seconds between SIGTERM and SIGKILL when a launcher stops the processes of a trial.
+STOP_GRACE_S = 10.0
 
 
 def worker_command(spec_path: str) -> List[str]:
     """The command line of one worker process."""
     return [sys.executable, "-u", "-m", WORKER_MODULE, spec_path]
+
+
+def stopped_exit_code(signum: int) -> int:
+    """The exit status of a launcher stopped by signal ``signum`` (a shell's ``128 + N``)."""
+    return 128 + int(signum)
+
+
+def signal_name(signum: int) -> Optional[str]:
+    """``9`` → ``"SIGKILL"``; None for a number that names no signal."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return None
+
+
+# --- the record of one failure -----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class WorkerFailure:
+    """How one worker ended, or (``rank`` None) the launcher's agent on ``node``.
+
+    ``error``: ``ExceptionType: message``, recorded by the worker that raised it; ``signal``:
+    the name of the signal that ended the process; ``timestamp``: when it failed (any clock the
+    failures compared share: epoch seconds, or the order in which a launcher saw them end).
+    """
+
+    rank: Union[int, str, None] = None
+    error: Optional[str] = None
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    timestamp: Optional[float] = None
+    node: Optional[str] = None
+    local_rank: Optional[int] = None
+    traceback: Optional[str] = None
+
+    @classmethod
+    def of_error(cls, error: BaseException, rank: int) -> "WorkerFailure":
+        """The record of worker ``rank`` failing with ``error`` now (its first line names it)."""
+        message = str(error).strip()
+        return cls(
+            rank=rank,
+            error=f"{type(error).__name__}: {message.splitlines()[0]}" if message else type(error).__name__,
+            traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)),
+            timestamp=time.time(),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        """The failure file's JSON object: the fields that are set."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "WorkerFailure":
+        if not isinstance(data, dict):
+            raise ValueError(f"a failure record is a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def describe(self, agent: str = "launcher") -> str:
+        """The result's error: ``rank N: ExceptionType: message`` / ``rank N: killed by SIGKILL``
+        / ``rank N: exited with code C``; without a rank, ``AGENT on NODE: ...``."""
+        if self.rank is not None:
+            who = f"rank {self.rank}"
+        else:
+            who = f"{agent} on {self.node}" if self.node else agent
+        if self.error:
+            return f"{who}: {self.error}"
+        if self.signal:
+            return f"{who}: killed by {self.signal}"
+        return f"{who}: exited with code {self.exit_code}"
+
+    def summary(self, where: str = "") -> str:
+        """The launcher's one line about a failed worker (``where``: `` on HOST``); the error's
+        text itself is already in the worker's traceback."""
+        if self.error:
+            code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
+            what = f"failed{code}; its traceback is above"
+        elif self.signal:
+            what = f"was killed by {self.signal}"
+        else:
+            what = f"exited with code {self.exit_code}"
+        return f"det-lite: worker rank {self.rank}{where} {what}; stopped the other workers"
+
+
+def primary_failure(
+    failures: Sequence[WorkerFailure], *, stop_signals: Collection[str], stopped_last: bool
+) -> Optional[WorkerFailure]:
+    """The failure that caused the others (None when there is none).
+
+    In order: a recorded error (workers that fail only because a peer did record nothing); a
+    death by a signal other than ``stop_signals`` (those the engine stops the survivors with);
+    then any other end — with ``stopped_last``, exits with a code before the workers stopped
+    by one of ``stop_signals``. Within each: earliest, then lowest rank.
+    """
+    if not failures:
+        return None
+
+    def key(f: WorkerFailure) -> Tuple[int, float, int]:
+        if f.error:
+            kind = 0
+        elif f.signal and f.signal not in stop_signals:
+            kind = 1
+        elif f.signal and stopped_last:
+            kind = 3
+        else:
+            kind = 2
+        return kind, float(f.timestamp or 0), f.rank if isinstance(f.rank, int) else -1
+
+    return min(failures, key=key)
+
+
+# --- failure files -----------------------------------------------------------------------------
+
+
+def worker_failure_prefix(result_path: str) -> str:
+    """Prefix of the files in which failing workers record their error (beside the result)."""
+    return f"{result_path}.failure"
+
+
+def worker_failure_file(prefix: str, rank: int) -> str:
+    """The file in which worker ``rank`` records the error it failed with."""
+    return f"{prefix}.rank{rank}.json"
+
+
+def agent_failure_file(result_path: str, node: int) -> str:
+    """The file in which the agent on host ``node`` records the first failure of its workers."""
+    return f"{result_path}.node{node}.failure.json"
+
+
+def write_failure(path: str, failure: WorkerFailure) -> None:
+    """Write ``failure`` to ``path`` whole (a reader never sees half a record)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(failure.to_json(), f)
+    os.replace(path + ".tmp", path)
+
+
+def record_worker_failure(error: BaseException, rank: int) -> None:
+    """In a worker: record ``error`` where the launcher looks for it, ``$DET_LITE_HOROVOD_FAILURE_PREFIX``
+    (nothing when no launcher asked for it)."""
+    prefix = os.environ.get(FAILURE_PREFIX_ENV)
+    if not prefix:
+        return
+    path = worker_failure_file(prefix, rank)
+    try:
+        write_failure(path, WorkerFailure.of_error(error, rank))
+    except OSError as e:  # reporting must not hide the error being reported
+        logger.warning("could not record this worker's error in %s: %s", path, e)
+
+
+def read_failures(paths: Sequence[str]) -> List[WorkerFailure]:
+    """The failures recorded in ``paths``; missing and unreadable files are passed over."""
+    failures = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                failures.append(WorkerFailure.from_json(json.load(f)))
+        except (OSError, ValueError, TypeError):
+            continue
+    return failures
+
+
+def read_worker_failures(prefix: str) -> List[WorkerFailure]:
+    """The errors the workers recorded under ``prefix``."""
+    return read_failures(sorted(glob.glob(glob.escape(prefix) + ".rank*.json")))
+
+
+def remove_failures(paths: Sequence[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def remove_worker_failures(prefix: str) -> None:
+    """Remove the workers' records under ``prefix``, half-written ones included."""
+    remove_failures(glob.glob(glob.escape(prefix) + ".rank*.json*"))
+
+
+# --- the trial's result ------------------------------------------------------------------------
 
 
 def write_failure_result(result_path: str, error: str) -> None:

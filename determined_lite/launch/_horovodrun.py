@@ -35,11 +35,7 @@ The command runs horovodrun through :func:`main` (``python -m determined_lite.la
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import glob
 import importlib.util
-import json
 import math
 import os
 import re
@@ -49,23 +45,29 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from determined_lite.launch._failures import worker_command, write_failure_result
-from determined_lite.launch._hosts import parse_hosts
+from determined_lite.launch._failures import (
+    FAILURE_PREFIX_ENV,
+    STOP_SIGNALS,
+    WorkerFailure,
+    primary_failure,
+    read_worker_failures,
+    remove_worker_failures,
+    signal_name,
+    stopped_exit_code,
+    worker_command,
+    worker_failure_prefix,
+    write_failure_result,
+)
+from determined_lite.launch._hosts import is_local, parse_hosts
 from determined_lite.launch._spec import WorkerSpec
-
-# Kept in step with determined_lite.distributed._horovod (not imported: it needs torch).
-FAILURE_PREFIX_ENV = "DET_LITE_HOROVOD_FAILURE_PREFIX"
 
 WRAPPER_MODULE = "determined_lite.launch._horovodrun"
 CONTROLLER_ENV = "DET_LITE_HOROVOD_CONTROLLER"
 CONTROLLERS = ("gloo", "mpi")
-_LOCAL_NAMES = {"localhost", "127.0.0.1"}
-# A worker that ended by one of these, with no error of its own, was stopped on request.
-STOP_SIGNALS = ("SIGTERM", "SIGINT")
 
 
 def _is_local(host: str) -> bool:
-    return host in _LOCAL_NAMES or host in {socket.gethostname(), socket.getfqdn()}
+    return is_local(host) or host in {socket.gethostname(), socket.getfqdn()}
 
 
 def _loopback_interface() -> Optional[str]:
@@ -186,93 +188,38 @@ class _UntaggedStream:
         return getattr(self._stream, name)
 
 
-def failure_prefix(result_path: str) -> str:
-    """Prefix of the files in which failing workers record their error (beside the result)."""
-    return f"{result_path}.failure"
+def _exit_signal(code: int) -> Optional[str]:
+    """The signal that ended a worker horovodrun reports with exit status ``code``: ``128 + N``
+    (a shell's convention) or ``-N``."""
+    if 0 <= code <= 128:
+        return None
+    return signal_name(code - 128 if code > 128 else -code)
 
 
-def _recorded_failures(prefix: str) -> List[Dict[str, Any]]:
-    records = []
-    for path in glob.glob(glob.escape(prefix) + ".rank*.json"):
-        try:
-            with open(path) as f:
-                records.append(json.load(f))
-        except (OSError, ValueError):
-            continue
-    return records
+def _exit_failures(exits: Sequence[Tuple[str, int]], horovodrun_error: str) -> List[WorkerFailure]:
+    """The workers horovodrun saw fail (``exits``, else the first one its error names), timed by
+    the order in which it saw them."""
+    if not exits:
+        match = _FIRST_EXIT.search(horovodrun_error)
+        exits = [(match.group(1), int(match.group(2)))] if match else []
+    return [
+        WorkerFailure(rank=rank, exit_code=code, signal=_exit_signal(code), timestamp=float(i))
+        for i, (rank, code) in enumerate(exits)
+    ]
 
 
-def _remove_failures(prefix: str) -> None:
-    for path in glob.glob(glob.escape(prefix) + ".rank*.json*"):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+def first_failure(
+    records: Sequence[WorkerFailure], exits: Sequence[Tuple[str, int]], horovodrun_error: str
+) -> Optional[WorkerFailure]:
+    """The worker failure that caused the others; None when no worker failed (horovodrun did).
 
-
-@dataclasses.dataclass
-class Failure:
-    """The worker that failed first: its recorded error, or how its process ended."""
-
-    rank: Optional[str]
-    error: Optional[str] = None
-    exit_code: Optional[int] = None
-
-    @property
-    def signal_name(self) -> Optional[str]:
-        code = self.exit_code
-        if code is None or 0 <= code <= 128:
-            return None
-        # horovodrun reports a worker killed by signal N as 128 + N (a shell's convention).
-        signum = code - 128 if code > 128 else -code
-        try:
-            return signal.Signals(signum).name
-        except ValueError:
-            return None
-
-    def describe(self) -> str:
-        """``rank 1: ValueError: boom`` / ``rank 1: killed by SIGKILL`` / ``rank 1: exited with code 3``."""
-        if self.rank is None:
-            return str(self.error)
-        return f"rank {self.rank}: {self._what(short=False)}"
-
-    def summary(self) -> str:
-        """The wrapper's one line (the error's text itself is already in the worker's traceback)."""
-        return f"det-lite: worker rank {self.rank} {self._what(short=True)}; stopped the other workers"
-
-    def _what(self, short: bool) -> str:
-        if self.error is not None:
-            return "failed; its traceback is above" if short else self.error
-        if self.signal_name is not None:
-            return f"{'was ' if short else ''}killed by {self.signal_name}"
-        return f"exited with code {self.exit_code}"
-
-
-def primary_failure(
-    records: Sequence[Dict[str, Any]], exits: Sequence[Tuple[str, int]], horovodrun_error: str
-) -> Failure:
-    """The failure that caused the others.
-
-    In order: an error a worker recorded (workers that failed only because a peer did record
-    nothing), earliest first; a worker killed by a signal other than the SIGTERM horovodrun
-    sends while stopping the others; any other non-zero exit; each in the order horovodrun saw
-    the workers exit (``exits``, else the first one its error names).
+    An error a worker recorded (workers that failed only because a peer did record nothing);
+    else the exits horovodrun reported, where the SIGTERM it sends while stopping the others,
+    and a SIGINT, come after any other end (see :func:`primary_failure`).
     """
-    if records:
-        first = min(records, key=lambda r: (float(r.get("timestamp") or 0), int(r.get("rank", 0))))
-        return Failure(rank=str(first.get("rank")), error=str(first.get("error")))
-    failures = [Failure(rank=rank, exit_code=code) for rank, code in exits]
-    match = _FIRST_EXIT.search(horovodrun_error)
-    if not failures and match:
-        failures = [Failure(rank=match.group(1), exit_code=int(match.group(2)))]
-    if failures:
-
-        def kind(f: Failure) -> int:
-            if f.signal_name is not None and f.signal_name not in STOP_SIGNALS:
-                return 0
-            return 2 if f.signal_name in STOP_SIGNALS else 1
-
-        return min(failures, key=kind)  # min keeps the earliest of a kind
-    text = horovodrun_error.strip()
-    return Failure(rank=None, error=text.splitlines()[0] if text else None)
+    return primary_failure(records, stop_signals=STOP_SIGNALS, stopped_last=True) or primary_failure(
+        _exit_failures(exits, horovodrun_error), stop_signals=STOP_SIGNALS, stopped_last=True
+    )
 
 
 def _num_proc(args: Sequence[str]) -> Optional[int]:
@@ -298,9 +245,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result_path, args = args[1], args[2:]
     if args[:1] == ["--"]:
         args = args[1:]
-    prefix = failure_prefix(result_path) if result_path else None
+    prefix = worker_failure_prefix(result_path) if result_path else None
     if prefix:
-        _remove_failures(prefix)
+        remove_worker_failures(prefix)
         os.environ[FAILURE_PREFIX_ENV] = prefix
 
     from horovod.runner import launch as hvd_launch
@@ -315,25 +262,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     except Exception as e:  # noqa: BLE001 -- a worker or horovodrun itself failed: one line each
         sys.stdout.flush()
-        records = _recorded_failures(prefix) if prefix else []
-        failure = primary_failure(records, out.exits, str(e))
-        if failure.rank is None:
+        records = read_worker_failures(prefix) if prefix else []
+        failure = first_failure(records, out.exits, str(e))
+        if failure is None:
             # Not a worker's failure: horovodrun could not start or run them (ssh, timeouts, ...).
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            failure = Failure(rank=None, error=f"horovodrun: {type(e).__name__}: {first}")
-            print(f"det-lite: {failure.error}", file=sys.stderr)
-        elif failure.error is None and failure.signal_name in STOP_SIGNALS:
+            error = f"horovodrun: {type(e).__name__}: {first}"
+            print(f"det-lite: {error}", file=sys.stderr)
+        elif not failure.error and failure.signal in STOP_SIGNALS:
             # Asked to stop (the launcher's SIGTERM): horovodrun passed it on to every worker.
-            print(f"det-lite: workers stopped by {failure.signal_name}", file=sys.stderr)
-            return 128 + int(signal.Signals[failure.signal_name])
+            print(f"det-lite: workers stopped by {failure.signal}", file=sys.stderr)
+            return stopped_exit_code(signal.Signals[failure.signal])
         else:
+            error = failure.describe()
             print(failure.summary(), file=sys.stderr)
         if result_path:
-            write_failure_result(result_path, failure.describe())
+            write_failure_result(result_path, error)
         return 1
     finally:
         if prefix:
-            _remove_failures(prefix)
+            remove_worker_failures(prefix)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,13 @@ import re
 from typing import List, Sequence, Tuple
 
 _HOSTNAME = re.compile(r"^[\w.-]+$")  # names and addresses both launchers accept
+# Names of this machine that need no ssh (a launcher starts their workers directly).
+LOCAL_HOSTS = ("localhost", "127.0.0.1")
+
+
+def is_local(host: str) -> bool:
+    """Whether ``host`` is one of :data:`LOCAL_HOSTS`."""
+    return host in LOCAL_HOSTS
 
 
 def parse_hosts(hosts: Sequence[str], slots: int, allow_repeats: bool = False) -> List[Tuple[str, int]]:

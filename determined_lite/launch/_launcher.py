@@ -18,10 +18,11 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import determined_lite
-from determined_lite.launch._failures import worker_command
+from determined_lite.launch._failures import STOP_GRACE_S, worker_command
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
 
 OutputFn = Callable[[str], None]
+
 
 def _command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
@@ -84,7 +85,7 @@ class TrialProcess:
         self._kill_group(signal.SIGKILL)
         return code
 
-    def stop(self, grace: float = 10.0) -> int:
+    def stop(self, grace: float = STOP_GRACE_S) -> int:
         """SIGTERM the whole process group, SIGKILL what is left after ``grace`` seconds."""
         if self._proc.poll() is None:
             self._kill_group(signal.SIGTERM)

@@ -25,10 +25,17 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from determined_lite.launch._failures import write_failure_result
-from determined_lite.launch._torchrun import describe_failure, primary_failure, remote_command
+from determined_lite.launch._failures import (
+    STOP_GRACE_S,
+    STOP_SIGNALS,
+    WorkerFailure,
+    read_failures,
+    remove_failures,
+    stopped_exit_code,
+    write_failure_result,
+)
+from determined_lite.launch._torchrun import AGENT_NAME, first_failure, remote_command
 
-GRACE_S = 10.0  # SIGTERM → SIGKILL for agents being stopped
 POLL_S = 0.05
 
 
@@ -80,7 +87,7 @@ def _stop(agents: Sequence[_Agent]) -> None:
     for a in running:
         a.close_stdin()
         a.signal(signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
+    deadline = time.monotonic() + STOP_GRACE_S
     while any(a.proc.poll() is None for a in running) and time.monotonic() < deadline:
         time.sleep(POLL_S)
     for a in agents:
@@ -88,32 +95,16 @@ def _stop(agents: Sequence[_Agent]) -> None:
         a.proc.wait()
 
 
-def _read_failures(paths: Sequence[str]) -> List[Dict[str, Any]]:
-    failures = []
-    for path in paths:
-        try:
-            with open(path) as f:
-                failures.append(json.load(f))
-        except (OSError, ValueError):
-            continue
-        finally:
-            if os.path.exists(path):
-                os.unlink(path)
-    return failures
-
-
 def supervise(plan: Dict[str, Any]) -> int:
     """Run the agents of ``plan``; 0 when all succeed, else 1 (after stopping the others)."""
-    for path in plan["failure_files"]:
-        if os.path.exists(path):
-            os.unlink(path)
+    remove_failures(plan["failure_files"])
     stop_signal: List[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
         stop_signal.append(signum)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for name in STOP_SIGNALS:
+        signal.signal(signal.Signals[name], on_signal)
 
     lock = threading.Lock()
     env = dict(os.environ)
@@ -138,17 +129,19 @@ def supervise(plan: Dict[str, Any]) -> int:
         a.join_output()
     if stop_signal:
         sys.stderr.write(f"det-lite: stopped the trial's agents ({signal.Signals(stop_signal[0]).name})\n")
-        return 128 + stop_signal[0]
+        return stopped_exit_code(stop_signal[0])
     if failed is None:
         return 0
-    failure = primary_failure(_read_failures(plan["failure_files"]))
+    failures = read_failures(plan["failure_files"])
+    remove_failures(plan["failure_files"])
+    failure = first_failure(failures)
     if failure is None:
-        failure = {"rank": None, "node": failed.host, "exitcode": failed.proc.returncode}
+        failure = WorkerFailure(rank=None, node=failed.host, exit_code=failed.proc.returncode)
         sys.stderr.write(
-            f"det-lite: torchrun agent on {failed.host} exited with code {failed.proc.returncode}; "
+            f"det-lite: {AGENT_NAME} on {failed.host} exited with code {failed.proc.returncode}; "
             "stopped the other agents\n"
         )
-    write_failure_result(plan["result"], describe_failure(failure))
+    write_failure_result(plan["result"], failure.describe(AGENT_NAME))
     return 1
 
 

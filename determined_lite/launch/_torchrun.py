@@ -42,13 +42,22 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from determined_lite.launch._failures import WORKER_MODULE, write_failure_result
-from determined_lite.launch._hosts import parse_hosts
+from determined_lite.launch._failures import (
+    WORKER_MODULE,
+    WorkerFailure,
+    agent_failure_file,
+    primary_failure,
+    signal_name,
+    stopped_exit_code,
+    write_failure,
+    write_failure_result,
+)
+from determined_lite.launch._hosts import is_local, parse_hosts
 from determined_lite.launch._spec import WorkerSpec
 
 AGENT_MODULE = "determined_lite.launch._torchrun"
+AGENT_NAME = "torchrun agent"  # names a failure of no worker: "torchrun agent on HOST: ..."
 MULTINODE_MODULE = "determined_lite.launch._multinode"
-LOCAL_HOSTS = ("localhost", "127.0.0.1")
 DEFAULT_RDZV_PORT = 29400
 MONITOR_INTERVAL_S = 0.1  # how often the agent checks its workers
 SHUTDOWN_TIMEOUT_S = 5  # SIGTERM → SIGKILL for the surviving workers after a failure
@@ -59,10 +68,6 @@ FORWARDED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "LOGLEVEL")
 
 
 # --- launcher side ------------------------------------------------------------------------
-
-
-def is_local(host: str) -> bool:
-    return host in LOCAL_HOSTS
 
 
 def free_port() -> int:
@@ -145,20 +150,17 @@ def torchrun_command(
             "--rdzv-conf",
             f"timeout={join_timeout}",
         ] + _torchrun_args(nproc)
-        extra = ["--failure-file", failure_file(spec.result_path, i), "--watch-stdin", "--node-label", host]
+        failure_file = agent_failure_file(spec.result_path, i)
+        extra = ["--failure-file", failure_file, "--watch-stdin", "--node-label", host]
         agents.append({"host": host, "local": is_local(host), "argv": agent_command(extra, args, spec_path)})
     plan = {
         "agents": agents,
         "result": spec.result_path,
-        "failure_files": [failure_file(spec.result_path, i) for i in range(len(parsed))],
+        "failure_files": [agent_failure_file(spec.result_path, i) for i in range(len(parsed))],
         "cwd": spec.context_dir,
     }
     argv = [sys.executable, "-u", "-m", MULTINODE_MODULE, json.dumps(plan)]
     return argv, env
-
-
-def failure_file(result_path: str, node: int) -> str:
-    return f"{result_path}.node{node}.failure.json"
 
 
 def remote_command(host: str, argv: Sequence[str], cwd: str, env: Dict[str, str]) -> List[str]:
@@ -177,45 +179,17 @@ def remote_command(host: str, argv: Sequence[str], cwd: str, env: Dict[str, str]
 # --- failures -----------------------------------------------------------------------------
 
 
-def describe_failure(failure: Dict[str, Any]) -> str:
-    """``rank N: ExceptionType: message`` / ``rank N: killed by SIGKILL`` / ``rank N: exited with code C``."""
-    who = (
-        f"rank {failure['rank']}"
-        if failure.get("rank") is not None
-        else f"torchrun agent on {failure.get('node')}"
-    )
-    if failure.get("error"):
-        return f"{who}: {failure['error']}"
-    if failure.get("signal"):
-        return f"{who}: killed by {failure['signal']}"
-    return f"{who}: exited with code {failure.get('exitcode')}"
+def first_failure(failures: Sequence[WorkerFailure]) -> Optional[WorkerFailure]:
+    """The failure that caused the others among those of torchrun's workers.
 
-
-def primary_failure(failures: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The failure that caused the others.
-
-    In order: a recorded exception (workers that fail only because a peer disappeared record
-    nothing, see ``TorchDistributedContext.abort``), a death by a signal other than the SIGTERM
-    torchrun sends while stopping the survivors, then anything else; earliest, then lowest rank.
+    torchrun stops the survivors with SIGTERM; failures carry torch's timestamps, so a worker
+    that SIGTERM stopped ranks with those that exited, by time (see :func:`primary_failure`).
     """
-    if not failures:
-        return None
-
-    def key(f: Dict[str, Any]) -> Tuple[int, float, int]:
-        if f.get("error"):
-            kind = 0
-        elif f.get("signal") and f["signal"] != "SIGTERM":
-            kind = 1
-        else:
-            kind = 2
-        rank = f.get("rank")
-        return kind, float(f.get("timestamp") or 0), -1 if rank is None else int(rank)
-
-    return min(failures, key=key)
+    return primary_failure(failures, stop_signals=("SIGTERM",), stopped_last=False)
 
 
-def _failures_of(error: Any) -> List[Dict[str, Any]]:
-    """Plain dicts of the failures in torch's ``ChildFailedError``."""
+def _failures_of(error: Any) -> List[WorkerFailure]:
+    """The failures in torch's ``ChildFailedError``."""
     out = []
     for rank, f in error.failures.items():
         data = f.error_file_data or {}
@@ -223,19 +197,16 @@ def _failures_of(error: Any) -> List[Dict[str, Any]]:
         text = message.get("message") if isinstance(message, dict) else message
         signame = None
         if f.exitcode is not None and f.exitcode < 0:
-            try:
-                signame = signal.Signals(-f.exitcode).name
-            except ValueError:
-                signame = f"signal {-f.exitcode}"
+            signame = signal_name(-f.exitcode) or f"signal {-f.exitcode}"
         out.append(
-            {
-                "rank": int(rank),
-                "local_rank": int(f.local_rank),
-                "exitcode": f.exitcode,
-                "signal": signame,
-                "error": text if isinstance(text, str) and text and text != "<NONE>" else None,
-                "timestamp": f.timestamp,
-            }
+            WorkerFailure(
+                rank=int(rank),
+                local_rank=int(f.local_rank),
+                exit_code=f.exitcode,
+                signal=signame,
+                error=text if isinstance(text, str) and text and text != "<NONE>" else None,
+                timestamp=f.timestamp,
+            )
         )
     return out
 
@@ -287,40 +258,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         torchrun.run(torchrun.parse_args(rest))
     except ChildFailedError as e:
-        failure = primary_failure(_failures_of(e))
+        failure = first_failure(_failures_of(e))
         assert failure is not None
         _report(args, failure)
-        if failure.get("error"):
-            what = f"failed (exit code {failure['exitcode']}); its traceback is above"
-        elif failure.get("signal"):
-            what = f"was killed by {failure['signal']}"
-        else:
-            what = f"exited with code {failure['exitcode']}"
-        sys.stderr.write(
-            f"det-lite: worker rank {failure['rank']}{where} {what}; stopped the other workers\n"
-        )
+        sys.stderr.write(failure.summary(where) + "\n")
         return 1
     except SignalException as e:
         # Asked to stop (the launcher stopping the trial): torchrun already stopped the workers.
-        sys.stderr.write(f"det-lite: torchrun agent{where} stopped by {signal.Signals(e.sigval).name}\n")
-        return 128 + int(e.sigval)
+        sys.stderr.write(f"det-lite: {AGENT_NAME}{where} stopped by {signal.Signals(e.sigval).name}\n")
+        return stopped_exit_code(e.sigval)
     except Exception as e:  # noqa: BLE001 -- rendezvous or launch errors: one clear line
-        _report(
-            args, {"rank": None, "node": args.node_label or "this host", "error": f"{type(e).__name__}: {e}"}
-        )
-        sys.stderr.write(f"det-lite: torchrun agent{where} failed: {type(e).__name__}: {e}\n")
+        error = f"{type(e).__name__}: {e}"
+        _report(args, WorkerFailure(rank=None, node=args.node_label or "this host", error=error))
+        sys.stderr.write(f"det-lite: {AGENT_NAME}{where} failed: {error}\n")
         return 1
     return 0
 
 
-def _report(args: argparse.Namespace, failure: Dict[str, Any]) -> None:
-    failure.setdefault("node", args.node_label)
-    failure.setdefault("timestamp", time.time())
+def _report(args: argparse.Namespace, failure: WorkerFailure) -> None:
+    if failure.node is None:
+        failure.node = args.node_label
+    if failure.timestamp is None:
+        failure.timestamp = time.time()
     if args.failure_file:
-        with open(args.failure_file, "w") as f:
-            json.dump(failure, f)
+        write_failure(args.failure_file, failure)
     if args.result:
-        write_failure_result(args.result, describe_failure(failure))
+        write_failure_result(args.result, failure.describe(AGENT_NAME))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,12 @@ import torch
 
 from determined_lite.launch import WorkerSpec, run_trial, worker_command
 from determined_lite.launch import _horovodrun as hr
+from determined_lite.launch._failures import (
+    FAILURE_PREFIX_ENV,
+    WorkerFailure,
+    read_worker_failures,
+    worker_failure_file,
+)
 from tests.fixtures.linear import expected_weights
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -193,10 +199,10 @@ HOROVODRUN_ERROR = (
 
 def test_primary_failure_prefers_the_earliest_recorded_error():
     records = [
-        {"rank": 0, "error": "KeyError: 'x'", "timestamp": 20.0},
-        {"rank": 1, "error": "ValueError: boom", "timestamp": 10.0},
+        WorkerFailure(rank=0, error="KeyError: 'x'", timestamp=20.0),
+        WorkerFailure(rank=1, error="ValueError: boom", timestamp=10.0),
     ]
-    failure = hr.primary_failure(records, [("0", 1), ("1", 1)], HOROVODRUN_ERROR.format(rank=0, code=1))
+    failure = hr.first_failure(records, [("0", 1), ("1", 1)], HOROVODRUN_ERROR.format(rank=0, code=1))
     assert failure.describe() == "rank 1: ValueError: boom"
     assert (
         failure.summary()
@@ -225,7 +231,7 @@ def test_primary_failure_prefers_the_earliest_recorded_error():
     ],
 )
 def test_without_a_recorded_error_the_first_exit_is_named(code, text, summary):
-    failure = hr.primary_failure([], [], HOROVODRUN_ERROR.format(rank=1, code=code))
+    failure = hr.first_failure([], [], HOROVODRUN_ERROR.format(rank=1, code=code))
     assert (failure.describe(), failure.summary()) == (text, summary)
 
 
@@ -233,15 +239,15 @@ def test_a_killed_worker_outranks_peers_that_exited_first_because_of_it():
     # Rank 1 was SIGKILLed; rank 0 noticed, failed with status 1 and happened to be seen first;
     # rank 2 was stopped by horovodrun.
     exits = [("0", 1), ("2", 143), ("1", 137)]
-    failure = hr.primary_failure([], exits, HOROVODRUN_ERROR.format(rank=0, code=1))
+    failure = hr.first_failure([], exits, HOROVODRUN_ERROR.format(rank=0, code=1))
     assert failure.describe() == "rank 1: killed by SIGKILL"
-    assert hr.primary_failure([], [("2", 143), ("0", 1)], "").describe() == "rank 0: exited with code 1"
+    assert hr.first_failure([], [("2", 143), ("0", 1)], "").describe() == "rank 0: exited with code 1"
 
 
 def test_workers_stopped_on_request_are_not_a_failure():
-    failure = hr.primary_failure([], [("1", 143), ("0", 143)], HOROVODRUN_ERROR.format(rank=1, code=143))
-    assert (failure.error, failure.signal_name) == (None, "SIGTERM")
-    assert failure.signal_name in hr.STOP_SIGNALS
+    failure = hr.first_failure([], [("1", 143), ("0", 143)], HOROVODRUN_ERROR.format(rank=1, code=143))
+    assert (failure.error, failure.signal) == (None, "SIGTERM")
+    assert failure.signal in hr.STOP_SIGNALS
 
 
 @needs_horovod
@@ -270,8 +276,8 @@ def test_only_original_errors_are_recorded(tmp_path, monkeypatch):
 
     from determined_lite.distributed import _horovod
 
-    monkeypatch.setenv(_horovod.FAILURE_PREFIX_ENV, str(tmp_path / "f"))
-    assert _horovod.FAILURE_PREFIX_ENV == hr.FAILURE_PREFIX_ENV
+    monkeypatch.setenv(FAILURE_PREFIX_ENV, str(tmp_path / "f"))
+    assert FAILURE_PREFIX_ENV == hr.FAILURE_PREFIX_ENV
     try:
         try:
             raise HorovodInternalError("Horovod has been shut down")
@@ -281,10 +287,10 @@ def test_only_original_errors_are_recorded(tmp_path, monkeypatch):
         assert _horovod.is_peer_failure(e)
     assert not _horovod.is_peer_failure(ValueError("boom"))
     _horovod.record_failure(ValueError("boom\nsecond line"), rank=3)
-    with open(_horovod.failure_file(str(tmp_path / "f"), 3)) as f:
+    with open(worker_failure_file(str(tmp_path / "f"), 3)) as f:
         record = json.load(f)
     assert (record["rank"], record["error"]) == (3, "ValueError: boom")
-    assert hr._recorded_failures(str(tmp_path / "f")) == [record]
+    assert [r.to_json() for r in read_worker_failures(str(tmp_path / "f"))] == [record]
 
 
 # --- engine helpers ------------------------------------------------------------------------------

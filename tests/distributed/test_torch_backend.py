@@ -25,11 +25,11 @@ from determined_lite.distributed._torch import (
     is_peer_failure,
 )
 from determined_lite.launch import WorkerSpec
+from determined_lite.launch._failures import WorkerFailure
 from determined_lite.launch._torchrun import (
-    describe_failure,
+    first_failure,
     free_port,
     parse_hosts,
-    primary_failure,
     remote_command,
     torchrun_command,
 )
@@ -158,17 +158,17 @@ def test_remote_command_carries_cwd_and_environment(monkeypatch: pytest.MonkeyPa
 
 
 def test_primary_failure_prefers_the_original_error() -> None:
-    peer = {"rank": 0, "exitcode": 1, "signal": None, "error": None, "timestamp": 5}
-    killed = {"rank": 1, "exitcode": -9, "signal": "SIGKILL", "error": None, "timestamp": 6}
-    stopped = {"rank": 2, "exitcode": -15, "signal": "SIGTERM", "error": None, "timestamp": 4}
-    raised = {"rank": 3, "exitcode": 1, "signal": None, "error": "ValueError: x", "timestamp": 7}
-    assert primary_failure([peer, killed, stopped, raised]) is raised
-    assert primary_failure([peer, killed, stopped]) is killed
-    assert primary_failure([peer, stopped]) is stopped
-    assert primary_failure([]) is None
-    assert describe_failure(raised) == "rank 3: ValueError: x"
-    assert describe_failure(killed) == "rank 1: killed by SIGKILL"
-    assert describe_failure(peer) == "rank 0: exited with code 1"
+    peer = WorkerFailure(rank=0, exit_code=1, signal=None, error=None, timestamp=5)
+    killed = WorkerFailure(rank=1, exit_code=-9, signal="SIGKILL", error=None, timestamp=6)
+    stopped = WorkerFailure(rank=2, exit_code=-15, signal="SIGTERM", error=None, timestamp=4)
+    raised = WorkerFailure(rank=3, exit_code=1, signal=None, error="ValueError: x", timestamp=7)
+    assert first_failure([peer, killed, stopped, raised]) is raised
+    assert first_failure([peer, killed, stopped]) is killed
+    assert first_failure([peer, stopped]) is stopped
+    assert first_failure([]) is None
+    assert raised.describe() == "rank 3: ValueError: x"
+    assert killed.describe() == "rank 1: killed by SIGKILL"
+    assert peer.describe() == "rank 0: exited with code 1"
 
 
 def test_is_peer_failure() -> None:
