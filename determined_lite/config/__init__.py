@@ -3,8 +3,11 @@
 ``load_config(path, overrides)`` reads and validates a config file; ``validate_config(raw)`` a
 parsed mapping. Both return an :class:`ExperimentConfig` (``.to_dict()``: the full config with
 Determined's defaults, what workers receive as ``exp_conf``; ``.unused_fields``: Determined
-fields accepted but not used locally) or raise :class:`ConfigError` (one line: file, dotted
-field path, what was expected). Importing this package does not import torch.
+fields accepted but not used locally; ``.training_settings()`` / ``.searcher_settings()``: the
+typed :class:`TrainingSettings` / :class:`SearcherSettings`) or raise :class:`ConfigError` (one
+line: file, dotted field path, what was expected). ``validate_searcher`` checks a ``searcher``
+section alone, ``check_ddp_options`` DDP options given outside a config. Importing this package
+does not import torch.
 """
 
 from typing import Sequence
@@ -15,16 +18,19 @@ from determined_lite.config._hparams import constant_values, iter_leaves
 from determined_lite.config._schema import (
     SEARCHERS,
     ExperimentConfig,
+    check_ddp_options,
     environment_variables,
     new_experiment_seed,
     parse_host,
     validate_config,
+    validate_searcher,
 )
 from determined_lite.config._settings import (
     DEFAULT_REPORTING_PERIOD,
     DEFAULT_SCHEDULING_UNIT,
     DEFAULT_SMALLER_IS_BETTER,
     CheckpointPolicy,
+    SearcherSettings,
     TrainingSettings,
 )
 from determined_lite.config._yaml import apply_overrides, read_yaml
@@ -48,8 +54,10 @@ __all__ = [
     "ExperimentConfig",
     "Record",
     "SEARCHERS",
+    "SearcherSettings",
     "TrainUnit",
     "TrainingSettings",
+    "check_ddp_options",
     "constant_values",
     "environment_variables",
     "iter_leaves",
@@ -59,4 +67,5 @@ __all__ = [
     "parse_host",
     "unused_fields_warning",
     "validate_config",
+    "validate_searcher",
 ]

@@ -127,7 +127,15 @@ def _number(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def first_error(exc: Any) -> Tuple[Loc, str]:
-    """The first error of a pydantic ``ValidationError`` as (location, message)."""
+def first_error(exc: Any, prefix: Loc = ()) -> Tuple[Loc, str]:
+    """The first error of a pydantic ``ValidationError`` as (location, message).
+
+    ``prefix``: where the validated model sits in the config (``("searcher",)`` when a section
+    is validated alone), so that locations and messages read as for the whole config.
+    """
     errors = exc.errors(include_url=False)
-    return translate(errors[0]) if errors else ((), str(exc))
+    if not errors:
+        return prefix, str(exc)
+    err = dict(errors[0])
+    err["loc"] = tuple(prefix) + tuple(err.get("loc", ()))
+    return translate(err)

@@ -37,7 +37,20 @@ from __future__ import annotations
 import copy
 import os
 import random
-from typing import Annotated, Any, ClassVar, Dict, List, Literal, Mapping, Optional, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    ClassVar,
+    Dict,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 from pydantic import (
     Field,
@@ -62,6 +75,15 @@ from determined_lite.config._errors import (
 )
 from determined_lite.config._hparams import iter_leaves, normalize_hyperparameters
 from determined_lite.config._launcher import SUPPORTED_ENTRYPOINTS, TRIAL_CLASS, normalize_launcher
+from determined_lite.config._settings import (
+    DEFAULT_SCHEDULING_UNIT,
+    DEFAULT_SMALLER_IS_BETTER,
+    CheckpointPolicy,
+    SearcherSettings,
+    TrainingSettings,
+)
+
+_Model = TypeVar("_Model", bound=Section)
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
@@ -132,7 +154,7 @@ class SearcherConfig(Section):
 
     name: Literal["single", "grid", "random", "adaptive_asha"]
     metric: StrictStr
-    smaller_is_better: StrictBool = True
+    smaller_is_better: StrictBool = DEFAULT_SMALLER_IS_BETTER
     max_length: MaxLength
     max_trials: Optional[PositiveInt] = None
     max_concurrent_trials: Optional[NonNegativeInt] = None
@@ -178,6 +200,23 @@ class SearcherConfig(Section):
         allowed = SEARCHER_FIELDS[self.name]
         return {key: copy.deepcopy(getattr(self, key)) for key in type(self).model_fields if key in allowed}
 
+    def settings(self) -> SearcherSettings:
+        """The typed settings the searchers use (ASHA's fields at their defaults for the others)."""
+        ((unit, length),) = self.max_length.items()
+        asha = SEARCHER_DEFAULTS["adaptive_asha"]
+        return SearcherSettings(
+            name=self.name,
+            metric=self.metric,
+            smaller_is_better=self.smaller_is_better,
+            unit=unit,
+            max_length=length,
+            max_trials=self.max_trials,
+            max_concurrent_trials=self.max_concurrent_trials,
+            divisor=float(asha["divisor"] if self.divisor is None else self.divisor),
+            max_rungs=asha["max_rungs"] if self.max_rungs is None else self.max_rungs,
+            mode=asha["mode"] if self.mode is None else self.mode,
+        )
+
 
 # --------------------------------------------------------------------------------------- resources
 
@@ -201,6 +240,31 @@ class DDPOptions(Section):
     gradient_as_bucket_view: StrictBool = False
     bucket_cap_mb: Annotated[float, Field(gt=0)] = 25.0
     static_graph: StrictBool = False
+
+
+def check_ddp_options(options: Any, where: str = "resources.ddp_options") -> Dict[str, Any]:
+    """Validated copy of DDP options given outside a config (``$DET_LITE_DDP_OPTIONS``, a caller).
+
+    :class:`DDPOptions` decides what is valid (names, types, bounds); only the options given are
+    returned, as given. Errors are one ``ValueError`` worded for ``where`` (no defaults filled
+    in, and ``null`` is not "the default" here).
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"{where} must be a mapping of DDP options, got {type(options).__name__}")
+    fields = DDPOptions.model_fields
+    for key, value in options.items():
+        if key not in fields:
+            raise ValueError(f"{where}: unknown option {key!r}; expected one of {sorted(fields)}")
+        try:
+            if value is None:
+                raise ValueError("null")
+            DDPOptions.model_validate({key: value})
+        except ValueError:  # pydantic's ValidationError is one
+            expected = "true or false" if fields[key].annotation is bool else "a positive number"
+            raise ValueError(f"{where}.{key} must be {expected}, got {value!r}") from None
+    return dict(options)
 
 
 class ResourcesConfig(Section):
@@ -350,6 +414,11 @@ class EnvironmentConfig(Section):
 
 # --------------------------------------------------------------------------------------- experiment
 
+if TYPE_CHECKING:
+    PolicyName = str
+else:  # the values of CheckpointPolicy, in its order (error messages list them)
+    PolicyName = Literal[tuple(policy.value for policy in CheckpointPolicy)]
+
 
 class ExperimentConfig(Section):
     """A validated experiment config. ``to_dict()`` is what the store keeps and workers receive."""
@@ -365,9 +434,9 @@ class ExperimentConfig(Section):
     records_per_epoch: NonNegativeInt = 0
     min_validation_period: Period = None
     min_checkpoint_period: Period = None
-    scheduling_unit: PositiveInt = 100
+    scheduling_unit: PositiveInt = DEFAULT_SCHEDULING_UNIT
     perform_initial_validation: StrictBool = False
-    checkpoint_policy: Literal["best", "all", "none"] = "best"
+    checkpoint_policy: PolicyName = CheckpointPolicy.BEST.value
     max_restarts: NonNegativeInt = 5
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     optimizations: OptimizationsConfig = Field(default_factory=OptimizationsConfig)
@@ -401,6 +470,14 @@ class ExperimentConfig(Section):
         out = self.model_dump()
         out["searcher"] = self.searcher.to_dict()
         return copy.deepcopy(out)
+
+    def training_settings(self) -> TrainingSettings:
+        """The fields the training loop uses, typed (what the worker spec carries)."""
+        return TrainingSettings.from_config(self.to_dict())
+
+    def searcher_settings(self) -> SearcherSettings:
+        """The ``searcher`` section as the searchers use it."""
+        return self.searcher.settings()
 
 
 def _check_global_batch_size(hparams: Dict[str, Any], slots: int) -> None:
@@ -443,14 +520,27 @@ def validate_config(raw: Mapping[str, Any], source: str = "<config>") -> Experim
     clean, unused = split_unused(raw)
     try:
         clean = normalize_launcher(clean)
-        config = ExperimentConfig.model_validate(clean)
     except FieldError as e:
         raise ConfigError(e.message, path=format_path(e.loc), source=source) from None
-    except ValidationError as e:
-        loc, message = first_error(e)
-        raise ConfigError(message, path=format_path(loc), source=source) from None
+    config = _validate(ExperimentConfig, clean, source, ())
     config._unused_fields = unused
     return config
+
+
+def validate_searcher(raw: Any, source: str = "<config>") -> SearcherSettings:
+    """Validate a ``searcher`` section on its own (errors as in a whole config) -> its settings."""
+    return _validate(SearcherConfig, raw, source, ("searcher",)).settings()
+
+
+def _validate(model: "Type[_Model]", raw: Any, source: str, prefix: Tuple[Any, ...]) -> "_Model":
+    """``model.model_validate(raw)``, errors as one ConfigError naming the field below ``prefix``."""
+    try:
+        return model.model_validate(raw)
+    except FieldError as e:
+        raise ConfigError(e.message, path=format_path(prefix + e.loc), source=source) from None
+    except ValidationError as e:
+        loc, message = first_error(e, prefix)
+        raise ConfigError(message, path=format_path(loc), source=source) from None
 
 
 def environment_variables(exp_conf: Mapping[str, Any], device: str = "cpu") -> Dict[str, str]:

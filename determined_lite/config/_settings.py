@@ -1,9 +1,11 @@
-"""What a trial's training loop takes from the experiment config, typed, with defaults in one place.
+"""What the training loop and the searchers take from the experiment config: typed, defaults in one place.
 
 The schema (``_schema.py``) validates a config file once; :class:`TrainingSettings` is the part
 of it the loop needs. The runner builds it from the validated config and carries it to workers
 in the worker spec; ``determined_lite.pytorch.init(exp_conf=...)`` builds it from a (possibly
-partial) mapping for plain-Python runs. Importing this module does not import torch.
+partial) mapping for plain-Python runs. :class:`SearcherSettings` is the ``searcher`` section
+the searchers use, built by the schema (``ExperimentConfig.searcher_settings()``,
+``validate_searcher``). Importing this module does not import torch.
 """
 
 from __future__ import annotations
@@ -112,6 +114,31 @@ class TrainingSettings:
         if "checkpoint_policy" in values:
             values["checkpoint_policy"] = CheckpointPolicy(values["checkpoint_policy"])
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearcherSettings:
+    """The ``searcher`` fields the searchers use, from a validated ``SearcherConfig``.
+
+    ``max_length`` is the integer in ``unit`` ("batches", "records" or "epochs"); ASHA's
+    ``divisor``, ``max_rungs`` and ``mode`` hold Determined's defaults for the other searchers.
+    """
+
+    name: str
+    metric: str
+    smaller_is_better: bool
+    unit: str
+    max_length: int
+    max_trials: Optional[int]
+    max_concurrent_trials: Optional[int]
+    divisor: float
+    max_rungs: int
+    mode: str
+
+    @property
+    def length(self) -> TrainUnit:
+        """``max_length`` as a :class:`TrainUnit`."""
+        return length_from_config({self.unit: self.max_length}, "searcher.max_length")
 
 
 def _or(value: Any, default: Any) -> Any:

@@ -35,50 +35,18 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from determined_lite.config import check_ddp_options  # resources.ddp_options: the schema's DDPOptions
 from determined_lite.distributed._base import DistributedContext, PeerFailure
 
 logger = logging.getLogger("determined_lite")
 
 DDP_OPTIONS_ENV = "DET_LITE_DDP_OPTIONS"
 
-# resources.ddp_options: name -> accepted types
-DDP_OPTIONS: Dict[str, Any] = {
-    "find_unused_parameters": (bool,),
-    "broadcast_buffers": (bool,),
-    "gradient_as_bucket_view": (bool,),
-    "bucket_cap_mb": (int, float),
-    "static_graph": (bool,),
-}
-
 COLLECTIVE_TIMEOUT_ENV = "DET_LITE_COLLECTIVE_TIMEOUT"
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0
 
 # Seconds a worker that failed may spend tearing down before it is forced out.
 ABORT_GRACE_S = 10.0
-
-
-def check_ddp_options(options: Any, where: str = "resources.ddp_options") -> Dict[str, Any]:
-    """Validated copy of ``resources.ddp_options`` (unknown keys and wrong types are errors)."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise ValueError(f"{where} must be a mapping of DDP options, got {type(options).__name__}")
-    out: Dict[str, Any] = {}
-    for key, value in options.items():
-        if key not in DDP_OPTIONS:
-            raise ValueError(f"{where}: unknown option {key!r}; expected one of {sorted(DDP_OPTIONS)}")
-        types = DDP_OPTIONS[key]
-        if isinstance(value, bool) and bool not in types:
-            ok = False
-        else:
-            ok = isinstance(value, types)
-        if key == "bucket_cap_mb" and ok and not value > 0:
-            ok = False
-        if not ok:
-            expected = "true or false" if types == (bool,) else "a positive number"
-            raise ValueError(f"{where}.{key} must be {expected}, got {value!r}")
-        out[key] = value
-    return out
 
 
 def _ddp_kwargs(options: Mapping[str, Any]) -> Dict[str, Any]:

@@ -22,12 +22,12 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from determined_lite.config import TrainingSettings, environment_variables
+from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import checkpoints_to_keep
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, launch
 from determined_lite.launch._spec import WorkerStatus, progress_path
-from determined_lite.searcher import Close, Create, Shutdown, ValidateAfter, make_searcher, unit_of
+from determined_lite.searcher import Close, Create, Shutdown, ValidateAfter, make_searcher
 from determined_lite.searcher._ops import ERRORED, INVALID_HP, USER_CANCELED
 from determined_lite.store._paths import checkpoint_root, det_lite_home
 from determined_lite.store._states import Action, ExperimentState, TrialState
@@ -95,19 +95,20 @@ class ExperimentRunner:
         self.test_mode = test_mode
         self.out = out
         self.echo_logs = echo_logs
-        searcher_conf = self.config["searcher"]
-        self.metric: str = searcher_conf["metric"]
-        self.smaller_is_better: bool = searcher_conf.get("smaller_is_better", True)
-        self.unit = unit_of(searcher_conf["max_length"])
+        searcher_settings = validate_searcher(self.config["searcher"])
+        self.metric: str = searcher_settings.metric
+        self.smaller_is_better: bool = searcher_settings.smaller_is_better
+        self.unit = searcher_settings.unit
+        self.training_settings = TrainingSettings.from_config(self.config)  # carried by every WorkerSpec
         self.searcher = make_searcher(
-            searcher_conf, self.config.get("hyperparameters") or {}, self._experiment_seed()
+            searcher_settings, self.config.get("hyperparameters") or {}, self._experiment_seed()
         )
         resources = self.config.get("resources") or {}
         self.slots_per_trial = int(resources.get("slots_per_trial") or 1)
         self.backend = resources.get("distributed_backend") or "horovod"
         self.hosts: Optional[List[str]] = resources.get("hosts") or None
         self.max_restarts = int(self.config.get("max_restarts", 5))
-        self.max_concurrent = int(searcher_conf.get("max_concurrent_trials") or 0)
+        self.max_concurrent = searcher_settings.max_concurrent_trials or 0
         self.requests: Dict[str, _Request] = {}
         self.queue: List[str] = []
         self.running: Dict[str, _Run] = {}
@@ -279,7 +280,7 @@ class ExperimentRunner:
             tensorboard_path=trial_tensorboard_path(self.id, request.trial_id),
             backend="single" if self.slots_per_trial == 1 and not self.hosts else self.backend,
             slots=self.slots_per_trial,
-            settings=TrainingSettings.from_config(self.config).to_json(),
+            settings=self.training_settings.to_json(),
         )
         for stale in (spec.result_path, progress_path(spec.result_path)):
             if os.path.exists(stale):

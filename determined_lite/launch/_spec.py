@@ -19,6 +19,8 @@ class WorkerSpec:
     """Everything a worker process needs to run (or resume) one trial; written as JSON.
 
     ``max_length`` is the total length to reach, in Determined's form (``{"batches": n}``);
+    ``settings`` is the experiment's ``TrainingSettings.to_json()`` (periods, checkpoint policy,
+    searcher metric), built once by the runner: workers read it instead of parsing ``exp_conf``;
     ``latest_checkpoint`` is the directory to resume from. ``store_path``, when set, makes the
     chief write metrics, checkpoints and state to the experiment store and poll it for
     pause/kill requests.
@@ -31,6 +33,7 @@ class WorkerSpec:
     result_path: str
     max_length: Dict[str, int]
     trial_seed: int
+    settings: Dict[str, Any]
     trial_id: Optional[int] = None
     experiment_id: Optional[int] = None
     latest_checkpoint: Optional[str] = None
@@ -40,9 +43,6 @@ class WorkerSpec:
     tensorboard_path: Optional[str] = None
     backend: str = "single"
     slots: int = 1
-    # TrainingSettings.to_json() of the experiment, built once by the runner; None: read from
-    # exp_conf (a spec written by hand or by a test).
-    settings: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -52,8 +52,6 @@ class WorkerSpec:
 
     def training_settings(self) -> TrainingSettings:
         """The experiment config's training fields (periods, policy, searcher metric)."""
-        if self.settings is None:
-            return TrainingSettings.from_config(self.exp_conf)
         return TrainingSettings.from_json(self.settings)
 
     def save(self, path: str) -> str:

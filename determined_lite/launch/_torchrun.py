@@ -79,7 +79,8 @@ def free_port() -> int:
 
 def _engine_env(spec: WorkerSpec, procs_per_host: int) -> Dict[str, str]:
     """Environment for the agents and their workers."""
-    from determined_lite.distributed._torch import DDP_OPTIONS_ENV, check_ddp_options
+    from determined_lite.config import check_ddp_options
+    from determined_lite.distributed._torch import DDP_OPTIONS_ENV
 
     env: Dict[str, str] = {}
     resources = spec.exp_conf.get("resources") or {}

@@ -2,8 +2,9 @@
 
 Searchers are pure, deterministic state machines (no I/O, no torch). The runner:
 
-1. builds one with :func:`make_searcher` (the validated ``searcher`` config, the normalised
-   ``hyperparameters`` and the experiment seed);
+1. builds one with :func:`make_searcher` (the ``SearcherSettings`` of the validated config, or
+   a ``searcher`` section the schema validates, the normalised ``hyperparameters`` and the
+   experiment seed);
 2. executes ``initial_operations()``, then reports each event and executes what it returns:
    ``on_validation_completed(request_id, metric, length)`` after a trial reached the length of
    its ``ValidateAfter``, ``on_trial_exited_early(request_id, reason)`` when a trial stopped on
@@ -21,12 +22,12 @@ exactly: rebuild with :func:`make_searcher`, ``load_state_dict()``, and carry on
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping
+from typing import Any, Mapping, Union
 
+from determined_lite.config import SearcherSettings, validate_searcher
 from determined_lite.searcher import _hparams
 from determined_lite.searcher._asha import AdaptiveASHASearch, BracketPlan, plan_brackets
 from determined_lite.searcher._base import SearchMethod
-from determined_lite.searcher._config import SearcherSettings, parse_settings, unit_of
 from determined_lite.searcher._hparams import grid as grid_points
 from determined_lite.searcher._hparams import sample as sample_hparams
 from determined_lite.searcher._ops import (
@@ -53,10 +54,14 @@ _SEARCHERS = {
 
 
 def make_searcher(
-    searcher_conf: Mapping[str, Any], hyperparameters: Mapping[str, Any], seed: int
+    searcher: Union[SearcherSettings, Mapping[str, Any]], hyperparameters: Mapping[str, Any], seed: int
 ) -> SearchMethod:
-    """The searcher for a validated ``searcher`` config section, hyperparameter space and seed."""
-    settings = parse_settings(searcher_conf)
+    """The searcher for ``searcher`` settings, hyperparameter space and seed.
+
+    ``searcher``: ``ExperimentConfig.searcher_settings()``, or a ``searcher`` config section,
+    validated by the schema (``validate_searcher``: a ``ConfigError`` naming the field).
+    """
+    settings = searcher if isinstance(searcher, SearcherSettings) else validate_searcher(searcher)
     if hyperparameters is None:
         hyperparameters = {}
     _hparams.check_space(hyperparameters, need_count=settings.name == "grid")
@@ -86,8 +91,6 @@ __all__ = [
     "make_searcher",
     "op_from_dict",
     "op_to_dict",
-    "parse_settings",
     "plan_brackets",
     "sample_hparams",
-    "unit_of",
 ]

@@ -37,8 +37,8 @@ import bisect
 import dataclasses
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
+from determined_lite.config import SearcherSettings
 from determined_lite.searcher._base import WORST_METRIC, SearchMethod, TrialFactory, oriented
-from determined_lite.searcher._config import SearcherSettings
 from determined_lite.searcher._ops import INVALID_HP, Close, Create, Operation, ValidateAfter
 
 

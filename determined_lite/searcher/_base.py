@@ -16,8 +16,8 @@ import random
 import sys
 from typing import Any, Dict, List, Mapping, Optional
 
+from determined_lite.config import SearcherSettings
 from determined_lite.searcher import _hparams
-from determined_lite.searcher._config import SearcherSettings
 from determined_lite.searcher._ops import EXIT_REASONS, Create, Operation, Shutdown
 
 STATE_VERSION = 1

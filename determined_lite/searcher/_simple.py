@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List, Mapping, Optional
 
+from determined_lite.config import SearcherSettings
 from determined_lite.searcher import _hparams
 from determined_lite.searcher._base import SearchMethod
-from determined_lite.searcher._config import SearcherSettings
 from determined_lite.searcher._ops import INVALID_HP, Close, Operation, ValidateAfter
 
 _RUNNING, _COMPLETED, _EXITED, _INVALID = "running", "completed", "exited", "invalid"

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from determined_lite.config import TrainingSettings
 from determined_lite.launch import WorkerResult, WorkerSpec, run_trial
 from tests.fixtures.dist_trials import read_records
 
@@ -67,6 +68,7 @@ def run(
         result_path=str(tmp_path / "result.json"),
         max_length={"batches": max_length},
         trial_seed=TRIAL_SEED,
+        settings=TrainingSettings.from_config(exp_conf).to_json(),
         latest_checkpoint=latest_checkpoint,
         checkpoint_root=str(tmp_path / "checkpoints"),
         tensorboard_path=str(tmp_path / "tensorboard"),

@@ -24,6 +24,7 @@ from typing import Any, Dict, List
 import pytest
 import torch
 
+from determined_lite.config import TrainingSettings
 from determined_lite.launch import WorkerSpec, run_trial, worker_command
 from determined_lite.launch import _horovodrun as hr
 from determined_lite.launch._failures import (
@@ -66,6 +67,7 @@ def _spec(tmp_path, **overrides: Any) -> WorkerSpec:
         slots=2,
     )
     fields.update(overrides)
+    fields.setdefault("settings", TrainingSettings.from_config(fields["exp_conf"]).to_json())
     return WorkerSpec(**fields)
 
 

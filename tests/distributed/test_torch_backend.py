@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from determined_lite.config import TrainingSettings
 from determined_lite.distributed._torch import (
     ForwardingDDP,
     PeerFailure,
@@ -82,6 +83,7 @@ def _spec(tmp_path: Path, slots: int = 2, ddp_options: Any = None) -> WorkerSpec
         result_path=str(tmp_path / "result.json"),
         max_length={"batches": 1},
         trial_seed=0,
+        settings=TrainingSettings.from_config(exp_conf).to_json(),
         backend="torch",
         slots=slots,
     )

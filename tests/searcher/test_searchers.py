@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
+from determined_lite.config import validate_searcher
 from determined_lite.searcher import (
     Close,
     Create,
@@ -20,9 +21,7 @@ from determined_lite.searcher import (
     make_searcher,
     op_from_dict,
     op_to_dict,
-    parse_settings,
     plan_brackets,
-    unit_of,
 )
 
 MetricFn = Callable[[dict, int, str], float]
@@ -170,23 +169,30 @@ SPACE = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
 
 
 # ---- config helpers --------------------------------------------------------------------------
-def test_unit_of_and_config_errors():
-    assert unit_of({"batches": 10}) == "batches"
-    assert unit_of({"records": 640}) == "records"
-    assert unit_of({"epochs": 2}) == "epochs"
-    with pytest.raises(ValueError, match=r"searcher.max_length: unknown unit 'steps'"):
-        unit_of({"steps": 3})
-    with pytest.raises(ValueError, match=r"searcher.max_length.batches: expected a positive integer"):
-        unit_of({"batches": 0})
-    with pytest.raises(ValueError, match=r"searcher.max_length: expected one of"):
-        unit_of({"batches": 1, "epochs": 1})
-    with pytest.raises(ValueError, match=r"searcher.name: unsupported searcher 'pbt'"):
+def single(max_length) -> dict:
+    return {"name": "single", "metric": "loss", "max_length": max_length}
+
+
+def test_unit_and_config_errors():
+    # The searcher section is checked by the config schema (validate_searcher); its messages.
+    assert validate_searcher(single({"batches": 10})).unit == "batches"
+    assert validate_searcher(single({"records": 640})).unit == "records"
+    assert validate_searcher(single({"epochs": 2})).unit == "epochs"
+    expected_length = r"searcher.max_length: expected \{batches\|records\|epochs: positive int\}, got "
+    with pytest.raises(ValueError, match=expected_length + r"\{'steps': 3\}"):
+        make_searcher(single({"steps": 3}), {}, 0)
+    with pytest.raises(ValueError, match=expected_length + r"\{'batches': 0\}"):
+        make_searcher(single({"batches": 0}), {}, 0)
+    with pytest.raises(ValueError, match=expected_length + r"\{'batches': 1, 'epochs': 1\}"):
+        make_searcher(single({"batches": 1, "epochs": 1}), {}, 0)
+    with pytest.raises(ValueError, match=r"searcher.name: Determined's 'pbt' searcher is not available"):
         make_searcher({"name": "pbt", "metric": "loss", "max_length": {"batches": 1}}, {}, 0)
-    with pytest.raises(ValueError, match=r"searcher.max_trials: required by the random searcher"):
+    with pytest.raises(ValueError, match=r"searcher.max_trials: the 'random' searcher needs max_trials"):
         make_searcher({"name": "random", "metric": "loss", "max_length": {"batches": 1}}, {}, 0)
-    with pytest.raises(ValueError, match=r"searcher.mode: expected one of"):
+    expected_mode = r"searcher.mode: expected 'aggressive', 'standard' or 'conservative', got 'wild'"
+    with pytest.raises(ValueError, match=expected_mode):
         make_searcher(asha_conf(mode="wild"), SPACE, 0)
-    with pytest.raises(ValueError, match=r"searcher.divisor: expected a number greater than 1"):
+    with pytest.raises(ValueError, match=r"searcher.divisor: expected a value > 1, got 1"):
         make_searcher(asha_conf(divisor=1), SPACE, 0)
     with pytest.raises(ValueError, match=r"searcher.metric"):
         make_searcher({"name": "single", "max_length": {"batches": 1}}, {}, 0)
@@ -205,7 +211,8 @@ def test_hyperparameter_errors_name_the_field():
     with pytest.raises(ValueError, match=r"hyperparameters.a.type: unknown type 'float'"):
         make_searcher(base, {"a": {"type": "float", "minval": 0, "maxval": 1}}, 0)
     with pytest.raises(ValueError, match=r"hyperparameters.lr.count: the grid searcher needs 'count'"):
-        make_searcher(dict(base, name="grid"), {"lr": {"type": "double", "minval": 0, "maxval": 1}}, 0)
+        grid = {"name": "grid", "metric": "loss", "max_length": {"batches": 1}}  # grid has no max_trials
+        make_searcher(grid, {"lr": {"type": "double", "minval": 0, "maxval": 1}}, 0)
     with pytest.raises(ValueError, match=r"hyperparameters.b: expected a hyperparameter definition"):
         make_searcher(base, {"b": 3}, 0)
 
@@ -377,7 +384,7 @@ def test_asha_bracket_plans():
     def plan(**kw):
         return [
             (p.num_rungs, p.max_trials, p.max_concurrent_trials, p.rung_lengths)
-            for p in plan_brackets(parse_settings(asha_conf(**kw)))
+            for p in plan_brackets(validate_searcher(asha_conf(**kw)))
         ]
 
     # R = min(5, log4(64)+1 = 4, log4(16)+1 = 3) = 3; standard: 3 and 2 rungs.
