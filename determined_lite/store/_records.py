@@ -1,0 +1,240 @@
+"""Trial records in the det-lite SQLite file: metrics, checkpoints and logs.
+
+``TrialRecords`` is the part of ``Store`` that appends to and reads a trial's history; the
+experiment and trial rows themselves are ``Store``'s (``_store.py``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+from determined_lite.store._db import Database, NotFoundError, dumps_json, loads_json
+
+LogLine = Union[str, Tuple[Optional[int], str]]
+
+
+def checkpoint_rows(conn: sqlite3.Connection, where: str, params: Tuple[Any, ...]) -> List[Dict[str, Any]]:
+    """Checkpoint rows (joined with their trial's experiment) matching ``where``, by trial then batch."""
+    rows = conn.execute(
+        "SELECT c.uuid, c.trial_id, t.experiment_id, c.path, c.total_batches, c.metrics, c.state,"
+        f" c.created_at FROM checkpoints c JOIN trials t ON t.id = c.trial_id WHERE {where}"
+        " ORDER BY c.trial_id, c.total_batches, c.created_at, c.rowid",
+        params,
+    ).fetchall()
+    return [
+        {
+            "uuid": r["uuid"],
+            "trial_id": r["trial_id"],
+            "experiment_id": r["experiment_id"],
+            "path": r["path"],
+            "total_batches": r["total_batches"],
+            "metrics": loads_json(r["metrics"]),
+            "state": r["state"],
+            "created_at": r["created_at"],
+        }
+        for r in rows
+    ]
+
+
+class TrialRecords(Database):
+    """Metrics, checkpoints and logs of trials (a base of ``Store``)."""
+
+    # --- metrics ------------------------------------------------------------------------------
+
+    def _add_metrics(self, table: str, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+        text = dumps_json(metrics, f"{table.replace('_', ' ')}")
+        now = time.time()
+
+        def body(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE trials SET total_batches = MAX(total_batches, ?) WHERE id = ?",
+                (int(total_batches), int(trial_id)),
+            )
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"trial {trial_id} not found")
+            conn.execute(
+                f"INSERT INTO {table} (trial_id, total_batches, metrics, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (trial_id, total_batches) DO UPDATE SET metrics = excluded.metrics,"
+                " created_at = excluded.created_at",
+                (int(trial_id), int(total_batches), text, now),
+            )
+
+        self._write(body)
+
+    def add_training_metrics(self, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+        """Training metrics reported at ``total_batches`` (one row per batch count: a re-report
+        after a restart replaces it). Raises the trial's ``total_batches`` to at least this."""
+        self._add_metrics("training_metrics", trial_id, total_batches, metrics)
+
+    def add_validation_metrics(self, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+        """Validation metrics at ``total_batches``; same rules as ``add_training_metrics``."""
+        self._add_metrics("validation_metrics", trial_id, total_batches, metrics)
+
+    def _metrics(self, table: str, trial_id: int) -> List[Dict[str, Any]]:
+        rows = self._read(
+            lambda conn: conn.execute(
+                f"SELECT total_batches, metrics FROM {table} WHERE trial_id = ? ORDER BY total_batches",
+                (int(trial_id),),
+            ).fetchall()
+        )
+        return [{"total_batches": r[0], "metrics": loads_json(r[1])} for r in rows]
+
+    def training_metrics(self, trial_id: int) -> List[Dict[str, Any]]:
+        """``[{"total_batches", "metrics"}]`` by batch."""
+        return self._metrics("training_metrics", trial_id)
+
+    def validation_metrics(self, trial_id: int) -> List[Dict[str, Any]]:
+        """``[{"total_batches", "metrics"}]`` by batch."""
+        return self._metrics("validation_metrics", trial_id)
+
+    # --- checkpoints --------------------------------------------------------------------------
+
+    def add_checkpoint(
+        self,
+        trial_id: int,
+        uuid: str,
+        path: str,
+        total_batches: int,
+        metrics: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        """Register a complete checkpoint; the trial's ``latest_checkpoint`` becomes the one with
+        the most batches."""
+        text = None if metrics is None else dumps_json(metrics, "checkpoint metrics")
+        now = time.time()
+
+        def body(conn: sqlite3.Connection) -> None:
+            if conn.execute("SELECT 1 FROM trials WHERE id = ?", (int(trial_id),)).fetchone() is None:
+                raise NotFoundError(f"trial {trial_id} not found")
+            conn.execute(
+                "INSERT INTO checkpoints (uuid, trial_id, path, total_batches, metrics, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uuid) DO UPDATE SET path = excluded.path,"
+                " total_batches = excluded.total_batches, metrics = excluded.metrics",
+                (str(uuid), int(trial_id), str(path), int(total_batches), text, now),
+            )
+            self._refresh_latest(conn, int(trial_id))
+
+        self._write(body)
+
+    @staticmethod
+    def _refresh_latest(conn: sqlite3.Connection, trial_id: int) -> None:
+        conn.execute(
+            "UPDATE trials SET latest_checkpoint = (SELECT uuid FROM checkpoints WHERE trial_id = ?"
+            " ORDER BY total_batches DESC, created_at DESC, rowid DESC LIMIT 1) WHERE id = ?",
+            (trial_id, trial_id),
+        )
+
+    def delete_checkpoint(self, uuid: str) -> Optional[str]:
+        """Forget a checkpoint (e.g. garbage-collected); returns its path, or None if unknown."""
+
+        def body(conn: sqlite3.Connection) -> Optional[str]:
+            row = conn.execute(
+                "SELECT trial_id, path FROM checkpoints WHERE uuid = ?", (str(uuid),)
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute("DELETE FROM checkpoints WHERE uuid = ?", (str(uuid),))
+            self._refresh_latest(conn, row["trial_id"])
+            return row["path"]
+
+        return self._write(body)
+
+    def get_checkpoint(self, uuid: str) -> Optional[Dict[str, Any]]:
+        """The checkpoint (``uuid, trial_id, experiment_id, path, total_batches, metrics, ...``) or None."""
+        found = self._read(lambda conn: checkpoint_rows(conn, "c.uuid = ?", (str(uuid),)))
+        return found[0] if found else None
+
+    def list_checkpoints(
+        self, experiment_id: Optional[int] = None, trial_id: Optional[int] = None
+    ) -> List[Dict[str, Any]]:
+        """Checkpoints by trial then batch; filtered by experiment and/or trial when given."""
+        clauses, params = ["1"], []
+        if experiment_id is not None:
+            clauses.append("t.experiment_id = ?")
+            params.append(int(experiment_id))
+        if trial_id is not None:
+            clauses.append("c.trial_id = ?")
+            params.append(int(trial_id))
+        return self._read(lambda conn: checkpoint_rows(conn, " AND ".join(clauses), tuple(params)))
+
+    # --- logs ---------------------------------------------------------------------------------
+
+    def add_logs(
+        self, trial_id: Optional[int], lines: Iterable[LogLine], experiment_id: Optional[int] = None
+    ) -> None:
+        """Append log lines in one transaction. Each line is ``(rank or None, text)`` or a plain
+        string (rank None). ``trial_id=None`` makes experiment-level lines: then pass
+        ``experiment_id``. A trailing newline is dropped."""
+        now = time.time()
+        batch: List[Tuple[Optional[int], str]] = []
+        for item in lines:
+            rank, text = (None, item) if isinstance(item, str) else item
+            batch.append((None if rank is None else int(rank), str(text).rstrip("\n")))
+        if not batch:
+            return
+        if trial_id is None and experiment_id is None:
+            raise ValueError("add_logs: experiment-level lines (trial_id=None) need experiment_id")
+
+        def body(conn: sqlite3.Connection) -> None:
+            if trial_id is not None:
+                row = conn.execute(
+                    "SELECT experiment_id FROM trials WHERE id = ?", (int(trial_id),)
+                ).fetchone()
+                if row is None:
+                    raise NotFoundError(f"trial {trial_id} not found")
+                exp_id = row[0]
+            else:
+                exp_id = int(experiment_id)  # type: ignore[arg-type]  # checked above
+                if conn.execute("SELECT 1 FROM experiments WHERE id = ?", (exp_id,)).fetchone() is None:
+                    raise NotFoundError(f"experiment {exp_id} not found")
+            conn.executemany(
+                "INSERT INTO logs (experiment_id, trial_id, rank, line, created_at) VALUES (?, ?, ?, ?, ?)",
+                [(exp_id, trial_id, rank, text, now) for rank, text in batch],
+            )
+
+        self._write(body)
+
+    def logs(
+        self,
+        experiment_id: Optional[int] = None,
+        trial_id: Optional[int] = None,
+        after_id: int = 0,
+        tail: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> List[Dict[str, Any]]:
+        """Log lines (``id, experiment_id, trial_id, rank, line, time``) in order, with ``id > after_id``.
+
+        ``tail=n``: only the last n of those; ``limit=n``: only the first n. Pass the last ``id``
+        seen as ``after_id`` to follow.
+        """
+        clauses, params = ["id > ?"], [int(after_id)]
+        if experiment_id is not None:
+            clauses.append("experiment_id = ?")
+            params.append(int(experiment_id))
+        if trial_id is not None:
+            clauses.append("trial_id = ?")
+            params.append(int(trial_id))
+        sql = (
+            "SELECT id, experiment_id, trial_id, rank, line, created_at FROM logs"
+            f" WHERE {' AND '.join(clauses)} ORDER BY id {'DESC' if tail is not None else 'ASC'}"
+        )
+        if tail is not None or limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(tail if tail is not None else limit))  # type: ignore[arg-type]
+        rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        if tail is not None:
+            rows = rows[::-1]
+            if limit is not None:
+                rows = rows[: int(limit)]
+        return [
+            {
+                "id": r[0],
+                "experiment_id": r[1],
+                "trial_id": r[2],
+                "rank": r[3],
+                "line": r[4],
+                "time": r[5],
+            }
+            for r in rows
+        ]
