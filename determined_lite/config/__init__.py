@@ -15,13 +15,12 @@ from typing import Sequence
 from determined_lite.config._determined import unused_fields_warning
 from determined_lite.config._errors import ConfigError
 from determined_lite.config._hparams import constant_values, iter_leaves
+from determined_lite.config._resources import check_ddp_options, parse_host
 from determined_lite.config._schema import (
     SEARCHERS,
     ExperimentConfig,
-    check_ddp_options,
     environment_variables,
     new_experiment_seed,
-    parse_host,
     validate_config,
     validate_searcher,
 )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, ClassVar, Tuple
+from typing import Annotated, Any, ClassVar, Tuple
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from determined_lite.config._errors import FieldError, describe, unknown_field_message
 
@@ -41,6 +41,9 @@ class Section(BaseModel):
             return {k: v for k, v in data.items() if v is not None}
         return data
 
+
+PositiveInt = Annotated[StrictInt, Field(ge=1)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
 
 _SCALARS = (bool, int, float, str)
 

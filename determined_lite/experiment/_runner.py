@@ -25,10 +25,9 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import checkpoints_to_keep
-from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, launch
-from determined_lite.launch._spec import WorkerStatus, progress_path
-from determined_lite.searcher import Close, Create, Shutdown, ValidateAfter, make_searcher
-from determined_lite.searcher._ops import ERRORED, INVALID_HP, USER_CANCELED
+from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
+from determined_lite.launch._spec import progress_path
+from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
 from determined_lite.store._paths import checkpoint_root, det_lite_home
 from determined_lite.store._states import Action, ExperimentState, TrialState
 from determined_lite.tensorboard import trial_tensorboard_path
@@ -334,7 +333,7 @@ class ExperimentRunner:
                 metric = self._stored_metric(request.trial_id, result.total_batches)
             if metric is None:
                 self._log(request.trial_id, f"trial {request.trial_id} reported no {self.metric!r}")
-                self._exit_early(request, ERRORED, TrialState.ERROR)
+                self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
                 return
             self._save_state()
             if self.test_mode:
@@ -347,10 +346,10 @@ class ExperimentRunner:
                 self.queue.insert(0, request.request_id)  # resumes from its checkpoint on activate
                 self._save_state()
             else:  # the trial asked to stop (context.set_stop_requested)
-                self._exit_early(request, USER_CANCELED, TrialState.COMPLETED)
+                self._exit_early(request, ExitReason.USER_CANCELED, TrialState.COMPLETED)
         elif result.status == WorkerStatus.INVALID_HP:
             self._log(request.trial_id, f"trial {request.trial_id} raised InvalidHP: {result.error}")
-            self._exit_early(request, INVALID_HP, TrialState.CANCELED)
+            self._exit_early(request, ExitReason.INVALID_HP, TrialState.CANCELED)
         else:
             self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
             if pausing:
@@ -367,7 +366,7 @@ class ExperimentRunner:
                 self.queue.insert(0, request.request_id)
                 self._save_state()
             else:
-                self._exit_early(request, ERRORED, TrialState.ERROR)
+                self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
 
     def _stored_metric(self, trial_id: int, total_batches: int) -> Optional[float]:
         for v in reversed(self.store.validation_metrics(trial_id)):

@@ -16,8 +16,6 @@ from determined_lite.launch._spec import WorkerSpec, _write_json_atomic, progres
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._schedule import is_better
 
-STOP_ACTIONS = ("pause", "kill")
-
 
 class StoreReporter(PyTorchCallback):
     """Chief-side callback: metrics, checkpoints and progress of one trial into the store."""
@@ -103,13 +101,15 @@ def worker_hooks(
     """
     if not is_chief or spec.store_path is None or spec.trial_id is None:
         return [], None
-    from determined_lite.store import Store
+    from determined_lite.store import Action, Store
 
     reporter = StoreReporter(spec)
     store = Store(spec.store_path)
     experiment_id = spec.experiment_id
 
+    stop_actions = (Action.PAUSE, Action.KILL)
+
     def should_stop() -> bool:
-        return experiment_id is not None and store.pending_action(experiment_id) in STOP_ACTIONS
+        return experiment_id is not None and store.pending_action(experiment_id) in stop_actions
 
     return [("_core.store", reporter)], should_stop

@@ -2,6 +2,15 @@
 
 from determined_lite.launch._failures import worker_command
 from determined_lite.launch._launcher import TrialProcess, launch, run_trial
-from determined_lite.launch._spec import BACKENDS, WorkerResult, WorkerSpec
+from determined_lite.launch._spec import BACKENDS, WorkerResult, WorkerSpec, WorkerStatus
 
-__all__ = ["BACKENDS", "TrialProcess", "WorkerResult", "WorkerSpec", "launch", "run_trial", "worker_command"]
+__all__ = [
+    "BACKENDS",
+    "TrialProcess",
+    "WorkerResult",
+    "WorkerSpec",
+    "WorkerStatus",
+    "launch",
+    "run_trial",
+    "worker_command",
+]

@@ -32,7 +32,7 @@ import time
 import traceback
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple, Union
 
-from determined_lite.launch._spec import WorkerResult
+from determined_lite.launch._spec import WorkerResult, WorkerStatus
 
 logger = logging.getLogger("determined_lite")
 
@@ -233,10 +233,10 @@ def remove_worker_failures(prefix: str) -> None:
 
 def write_failure_result(result_path: str, error: str) -> None:
     """Mark the trial's result as failed by ``error``, keeping what the chief reported."""
-    result = WorkerResult(status="error")
+    result = WorkerResult(status=WorkerStatus.ERROR)
     if os.path.exists(result_path):
         with contextlib.suppress(OSError, ValueError, TypeError):
             result = WorkerResult.load(result_path)
-    result.status = "error"
+    result.status = WorkerStatus.ERROR
     result.error = error
     result.save(result_path)

@@ -145,11 +145,5 @@ def run_trial(
     except BaseException:  # a timeout, Ctrl-C or anything else: never leave workers behind
         proc.stop()
         raise
-    if os.path.exists(spec.result_path):
-        result = WorkerResult.load(spec.result_path)
-        if code != 0 and result.status != "error":
-            result.status = "error"
-            result.error = result.error or f"workers exited with status {code}"
-    else:
-        result = WorkerResult(status="error", error=f"workers exited with status {code} before reporting")
+    result = WorkerResult.after_exit(spec.result_path, code)
     return code, result

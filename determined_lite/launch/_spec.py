@@ -8,8 +8,8 @@ import os
 import tempfile
 from typing import Any, Dict, List, Optional
 
+from determined_lite._enums import TextEnum
 from determined_lite.config import TrainingSettings
-from determined_lite.store._states import TextEnum
 
 BACKENDS = ("single", "horovod", "torch")
 

@@ -17,7 +17,12 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 import torch
 
 import determined_lite
-from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainUnit
+from determined_lite.config import (
+    DEFAULT_REPORTING_PERIOD,
+    DEFAULT_SMALLER_IS_BETTER,
+    CheckpointPolicy,
+    TrainUnit,
+)
 from determined_lite.pytorch import _checkpoint
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
@@ -68,7 +73,7 @@ class RunSpec:
     checkpoint_root: str = ""
     code_source: Optional[str] = None
     searcher_metric: Optional[str] = None
-    smaller_is_better: bool = True
+    smaller_is_better: bool = DEFAULT_SMALLER_IS_BETTER
     should_stop: Optional[Callable[[], bool]] = None
 
     def __post_init__(self) -> None:

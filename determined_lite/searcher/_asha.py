@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 from determined_lite.config import SearcherSettings
 from determined_lite.searcher._base import WORST_METRIC, SearchMethod, TrialFactory, oriented
-from determined_lite.searcher._ops import INVALID_HP, Close, Create, Operation, ValidateAfter
+from determined_lite.searcher._ops import Close, Create, ExitReason, Operation, ValidateAfter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +236,7 @@ class _Bracket:
         self.early_exit.add(request_id)
         self.closed.add(request_id)
         index = self.trial_rung[request_id]
-        if reason == INVALID_HP:
+        if reason == ExitReason.INVALID_HP:
             self.invalid += 1
             if outstanding:
                 self.rungs[index].outstanding -= 1

@@ -10,11 +10,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Union
 
-# Why a trial stopped before the searcher closed it (argument of ``on_trial_exited_early``).
-INVALID_HP = "invalid_hp"  # the trial raised InvalidHP: its hyperparameters are unusable
-ERRORED = "errored"  # the trial failed (after its restarts)
-USER_CANCELED = "user_canceled"  # the user killed the trial
-EXIT_REASONS = (INVALID_HP, ERRORED, USER_CANCELED)
+from determined_lite._enums import TextEnum
+
+
+class ExitReason(TextEnum):
+    """Why a trial stopped before the searcher closed it (argument of ``on_trial_exited_early``)."""
+
+    INVALID_HP = "invalid_hp"  # the trial raised InvalidHP: its hyperparameters are unusable
+    ERRORED = "errored"  # the trial failed (after its restarts)
+    USER_CANCELED = "user_canceled"  # the user killed the trial
+
+
+# The module-level names the searcher API has always exported.
+INVALID_HP = ExitReason.INVALID_HP
+ERRORED = ExitReason.ERRORED
+USER_CANCELED = ExitReason.USER_CANCELED
+EXIT_REASONS = tuple(reason.value for reason in ExitReason)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from determined_lite.config import SearcherSettings
 from determined_lite.searcher import _hparams
 from determined_lite.searcher._base import SearchMethod
-from determined_lite.searcher._ops import INVALID_HP, Close, Operation, ValidateAfter
+from determined_lite.searcher._ops import Close, ExitReason, Operation, ValidateAfter
 
 _RUNNING, _COMPLETED, _EXITED, _INVALID = "running", "completed", "exited", "invalid"
 
@@ -69,7 +69,7 @@ class _OneShotSearch(SearchMethod):
         self._check_event(reason)
         self._running(request_id)
         ops: List[Operation] = []
-        if reason == INVALID_HP and self.replaces_invalid:
+        if reason == ExitReason.INVALID_HP and self.replaces_invalid:
             self._status[request_id] = _INVALID
             ops += self._create(None)
         else:
