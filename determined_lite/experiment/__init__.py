@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib.machinery
 import os
+import shutil
 import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
@@ -106,9 +107,9 @@ def _any_names(node: ast.AST) -> set:
 
 
 def _spawn_background(experiment_id: int, test: bool = False, resume: bool = False) -> int:
-    from determined_lite.store import det_lite_home
+    from determined_lite.store._paths import experiment_dir
 
-    run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
+    run_dir = experiment_dir(experiment_id)
     os.makedirs(run_dir, exist_ok=True)
     argv = [sys.executable, "-m", "determined_lite.experiment._background", str(experiment_id)]
     argv += ["--test"] if test else []
@@ -144,6 +145,8 @@ def create_experiment(
 ) -> int:
     """Validate, record and run an experiment (in the foreground unless ``detach``)."""
     from determined_lite.config import load_config
+    from determined_lite.experiment._context import install_context, stage_context, staged_snapshot
+    from determined_lite.storage import DETIGNORE, ContextError
     from determined_lite.store import Store
 
     if not os.path.isdir(context_dir):
@@ -157,14 +160,30 @@ def create_experiment(
             "det-lite: warning: " + unused_fields_warning(config.unused_fields, config_path), file=sys.stderr
         )
     raw: Dict[str, Any] = config.to_dict()
-    problem = check_entrypoint(raw["entrypoint"], context_dir)
-    if problem:
-        return _error(f"{config_path}: {problem}")
-    _print_determined_notice(raw, context_dir)
-    store = Store()
-    experiment_id = store.create_experiment(
-        raw, context_dir, os.path.abspath(config_path), raw.get("name") or "experiment"
-    )
+    try:
+        staging = stage_context(context_dir, raw)
+    except ContextError as e:
+        return _error(str(e))
+    try:
+        snapshot = staged_snapshot(staging)
+        problem = check_entrypoint(raw["entrypoint"], snapshot)
+        if problem:
+            problem = problem.replace(snapshot, context_dir)
+            if check_entrypoint(raw["entrypoint"], context_dir) is None:
+                problem += f" (excluded by {DETIGNORE} or det-lite's default patterns)"
+            return _error(f"{config_path}: {problem}")
+        _print_determined_notice(raw, snapshot)
+        store = Store()
+        experiment_id = store.create_experiment(
+            raw, context_dir, os.path.abspath(config_path), raw.get("name") or "experiment"
+        )
+        try:
+            install_context(staging, experiment_id)
+        except BaseException:
+            store.delete_experiment(experiment_id)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     print(f"Created experiment {experiment_id}", file=out)
     if detach:
         pid = _spawn_background(experiment_id, test=test)

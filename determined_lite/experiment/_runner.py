@@ -28,7 +28,7 @@ from determined_lite.experiment._retention import checkpoints_to_keep
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
-from determined_lite.store._paths import checkpoint_root, det_lite_home
+from determined_lite.store._paths import checkpoint_root, context_snapshot_dir, experiment_dir
 from determined_lite.store._states import Action, ExperimentState, TrialState
 from determined_lite.tensorboard import trial_tensorboard_path
 
@@ -90,7 +90,9 @@ class ExperimentRunner:
         if experiment is None:
             raise ValueError(f"experiment {experiment_id} not found")
         self.config: Dict[str, Any] = experiment["config"]
-        self.context_dir: str = experiment["context_dir"]
+        snapshot = context_snapshot_dir(experiment_id)
+        # Trials run from the snapshot `experiment create` made (older experiments: the original).
+        self.context_dir: str = snapshot if os.path.isdir(snapshot) else experiment["context_dir"]
         self.test_mode = test_mode
         self.out = out
         self.echo_logs = echo_logs
@@ -112,7 +114,7 @@ class ExperimentRunner:
         self.queue: List[str] = []
         self.running: Dict[str, _Run] = {}
         self.shutdown = False
-        self.run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
+        self.run_dir = experiment_dir(experiment_id)
         self._log_lock = threading.Lock()
         self._log_buffer: List[tuple] = []
         self.progress = Progress(enabled=show_progress, out=out)

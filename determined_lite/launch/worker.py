@@ -76,6 +76,7 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
         context_dir=spec.context_dir,
         checkpoint_root=spec.checkpoint_root,
         tensorboard_path=spec.tensorboard_path,
+        store_path=os.path.realpath(spec.store_path) if spec.store_path else None,
     )
     callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
     settings = spec.training_settings()

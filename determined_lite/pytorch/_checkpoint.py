@@ -1,7 +1,9 @@
 """Checkpoints on disk: ``<root>/<uuid>/{state_dict.pth, metadata.json, code/}``, written atomically.
 
-A checkpoint is assembled in ``<root>/.tmp-<uuid>/``, flushed to disk, then renamed to
-``<root>/<uuid>/``; a directory named by a bare uuid is therefore always complete.
+A checkpoint is assembled in ``<root>/.tmp-<uuid>/`` (``metadata.json`` first, naming the
+process that writes it), flushed to disk, then renamed to ``<root>/<uuid>/``; a directory named
+by a bare uuid is therefore always complete. The file names and the torch-free helpers
+(flushing, the writer record) live in ``determined_lite.storage``.
 """
 
 from __future__ import annotations
@@ -14,19 +16,27 @@ import random
 import shutil
 import sys
 import uuid as uuidlib
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Sequence, Tuple, Type
 
 import numpy as np
 import torch
 
-STATE_FILE = "state_dict.pth"
-METADATA_FILE = "metadata.json"
-CODE_DIR = "code"
-FORMAT_VERSION = 1
-MAX_CODE_BYTES = 95 * 1024 * 1024
-_CODE_IGNORE = shutil.ignore_patterns(
-    ".*", "__pycache__", "*.pyc", "*.egg-info", "venv", "node_modules", "*.pth", "*.ckpt"
+from determined_lite.storage import (
+    CODE_DIR,
+    MAX_CONTEXT_BYTES,
+    METADATA_FILE,
+    STATE_FILE,
+    TMP_PREFIX,
+    WRITER_KEY,
+    copy_context,
+    make_durable,
+    writer_record,
 )
+from determined_lite.storage._layout import fsync_dir, fsync_tree
+from determined_lite.store._paths import det_lite_home
+
+FORMAT_VERSION = 1
+MAX_CODE_BYTES = MAX_CONTEXT_BYTES
 
 
 # --- RNG ------------------------------------------------------------------------------------
@@ -64,35 +74,12 @@ def seed_everything(seed: int) -> None:
 # --- write ----------------------------------------------------------------------------------
 
 
-def _fsync_tree(path: str) -> None:
-    for dirpath, _, filenames in os.walk(path):
-        for name in filenames:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                os.fsync(f.fileno())
-
-
-def _dir_size(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
-
-
-def copy_code(context_dir: str, dest: str) -> None:
-    """Copy the trial's context directory (no hidden files, caches or weight files).
-
-    A file instead of a directory (the trial's module, for trials run from plain Python) is
-    copied alone into ``dest``.
-    """
-    if os.path.isfile(context_dir):
-        os.makedirs(dest)
-        shutil.copy2(context_dir, dest)
-        return
-    shutil.copytree(context_dir, dest, ignore=_CODE_IGNORE)
-    size = _dir_size(dest)
-    if size > MAX_CODE_BYTES:
-        raise ValueError(
-            f"the context directory {context_dir!r} holds {size / 2**20:.1f} MiB of files to copy "
-            f"into every checkpoint; the limit is {MAX_CODE_BYTES / 2**20:.0f} MiB — move data "
-            "out of it"
-        )
+def copy_code(context_dir: str, dest: str, exclude: Sequence[str] = ()) -> None:
+    """Put the trial's code into ``dest``: hard links to an experiment's context snapshot, else a
+    copy of the context directory (``.detignore`` and det-lite's default patterns honoured, links
+    out of it refused, at most ``MAX_CODE_BYTES``), or of a single module file (plain Python).
+    ``exclude``: directories never copied (the checkpoint root, det-lite's home)."""
+    copy_context(context_dir, dest, exclude=exclude, limit=MAX_CODE_BYTES)
 
 
 def write_checkpoint(
@@ -112,31 +99,28 @@ def write_checkpoint(
     """
     checkpoint_uuid = checkpoint_uuid or str(uuidlib.uuid4())
     os.makedirs(root, exist_ok=True)
-    tmp = os.path.join(root, f".tmp-{checkpoint_uuid}")
+    tmp = os.path.join(root, f"{TMP_PREFIX}{checkpoint_uuid}")
     final = os.path.join(root, checkpoint_uuid)
     try:
         os.makedirs(tmp)
-        torch.save(state, os.path.join(tmp, STATE_FILE))
+        # The metadata first: it names this process, so that a garbage collection knows whether
+        # the .tmp- directory is still being written.
         meta = dict(metadata, uuid=checkpoint_uuid, format_version=FORMAT_VERSION)
+        meta[WRITER_KEY] = writer_record()
         with open(os.path.join(tmp, METADATA_FILE), "w") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
+        torch.save(state, os.path.join(tmp, STATE_FILE))
         if context_dir is not None:
-            copy_code(context_dir, os.path.join(tmp, CODE_DIR))
+            copy_code(context_dir, os.path.join(tmp, CODE_DIR), exclude=(root, det_lite_home()))
         if durable:
-            _fsync_tree(tmp)
+            fsync_tree(tmp)
         os.rename(tmp, final)
         if durable:
-            _fsync_dir(root)
+            fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return checkpoint_uuid, final
-
-
-def make_durable(path: str) -> None:
-    """Flush a checkpoint written with ``durable=False`` (its files and its name) to disk."""
-    _fsync_tree(path)
-    _fsync_dir(os.path.dirname(os.path.normpath(path)))
 
 
 class BackgroundFlush:
@@ -171,14 +155,6 @@ class BackgroundFlush:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-
-
-def _fsync_dir(path: str) -> None:
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 # --- read -----------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from determined_lite.pytorch._schedule import Plan, decide, is_better
 from determined_lite.pytorch._sharding import set_epoch
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.pytorch._validation import Validation, evaluation_mode
+from determined_lite.storage import STORE_KEY
 
 logger = logging.getLogger("determined_lite")
 
@@ -442,6 +443,7 @@ class TrialController:
                 "aggregation_frequency": self.plan.aggregation_frequency,
                 "validation_metrics": metrics,
                 "created": time.time(),
+                STORE_KEY: self.harness.trial_info.store_path,
             }
             # Written complete and renamed into place now; flushed to disk while training goes on,
             # and announced with on_checkpoint_upload_end at the next report, checkpoint or end.

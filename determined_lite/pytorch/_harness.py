@@ -32,6 +32,7 @@ class TrialInfo:
     context_dir: Optional[str] = None
     checkpoint_root: Optional[str] = None
     tensorboard_path: Optional[str] = None
+    store_path: Optional[str] = None  # the experiment store that registers its checkpoints
 
 
 class WrappedOptimizer:

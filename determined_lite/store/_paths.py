@@ -6,6 +6,8 @@ import os
 from typing import Any, List, Mapping, Optional
 
 DB_FILE = "det-lite.db"
+EXPERIMENTS_DIR = "experiments"
+CONTEXT_SNAPSHOT = "context"
 
 
 def det_lite_home() -> str:
@@ -40,6 +42,17 @@ def checkpoint_root(exp_conf: Mapping[str, Any]) -> str:
 def tensorboard_dir(experiment_id: int, home: Optional[str] = None) -> str:
     """``<home>/tensorboard/experiment_<id>``: the experiment's TensorBoard logdir."""
     return os.path.join(home or det_lite_home(), "tensorboard", f"experiment_{int(experiment_id)}")
+
+
+def experiment_dir(experiment_id: int, home: Optional[str] = None) -> str:
+    """``<home>/experiments/<id>``: the experiment's run directory (specs, results, runner.log,
+    the context snapshot)."""
+    return os.path.join(home or det_lite_home(), EXPERIMENTS_DIR, str(int(experiment_id)))
+
+
+def context_snapshot_dir(experiment_id: int, home: Optional[str] = None) -> str:
+    """``<home>/experiments/<id>/context``: the context directory as ``experiment create`` saw it."""
+    return os.path.join(experiment_dir(experiment_id, home), CONTEXT_SNAPSHOT)
 
 
 def process_token(pid: int) -> Optional[str]:

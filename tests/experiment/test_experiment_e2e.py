@@ -351,6 +351,7 @@ def test_context_directory_is_copied_into_checkpoints(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (ckpt,) = describe(1)["trials"][0]["checkpoints"]
     assert sorted(os.listdir(os.path.join(ckpt["path"], "code"))) == [
+        ".det-lite-snapshot.json",
         "__init__.py",
         "const.yaml",
         "model_def.py",

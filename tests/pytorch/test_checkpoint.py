@@ -93,7 +93,9 @@ def test_layout_and_metadata(home: Path) -> None:
     assert torch.equal(state["context"]["models_state_dict"][0]["weight"], trial.model.weight.detach())
 
 
-def test_context_dir_is_copied_without_hidden_files_caches_or_weights(tmp_path: Path, home: Path) -> None:
+def test_context_dir_is_copied_without_hidden_files_caches_or_ignored_files(
+    tmp_path: Path, home: Path
+) -> None:
     ctx_dir = tmp_path / "context"
     (ctx_dir / "pkg" / "__pycache__").mkdir(parents=True)
     (ctx_dir / "model_def.py").write_text("# trial\n")
@@ -101,10 +103,13 @@ def test_context_dir_is_copied_without_hidden_files_caches_or_weights(tmp_path: 
     (ctx_dir / "pkg" / "__pycache__" / "util.cpython.pyc").write_bytes(b"\0")
     (ctx_dir / ".secret").write_text("token")
     (ctx_dir / "weights.pth").write_bytes(b"\0" * 10)
+    (ctx_dir / "data").mkdir()
+    (ctx_dir / "data" / "train.csv").write_text("1,2\n")
+    (ctx_dir / ".detignore").write_text("data/\n")
     _, result = _fit(max_batches=2, trial_info=pytorch.TrialInfo(context_dir=str(ctx_dir)))
     code = Path(result.checkpoints[-1]["path"]) / "code"
     files = sorted(str(p.relative_to(code)) for p in code.rglob("*") if p.is_file())
-    assert files == ["model_def.py", os.path.join("pkg", "util.py")]
+    assert files == ["model_def.py", os.path.join("pkg", "util.py"), "weights.pth"]
 
 
 @pytest.mark.parametrize("storage_path", [None, "sub/dir"])

@@ -1,0 +1,63 @@
+"""Files on disk that outlive a process, read and written without torch.
+
+* ``_context.py``: the context directory (``.detignore``, links, size limit), its snapshot made
+  once at ``experiment create``, and its copies in checkpoints (hard links to the snapshot).
+* ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, ``metadata.json``'s writer
+  and store), disk usage counting hard links once, flushing to disk.
+"""
+
+from determined_lite.storage._context import (
+    DEFAULT_IGNORE,
+    DETIGNORE,
+    MAX_CONTEXT_BYTES,
+    SNAPSHOT_MANIFEST,
+    ContextError,
+    ContextFiles,
+    copy_context,
+    read_context,
+    read_snapshot,
+    snapshot_context,
+)
+from determined_lite.storage._layout import (
+    CODE_DIR,
+    METADATA_FILE,
+    STATE_FILE,
+    STORE_KEY,
+    TMP_GRACE_S,
+    TMP_PREFIX,
+    WRITER_KEY,
+    RootEntry,
+    disk_usage,
+    make_durable,
+    read_metadata_file,
+    root_entries,
+    writer_may_be_alive,
+    writer_record,
+)
+
+__all__ = [
+    "CODE_DIR",
+    "DEFAULT_IGNORE",
+    "DETIGNORE",
+    "MAX_CONTEXT_BYTES",
+    "METADATA_FILE",
+    "SNAPSHOT_MANIFEST",
+    "STATE_FILE",
+    "STORE_KEY",
+    "TMP_GRACE_S",
+    "TMP_PREFIX",
+    "WRITER_KEY",
+    "ContextError",
+    "ContextFiles",
+    "RootEntry",
+    "copy_context",
+    "disk_usage",
+    "make_durable",
+    "read_context",
+    "read_metadata_file",
+    "read_snapshot",
+    "root_entries",
+    "snapshot_context",
+    "writer_may_be_alive",
+    "writer_record",
+]

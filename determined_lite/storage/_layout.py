@@ -1,0 +1,135 @@
+"""A checkpoint root on disk, read without torch: ``<uuid>/`` complete checkpoints, ``.tmp-<uuid>/``
+ones being written, who wrote them, how many bytes they hold, and flushing them to disk.
+
+A checkpoint's ``metadata.json`` names the process that wrote it (``writer``: host, pid, start
+token) and, for experiment trials, the store that should register it (``store``). Garbage
+collection uses both: it never removes a directory whose writer may still be running, and
+leaves alone checkpoints of other stores sharing the root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import time
+from typing import Any, Dict, Iterable, List, Optional
+
+from determined_lite.store._paths import process_alive, process_token
+
+STATE_FILE = "state_dict.pth"
+METADATA_FILE = "metadata.json"
+CODE_DIR = "code"
+TMP_PREFIX = ".tmp-"
+WRITER_KEY = "writer"
+STORE_KEY = "store"
+# A temporary directory whose writer cannot be checked (another host, no metadata yet) is left
+# alone this long after its last change.
+TMP_GRACE_S = 3600.0
+
+
+def writer_record() -> Dict[str, Any]:
+    """This process, as ``metadata.json`` records its writer."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "token": process_token(pid)}
+
+
+def writer_may_be_alive(
+    metadata: Optional[Dict[str, Any]], mtime: float, now: Optional[float] = None, grace: float = TMP_GRACE_S
+) -> bool:
+    """Whether the process that wrote a directory may still be writing or registering it: its
+    recorded writer runs on this host, or (writer unknown or elsewhere) it changed within ``grace``."""
+    writer = (metadata or {}).get(WRITER_KEY)
+    if isinstance(writer, dict) and writer.get("host") == socket.gethostname():
+        pid = writer.get("pid")
+        return isinstance(pid, int) and process_alive(pid, writer.get("token"))
+    return (time.time() if now is None else now) - mtime < grace
+
+
+@dataclasses.dataclass
+class RootEntry:
+    """One directory in a checkpoint root."""
+
+    path: str
+    uuid: str
+    temporary: bool  # .tmp-<uuid>: being written, or left by a process that died
+    metadata: Optional[Dict[str, Any]]  # None when missing or unreadable
+    mtime: float
+
+
+def read_metadata_file(directory: str) -> Optional[Dict[str, Any]]:
+    """``directory/metadata.json`` as a dict, or None when missing or not a JSON object."""
+    try:
+        with open(os.path.join(directory, METADATA_FILE)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def root_entries(root: str) -> List[RootEntry]:
+    """The checkpoint directories in ``root`` (none when it does not exist); links are skipped."""
+    try:
+        names = sorted(os.listdir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    entries = []
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.islink(path) or not os.path.isdir(path):
+            continue
+        temporary = name.startswith(TMP_PREFIX)
+        if name.startswith(".") and not temporary:
+            continue
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            continue
+        uuid = name[len(TMP_PREFIX) :] if temporary else name
+        entries.append(RootEntry(path, uuid, temporary, read_metadata_file(path), mtime))
+    return entries
+
+
+def disk_usage(paths: Iterable[str]) -> int:
+    """Bytes allocated on disk under ``paths``, each file counted once however many hard links
+    name it (``du`` semantics); links are not followed."""
+    seen = set()
+    total = 0
+    for top in paths:
+        for parent, dirs, files in os.walk(top):
+            for name in [parent] + [os.path.join(parent, n) for n in dirs + files]:
+                try:
+                    st = os.lstat(name)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory's entries (names created or renamed in it) to disk."""
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def fsync_tree(path: str) -> None:
+    """Flush every regular file under ``path`` to disk."""
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                continue
+            with open(full, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def make_durable(path: str) -> None:
+    """Flush a checkpoint directory (its files and its name) to disk."""
+    fsync_tree(path)
+    fsync_dir(os.path.dirname(os.path.normpath(path)))
