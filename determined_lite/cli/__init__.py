@@ -1,7 +1,7 @@
 """The ``det-lite`` command line: Determined's verbs against the local store.
 
 ``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``,
-``det-lite trial describe|logs``, ``det-lite checkpoint list|export``,
+``det-lite trial describe|logs``, ``det-lite checkpoint list|export|gc``,
 ``det-lite tensorboard EXPERIMENT_ID``; aliases ``e``, ``t``, ``c``, ``ls``.
 Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input. Read-only commands
 import only click and the standard library (never torch).

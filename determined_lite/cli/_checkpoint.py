@@ -1,4 +1,4 @@
-"""``det-lite checkpoint ...`` (alias ``c``): list checkpoints, export (download) one."""
+"""``det-lite checkpoint ...`` (alias ``c``): list checkpoints, export (download) one, gc."""
 
 from __future__ import annotations
 
@@ -99,3 +99,26 @@ def export(uuid: str, dest: str) -> None:
     click.echo(
         f"Exported checkpoint {uuid} (trial {found['trial_id']}, batch {found['total_batches']}) to {dest}"
     )
+
+
+@checkpoint.command("gc", short_help="Remove orphaned checkpoints and files of deleted experiments.")
+@click.option("--dry-run", is_flag=True, help="Only print what would be done.")
+def gc(dry_run: bool) -> None:
+    """Reconcile checkpoint directories with the store.
+
+    Removes `.tmp-*` directories whose writer is gone, checkpoints never registered whose
+    trial does not need them (a trial that may still train gets its newest one registered),
+    and checkpoints, run directories and TensorBoard files of deleted experiments; forgets
+    registered checkpoints whose directory is gone. Only checkpoints whose metadata.json names
+    an experiment of this store are touched, never while that experiment runs.
+    """
+    from determined_lite.experiment._gc import collect_garbage
+
+    report = collect_garbage(open_store(), dry_run=dry_run)
+    for line in report.lines():
+        click.echo(line)
+    for problem in report.problems:
+        click.echo(f"Warning: {problem}", err=True)
+    click.echo(report.summary())
+    if report.problems:
+        raise Failed("some directories could not be removed or registered")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Dict, List, NoReturn, Sequence, Tuple, Type
 
 import click
@@ -22,7 +21,7 @@ from determined_lite.cli._common import (
     open_store,
 )
 from determined_lite.cli._logs import print_logs
-from determined_lite.store import Action, ActionOutcome, ExperimentState, tensorboard_dir
+from determined_lite.store import Action, ActionOutcome, ExperimentState
 
 DEFAULT_LIST_LIMIT = 100
 
@@ -263,6 +262,12 @@ def _apply(experiment_id: int, action: Action) -> None:
     store = open_store()
     get_experiment(store, experiment_id)
     outcome = store.apply_action(experiment_id, action)
+    if outcome in (ActionOutcome.PAUSED, ActionOutcome.CANCELED):
+        # No process was running it: what its dead processes left is registered or removed here.
+        from determined_lite.experiment._gc import reconcile_experiment
+
+        for line in reconcile_experiment(store, experiment_id).lines():
+            click.echo(line)
     if outcome == ActionOutcome.REQUESTED:
         click.echo(
             f"Requested {action} of experiment {experiment_id}; its trials stop at the next "
@@ -289,26 +294,13 @@ def kill(experiment_id: int) -> None:
     _apply(experiment_id, Action.KILL)
 
 
-def _remove_tree(path: str, what: str) -> bool:
-    import shutil
-
-    if not os.path.lexists(path):
-        return True
-    try:
-        shutil.rmtree(path)
-    except OSError as e:
-        click.echo(f"Warning: could not remove {what} {path}: {e}", err=True)
-        return False
-    return True
-
-
 @experiment.command("delete", short_help="Delete an experiment and its files.")
 @click.argument("experiment_id", type=int)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
-    """Delete a finished or paused experiment: its records, checkpoints, TensorBoard files and
-    run directory ($DET_LITE_HOME/experiments/ID)."""
+    """Delete a finished or paused experiment: its records, checkpoints (registered or not),
+    TensorBoard files and run directory ($DET_LITE_HOME/experiments/ID, with the context snapshot)."""
     store = open_store()
     exp = get_experiment(store, experiment_id)
     if exp["state"] == ExperimentState.ACTIVE or exp["running"]:
@@ -320,19 +312,15 @@ def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
     ):
         click.echo("Nothing deleted.", err=True)
         ctx.exit(EXIT_FAILED)
+    from determined_lite.experiment._gc import Fate, delete_experiment_files
+
     checkpoints = store.delete_experiment(experiment_id)
-    ok = True
-    for ckpt in checkpoints:
-        path = ckpt["path"]
-        # Only a directory named by the checkpoint's uuid is ours to remove.
-        if os.path.basename(os.path.normpath(path)) == ckpt["uuid"]:
-            ok &= _remove_tree(path, "checkpoint")
-        else:
-            click.echo(
-                f"Warning: left checkpoint {ckpt['uuid']} at {path} (not a <uuid> directory)", err=True
-            )
-    ok &= _remove_tree(tensorboard_dir(experiment_id, store.home), "TensorBoard directory")
-    ok &= _remove_tree(os.path.join(store.home, "experiments", str(experiment_id)), "run directory")
+    report = delete_experiment_files(store, exp, checkpoints)
+    for problem in report.notes + report.problems:
+        click.echo(f"Warning: {problem}", err=True)
+    for fate, path, why in report.actions:
+        if fate == Fate.BUSY:
+            click.echo(f"Warning: left {path} ({why}); `det-lite checkpoint gc` removes it later", err=True)
     click.echo(f"Deleted experiment {experiment_id} ({len(checkpoints)} checkpoint(s)).")
-    if not ok:
+    if report.problems:
         ctx.exit(EXIT_FAILED)

@@ -23,6 +23,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
+from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import checkpoints_to_keep
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
@@ -187,6 +188,7 @@ class ExperimentRunner:
         self.store.set_experiment_pid(self.id, os.getpid())
         os.makedirs(self.run_dir, exist_ok=True)
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")
+        self._reconcile()
         if not (resume and self._load_state()):
             self._apply(self.searcher.initial_operations())
         else:
@@ -354,6 +356,7 @@ class ExperimentRunner:
             self._exit_early(request, ExitReason.INVALID_HP, TrialState.CANCELED)
         else:
             self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
+            self._reconcile()  # a worker that died hard may have left a checkpoint unregistered
             if pausing:
                 self.queue.insert(0, request.request_id)
                 self._save_state()
@@ -391,6 +394,13 @@ class ExperimentRunner:
                 self.queue.insert(0, rid)
         self.running.clear()
         self._save_state()
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Register or remove what dead trial processes left in the checkpoint root (_gc.py)."""
+        report = reconcile_experiment(self.store, self.id)
+        for line in report.lines() + report.problems:
+            self._log(None, line)
 
     def _mark_paused(self, why: str) -> None:
         for request in self.requests.values():

@@ -10,6 +10,7 @@ leaves alone checkpoints of other stores sharing the root.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import socket
@@ -54,8 +55,12 @@ class RootEntry:
     path: str
     uuid: str
     temporary: bool  # .tmp-<uuid>: being written, or left by a process that died
-    metadata: Optional[Dict[str, Any]]  # None when missing or unreadable
     mtime: float
+
+    @functools.cached_property
+    def metadata(self) -> Optional[Dict[str, Any]]:
+        """Its ``metadata.json`` (read on first use), None when missing or unreadable."""
+        return read_metadata_file(self.path)
 
 
 def read_metadata_file(directory: str) -> Optional[Dict[str, Any]]:
@@ -87,7 +92,7 @@ def root_entries(root: str) -> List[RootEntry]:
         except OSError:
             continue
         uuid = name[len(TMP_PREFIX) :] if temporary else name
-        entries.append(RootEntry(path, uuid, temporary, read_metadata_file(path), mtime))
+        entries.append(RootEntry(path, uuid, temporary, mtime))
     return entries
 
 

@@ -21,9 +21,9 @@ def default_db_path() -> str:
     return os.path.join(det_lite_home(), DB_FILE)
 
 
-def default_checkpoint_root() -> str:
+def default_checkpoint_root(home: Optional[str] = None) -> str:
     """``<home>/checkpoints`` (used unless ``checkpoint_storage.host_path`` says otherwise)."""
-    return os.path.join(det_lite_home(), "checkpoints")
+    return os.path.join(home or det_lite_home(), "checkpoints")
 
 
 def checkpoint_root(exp_conf: Mapping[str, Any]) -> str:

@@ -1,0 +1,270 @@
+"""No orphans: checkpoint directories, run directories and TensorBoard files agree with the store.
+
+Orphans are what a process leaves when it dies at the wrong moment, or what outlives its
+experiment: a ``<uuid>/`` renamed into place but never registered (registration waits for the
+background flush), ``.tmp-*`` directories, checkpoints of killed trials, and the files of a
+deleted experiment. The rules, for one checkpoint root (which several experiments, stores and
+plain-Python runs may share):
+
+* A directory is only ever touched when its writer cannot still be using it: the writer named
+  in ``metadata.json`` is dead (same host), or, writer unknown or on another host, nothing
+  changed in it for ``TMP_GRACE_S``; and never while its experiment's process (other than the
+  caller) runs.
+* ``.tmp-*``: removed. ``<uuid>/``: left alone unless its ``metadata.json`` names an experiment
+  of *this* store (``store``; checkpoints written before det-lite recorded it: those in this
+  home's default root); then, unless registered, it is registered when its trial may still
+  train and the store's metrics reach its batch (the state a timely registration would have
+  left), else removed.
+* A registered checkpoint whose directory is gone (its root still there) is forgotten.
+
+``reconcile_experiment`` runs when a runner starts (``create``, ``activate``) and after it
+stopped its trials (kill, Ctrl-C), and when ``pause``/``kill`` end an experiment whose process
+was gone; ``delete_experiment_files`` after ``experiment delete``; ``collect_garbage`` is
+``det-lite checkpoint gc``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+from determined_lite._enums import TextEnum
+from determined_lite.experiment._context import STAGING_PREFIX
+from determined_lite.storage import (
+    STORE_KEY,
+    TMP_GRACE_S,
+    RootEntry,
+    make_durable,
+    root_entries,
+    writer_may_be_alive,
+)
+from determined_lite.store._paths import (
+    EXPERIMENTS_DIR,
+    checkpoint_root,
+    default_checkpoint_root,
+    experiment_dir,
+    tensorboard_dir,
+)
+from determined_lite.store._states import TrialState
+
+_UNFINISHED = (TrialState.ACTIVE, TrialState.PAUSED)
+_TENSORBOARD_PREFIX = "experiment_"
+
+
+class Fate(TextEnum):
+    """What a collection does with a directory (or a store row)."""
+
+    KEEP = "kept"
+    BUSY = "in use"
+    REGISTER = "registered"
+    REMOVE = "removed"
+    FORGET = "forgotten"
+
+
+Decision = Tuple[Fate, str]  # what to do, and why
+
+
+@dataclasses.dataclass
+class GcReport:
+    """What a collection did (or, with ``dry_run``, would do), one ``(fate, path, why)`` per item."""
+
+    dry_run: bool = False
+    actions: List[Tuple[Fate, str, str]] = dataclasses.field(default_factory=list)
+    problems: List[str] = dataclasses.field(default_factory=list)  # failures: the caller exits 1
+    notes: List[str] = dataclasses.field(default_factory=list)  # what was left alone on purpose
+
+    def count(self, fate: Fate) -> int:
+        return sum(1 for f, _, _ in self.actions if f == fate)
+
+    def lines(self) -> List[str]:
+        """One line per item, e.g. ``removed /root/<uuid> (experiment 3 was deleted)``."""
+        verb = "would be " if self.dry_run else ""
+        return [f"{verb}{fate}: {path} ({why})" for fate, path, why in self.actions]
+
+    def summary(self) -> str:
+        parts = [f"{self.count(fate)} {fate}" for fate in Fate if fate != Fate.KEEP]
+        head = "checkpoint gc (dry run)" if self.dry_run else "checkpoint gc"
+        return f"{head}: {', '.join(parts)}"
+
+    def __bool__(self) -> bool:
+        return bool(self.actions or self.problems or self.notes)
+
+
+class _Collector:
+    def __init__(self, store: Any, dry_run: bool) -> None:
+        self.store = store
+        self.store_id = os.path.realpath(store.path)
+        self.default_root = os.path.realpath(default_checkpoint_root(store.home))
+        self.report = GcReport(dry_run=dry_run)
+        self.registered: Set[str] = {c["uuid"] for c in store.list_checkpoints()}
+
+    # --- decisions ----------------------------------------------------------------------------
+    def belongs(self, entry: RootEntry, root: str) -> bool:
+        """Whether ``entry`` names an experiment of this store."""
+        meta = entry.metadata
+        if meta is None or meta.get("experiment_id") is None:
+            return False
+        if STORE_KEY in meta:
+            return bool(meta[STORE_KEY]) and os.path.realpath(meta[STORE_KEY]) == self.store_id
+        return os.path.realpath(root) == self.default_root
+
+    def fate(self, entry: RootEntry, root: str) -> Decision:
+        meta = entry.metadata
+        if entry.temporary:
+            if writer_may_be_alive(meta, entry.mtime):
+                return Fate.BUSY, "being written"
+            return Fate.REMOVE, "an unfinished checkpoint whose writer is gone"
+        if meta is None or not self.belongs(entry, root):
+            return Fate.KEEP, "not this store's"
+        if writer_may_be_alive(meta, entry.mtime):
+            return Fate.BUSY, "its writer may still register it"
+        experiment_id = int(meta["experiment_id"])
+        experiment = self.store.get_experiment(experiment_id)
+        if experiment is None:
+            return Fate.REMOVE, f"experiment {experiment_id} was deleted"
+        if experiment["running"] and experiment["pid"] != os.getpid():
+            return Fate.BUSY, f"experiment {experiment_id} is running"
+        trial = self.store.get_trial(int(meta.get("trial_id") or 0))
+        if trial is None or trial["experiment_id"] != experiment_id:
+            return Fate.REMOVE, f"its trial of experiment {experiment_id} is gone"
+        if trial["state"] in _UNFINISHED and self._resumable(trial["id"], meta):
+            return Fate.REGISTER, f"the latest checkpoint of trial {trial['id']}, never registered"
+        return Fate.REMOVE, f"never registered; trial {trial['id']} does not need it"
+
+    def _resumable(self, trial_id: int, meta: Dict[str, Any]) -> bool:
+        """A trial may resume from it: newer than its registered checkpoints, and the store's
+        metrics reach its batch (no gap would follow)."""
+        batches = meta.get("total_batches")
+        if not isinstance(batches, int):
+            return False
+        latest = max((c["total_batches"] for c in self.store.list_checkpoints(trial_id=trial_id)), default=-1)
+        reported = {m["total_batches"] for m in self.store.training_metrics(trial_id)}
+        return batches > latest and batches in reported
+
+    # --- actions ------------------------------------------------------------------------------
+    def act(self, fate: Fate, path: str, why: str, entry: Optional[RootEntry] = None) -> None:
+        if fate == Fate.KEEP:
+            return
+        self.report.actions.append((fate, path, why))
+        if self.report.dry_run or fate == Fate.BUSY:
+            return
+        try:
+            if fate == Fate.REMOVE:
+                shutil.rmtree(path)
+            elif fate == Fate.REGISTER and entry is not None and entry.metadata is not None:
+                make_durable(path)
+                meta = entry.metadata
+                trial_id, batches = int(meta["trial_id"]), meta["total_batches"]
+                self.store.add_checkpoint(trial_id, entry.uuid, path, batches, meta.get("validation_metrics"))
+                self.registered.add(entry.uuid)
+        except OSError as e:
+            verb = "remove" if fate == Fate.REMOVE else "register"
+            self.report.problems.append(f"could not {verb} {path}: {e}")
+
+    def sweep_root(self, root: str, only_experiment: Optional[int] = None) -> None:
+        """Checkpoint directories of ``root``: all of them, or those naming ``only_experiment``."""
+        for entry in root_entries(root):
+            if entry.uuid in self.registered and not entry.temporary:
+                continue
+            if only_experiment is not None:
+                meta = entry.metadata or {}
+                if meta.get("experiment_id") != only_experiment or not self.belongs(entry, root):
+                    continue
+            fate, why = self.fate(entry, root)
+            self.act(fate, entry.path, why, entry)
+
+    def forget_missing(self, experiment: Dict[str, Any]) -> None:
+        """Registered checkpoints of ``experiment`` whose directory is gone (root still there)."""
+        if experiment["running"] and experiment["pid"] != os.getpid():
+            return
+        for c in self.store.list_checkpoints(experiment_id=experiment["id"]):
+            path = c["path"]
+            if not os.path.isdir(path) and os.path.isdir(os.path.dirname(os.path.normpath(path))):
+                self.report.actions.append((Fate.FORGET, path, f"checkpoint {c['uuid']}'s directory is gone"))
+                if not self.report.dry_run:
+                    self.store.delete_checkpoint(c["uuid"])
+                    self.registered.discard(c["uuid"])
+
+    def sweep_experiment_dirs(self) -> None:
+        """Run directories and TensorBoard directories of experiments the store no longer has,
+        and snapshots staged by an ``experiment create`` that died."""
+        now = time.time()
+        parent = os.path.join(self.store.home, EXPERIMENTS_DIR)
+        for name in _listdir(parent):
+            path = os.path.join(parent, name)
+            if name.isdigit() and self.store.get_experiment(int(name)) is None:
+                self.act(Fate.REMOVE, path, f"experiment {name} was deleted")
+            elif name.startswith(STAGING_PREFIX) and now - _mtime(path) >= TMP_GRACE_S:
+                self.act(Fate.REMOVE, path, "a context snapshot staged by a create that died")
+        parent = os.path.dirname(tensorboard_dir(0, self.store.home))
+        for name in _listdir(parent):
+            number = name[len(_TENSORBOARD_PREFIX) :]
+            if name.startswith(_TENSORBOARD_PREFIX) and number.isdigit():
+                if self.store.get_experiment(int(number)) is None:
+                    self.act(Fate.REMOVE, os.path.join(parent, name), f"experiment {number} was deleted")
+
+
+def _listdir(path: str) -> List[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
+def reconcile_experiment(store: Any, experiment_id: int, *, dry_run: bool = False) -> GcReport:
+    """Register or remove what the experiment's dead processes left in its checkpoint root, and
+    forget registered checkpoints whose directory is gone. Nothing while another process runs it."""
+    collector = _Collector(store, dry_run)
+    experiment = store.get_experiment(experiment_id)
+    if experiment is not None:
+        collector.forget_missing(experiment)
+        collector.sweep_root(checkpoint_root(experiment["config"]), only_experiment=experiment_id)
+    return collector.report
+
+
+def collect_garbage(store: Any, *, dry_run: bool = False) -> GcReport:
+    """``det-lite checkpoint gc``: every experiment of the store, every checkpoint root they use
+    (and the home's default one), run and TensorBoard directories of deleted experiments."""
+    collector = _Collector(store, dry_run)
+    experiments = store.list_experiments(with_config=True)
+    roots: List[str] = [default_checkpoint_root(store.home)]
+    for experiment in experiments:
+        collector.forget_missing(experiment)
+        root = checkpoint_root(experiment["config"])
+        if os.path.realpath(root) not in {os.path.realpath(r) for r in roots}:
+            roots.append(root)
+    for root in roots:
+        collector.sweep_root(root)
+    collector.sweep_experiment_dirs()
+    return collector.report
+
+
+def delete_experiment_files(
+    store: Any, experiment: Dict[str, Any], checkpoints: Iterable[Dict[str, Any]]
+) -> GcReport:
+    """After ``Store.delete_experiment``: its registered checkpoints (only ``<uuid>`` directories),
+    the unregistered and temporary ones naming it, its TensorBoard files and run directory
+    (with the context snapshot)."""
+    collector = _Collector(store, dry_run=False)
+    report = collector.report
+    for c in checkpoints:
+        path = c["path"]
+        if os.path.basename(os.path.normpath(path)) != c["uuid"]:
+            report.notes.append(f"left checkpoint {c['uuid']} at {path} (not a <uuid> directory)")
+        elif os.path.lexists(path):
+            collector.act(Fate.REMOVE, path, f"checkpoint of experiment {experiment['id']}")
+    collector.sweep_root(checkpoint_root(experiment["config"]), only_experiment=experiment["id"])
+    for path in (tensorboard_dir(experiment["id"], store.home), experiment_dir(experiment["id"], store.home)):
+        if os.path.lexists(path):
+            collector.act(Fate.REMOVE, path, f"files of experiment {experiment['id']}")
+    return report
