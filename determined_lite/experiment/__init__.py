@@ -143,7 +143,9 @@ def create_experiment(
     test: bool = False,
     out: TextIO = sys.stdout,
 ) -> int:
-    """Validate, record and run an experiment (in the foreground unless ``detach``)."""
+    """Validate, snapshot the context directory (``_context.py``), record and run an experiment
+    (in the foreground unless ``detach``). A config or context det-lite refuses is one line on
+    stderr and exit 2, with nothing recorded."""
     from determined_lite.config import load_config
     from determined_lite.experiment._context import install_context, stage_context, staged_snapshot
     from determined_lite.storage import DETIGNORE, ContextError
