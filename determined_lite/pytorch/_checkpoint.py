@@ -1,7 +1,8 @@
 """Checkpoints on disk: ``<root>/<uuid>/{state_dict.pth, metadata.json, code/}``, written atomically.
 
 A checkpoint is assembled in ``<root>/.tmp-<uuid>/``, flushed to disk, then renamed to
-``<root>/<uuid>/``; a directory named by a bare uuid is therefore always complete.
+``<root>/<uuid>/``; a directory named by a bare uuid is therefore always complete. A full volume
+gives one :class:`~determined_lite._errors.DiskFullError` naming the checkpoint root.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 import numpy as np
 import torch
+
+from determined_lite._errors import DiskFullError, is_disk_full
 
 STATE_FILE = "state_dict.pth"
 METADATA_FILE = "metadata.json"
@@ -111,12 +114,15 @@ def write_checkpoint(
     the machine (not of the process) could lose it.
     """
     checkpoint_uuid = checkpoint_uuid or str(uuidlib.uuid4())
-    os.makedirs(root, exist_ok=True)
     tmp = os.path.join(root, f".tmp-{checkpoint_uuid}")
     final = os.path.join(root, checkpoint_uuid)
     try:
+        os.makedirs(root, exist_ok=True)
         os.makedirs(tmp)
-        torch.save(state, os.path.join(tmp, STATE_FILE))
+        # Through a Python file, so that a full disk raises OSError(ENOSPC), not torch's
+        # "[enforce fail at inline_container.cc]" without an errno.
+        with open(os.path.join(tmp, STATE_FILE), "wb") as f:
+            torch.save(state, f)
         meta = dict(metadata, uuid=checkpoint_uuid, format_version=FORMAT_VERSION)
         with open(os.path.join(tmp, METADATA_FILE), "w") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
@@ -127,16 +133,35 @@ def write_checkpoint(
         os.rename(tmp, final)
         if durable:
             _fsync_dir(root)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(e) and not isinstance(e, DiskFullError):
+            raise DiskFullError(
+                root,
+                f"the checkpoint at batch {metadata.get('total_batches', '?')} could not be written "
+                "(its partial files were removed; earlier checkpoints are intact)",
+            ) from e
         raise
     return checkpoint_uuid, final
 
 
 def make_durable(path: str) -> None:
-    """Flush a checkpoint written with ``durable=False`` (its files and its name) to disk."""
-    _fsync_tree(path)
-    _fsync_dir(os.path.dirname(os.path.normpath(path)))
+    """Flush a checkpoint written with ``durable=False`` (its files and its name) to disk.
+
+    When the disk is full the checkpoint may never reach it: it is removed (a directory named
+    by a bare uuid is always complete) and :class:`DiskFullError` raised.
+    """
+    root = os.path.dirname(os.path.normpath(path))
+    try:
+        _fsync_tree(path)
+        _fsync_dir(root)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+        raise DiskFullError(
+            root, f"checkpoint {os.path.basename(path)} could not be flushed to disk and was removed"
+        ) from e
 
 
 class BackgroundFlush:

@@ -127,17 +127,17 @@ def test_checkpoint_storage_host_path_redirects_root(
 
 
 def _failing_save(monkeypatch: pytest.MonkeyPatch, fail_on_call: int = 1) -> List[str]:
-    """Make torch.save (as _checkpoint calls it) write half a file and then fail."""
+    """Make torch.save (as _checkpoint calls it, into an open file) write half a file and then
+    fail with an OSError that is not about disk space."""
     real_save = torch.save
     calls: List[str] = []
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
-        calls.append(str(f))
+        calls.append(f.name)
         if len(calls) < fail_on_call:
             return real_save(obj, f, *args, **kwargs)
-        with open(f, "wb") as out:
-            out.write(b"PK\x03\x04 half a zip file")
-        raise OSError("No space left on device")
+        f.write(b"PK\x03\x04 half a zip file")
+        raise OSError("Input/output error")
 
     monkeypatch.setattr(_checkpoint.torch, "save", save)
     return calls
@@ -155,7 +155,7 @@ def test_failed_save_leaves_nothing(monkeypatch: pytest.MonkeyPatch, home: Path)
         def build_callbacks(self) -> Dict[str, pytorch.PyTorchCallback]:
             return {"shutdown": Shutdown()}
 
-    with pytest.raises(OSError, match="No space left on device"):
+    with pytest.raises(OSError, match="Input/output error"):
         _fit(Trial, max_batches=2)
     root = home / "checkpoints"
     assert len(calls) == 1 and os.path.basename(os.path.dirname(calls[0])).startswith(".tmp-")
