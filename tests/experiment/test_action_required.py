@@ -2,7 +2,9 @@
 
 A full checkpoint volume is said once ("no space left on <path>"), the trial is not restarted,
 and the experiment is PAUSED, so that ``activate`` resumes it from the intact checkpoint once
-space is freed. A full ``$DET_LITE_HOME`` is the one-line store error.
+space is freed. A tampered checkpoint met on ``activate`` is refused without running it, and
+the experiment stays resumable with ``DET_LITE_TRUST_CHECKPOINTS=1``. A full ``$DET_LITE_HOME``
+is the one-line store error.
 
 The disk fills by injection in the worker: the trial module of the context directory below
 sends checkpoints to ``/dev/full`` (a real ENOSPC from the kernel) while a flag file exists.
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, Tuple
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from determined_lite.cli import cli as cli_group
@@ -102,6 +105,41 @@ def test_full_disk_pauses_once_and_activate_resumes(tmp_path: Path) -> None:
     (trial,) = exp["trials"]
     assert trial["total_batches"] == 12 and trial["restarts"] == 0
     assert [v["total_batches"] for v in trial["validation_metrics"]] == [4, 8, 12]
+    assert_closed_form_validations(trial)
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (exec, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+def test_tampered_checkpoint_is_refused_on_activate_until_trusted(tmp_path: Path) -> None:
+    context, root, _ = _paused_by_full_disk(tmp_path)
+    (context / ".disk_full").unlink()
+    (checkpoint,) = describe(1)["trials"][0]["checkpoints"]
+    state_path = Path(checkpoint["path"]) / "state_dict.pth"
+    state = torch.load(state_path, weights_only=True)
+    marker = tmp_path / "payload-ran"
+    state["trainer"]["extra"] = _Payload(marker)
+    torch.save(state, state_path)
+
+    proc = cli("experiment", "activate", "1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert out.count("needs full unpickling") == 1, out
+    assert "set DET_LITE_TRUST_CHECKPOINTS=1" in out and "Traceback" not in out, out
+    assert not marker.exists()
+    exp = describe(1)
+    assert exp["state"] == "PAUSED" and exp["trials"][0]["restarts"] == 0
+
+    proc = cli("experiment", "activate", "1", env={**os.environ, "DET_LITE_TRUST_CHECKPOINTS": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert marker.exists()
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 12
     assert_closed_form_validations(trial)
 
 

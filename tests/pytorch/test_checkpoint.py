@@ -3,11 +3,9 @@ trial from a checkpoint directory."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -291,35 +289,3 @@ def test_load_trial_with_explicit_class_when_module_is_gone(good_checkpoint: Pat
     assert isinstance(loaded, Sub) and loaded.scale == 2.0
     state, _ = _checkpoint.read_checkpoint(str(good_checkpoint))
     assert torch.equal(loaded.model.weight, state["context"]["models_state_dict"][0]["weight"])
-
-
-def test_load_trial_imports_class_from_checkpoint_code(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The trial's module is no longer importable: it is found in the checkpoint's code/."""
-    name = "det_lite_ckpt_probe_module"
-    src = tmp_path / "src"
-    src.mkdir()
-    shutil.copy(cb_trial.__file__, src / f"{name}.py")
-    monkeypatch.setattr(sys, "path", [str(src)] + sys.path)
-    try:
-        module = importlib.import_module(name)
-        trained, result = _fit(module.CbTrial, max_batches=3)
-        path = Path(result.checkpoints[-1]["path"])
-        assert json.loads((path / "metadata.json").read_text())["trial_class"] == f"{name}:CbTrial"
-        assert os.listdir(path / "code") == [f"{name}.py"]
-
-        # Forget the module and delete its source.
-        del sys.modules[name]
-        sys.path.remove(str(src))
-        shutil.rmtree(src)
-        importlib.invalidate_caches()
-
-        loaded = pytorch.load_trial_from_checkpoint_path(str(path))
-        assert type(loaded).__name__ == "CbTrial"
-        assert type(loaded) is not module.CbTrial
-        assert sys.modules[name].__file__ == str(path / "code" / f"{name}.py")
-        assert torch.equal(loaded.model.weight, trained.model.weight)
-        assert loaded.model.weight.item() != 0.5  # trained away from the initial weight
-    finally:
-        sys.modules.pop(name, None)
