@@ -160,6 +160,12 @@ def create_experiment(
     problem = check_entrypoint(raw["entrypoint"], context_dir)
     if problem:
         return _error(f"{config_path}: {problem}")
+    from determined_lite.launch._engines import engine_problem
+
+    resources = raw["resources"]
+    problem = engine_problem(resources["distributed_backend"], resources["slots_per_trial"])
+    if problem:
+        return _error(f"{config_path}: {problem}")
     _print_determined_notice(raw, context_dir)
     store = Store()
     experiment_id = store.create_experiment(
