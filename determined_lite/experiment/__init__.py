@@ -76,7 +76,8 @@ def _print_determined_notice(raw: Dict[str, Any], context_dir: str) -> None:
     from determined_lite.config import environment_variables
 
     pythonpath = environment_variables(raw).get("PYTHONPATH", "")
-    notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p])
+    module = raw["entrypoint"].partition(":")[0]
+    notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p], module)
     if notice:
         print(f"det-lite: {notice}", file=sys.stderr)
 
