@@ -76,7 +76,8 @@ def _print_determined_notice(raw: Dict[str, Any], context_dir: str) -> None:
     from determined_lite.config import environment_variables
 
     pythonpath = environment_variables(raw).get("PYTHONPATH", "")
-    notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p])
+    module = raw["entrypoint"].partition(":")[0]
+    notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p], module)
     if notice:
         print(f"det-lite: {notice}", file=sys.stderr)
 
@@ -158,6 +159,12 @@ def create_experiment(
         )
     raw: Dict[str, Any] = config.to_dict()
     problem = check_entrypoint(raw["entrypoint"], context_dir)
+    if problem:
+        return _error(f"{config_path}: {problem}")
+    from determined_lite.launch._engines import engine_problem
+
+    resources = raw["resources"]
+    problem = engine_problem(resources["distributed_backend"], resources["slots_per_trial"])
     if problem:
         return _error(f"{config_path}: {problem}")
     _print_determined_notice(raw, context_dir)
