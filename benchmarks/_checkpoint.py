@@ -95,7 +95,9 @@ class _DetLite:
         import _trials
         import torch
 
-        self.ctx, self.ck, self.root = ctx, checkpoint, root
+        from determined_lite.pytorch import _rng
+
+        self.ctx, self.ck, self.rng, self.root = ctx, checkpoint, _rng, root
         self.code = os.path.abspath(_trials.__file__)  # plain-Python runs copy the trial's file
         self.torch_version = torch.__version__
         self.size = 0
@@ -107,7 +109,7 @@ class _DetLite:
         state = {
             "context": ctx.harness.state_dict(),
             "callbacks": {},
-            "rng": [ck.capture_rng_state()],
+            "rng": [self.rng.capture_rng_state()],
             "trainer": {"total_batches": 1, "trial_seed": ctx.get_trial_seed(), "world_size": 1},
         }
         metadata = {

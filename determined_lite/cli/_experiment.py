@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, List, NoReturn, Sequence, Tuple, Type
 
 import click
@@ -10,6 +11,7 @@ from determined_lite.cli._common import (
     EXIT_FAILED,
     AliasedGroup,
     BadInput,
+    Failed,
     display_state,
     echo_json,
     echo_table,
@@ -21,7 +23,7 @@ from determined_lite.cli._common import (
     open_store,
 )
 from determined_lite.cli._logs import print_logs
-from determined_lite.store import Action, ActionOutcome, ExperimentState
+from determined_lite.store import Action, ActionOutcome, ExperimentState, det_lite_home
 
 DEFAULT_LIST_LIMIT = 100
 
@@ -44,7 +46,9 @@ def _config_errors() -> Tuple[Type[BaseException], ...]:
 
 def _exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
     """Exit with the code of ``call`` (into the experiment layer, which imports torch when it runs
-    trials); a config error or a request the experiment's state refuses is bad input (2)."""
+    trials); a config error or a request the experiment's state refuses is bad input (2); a full
+    disk is one line and a failure (1)."""
+    from determined_lite._errors import DiskFullError, is_disk_full
     from determined_lite.experiment import ActivationRefused
 
     bad_input: Tuple[Type[BaseException], ...] = (ActivationRefused, *_config_errors())
@@ -54,6 +58,13 @@ def _exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
         raise
     except bad_input as e:
         raise BadInput(str(e)) from None
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        if isinstance(e, DiskFullError):
+            raise Failed(str(e)) from None
+        where = os.path.dirname(e.filename) if isinstance(e.filename, str) else det_lite_home()
+        raise Failed(f"no space left on {where} ({e.strerror})") from None
     ctx.exit(int(code))
 
 

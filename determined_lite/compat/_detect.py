@@ -6,7 +6,7 @@ import ast
 import importlib.machinery
 import os
 import sys
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 # Bounds on the scan, so a context directory full of data stays quick to check.
 # A directory holding a top-level ``determined`` package made of re-exports (see _install).
@@ -71,37 +71,94 @@ def _is_determined(module: str) -> bool:
     return module == "determined" or module.startswith("determined.")
 
 
-def _imports_in(tree: ast.AST) -> bool:
+def _imported_names(tree: ast.AST, package: str) -> Tuple[bool, List[str]]:
+    """(whether ``tree`` imports ``determined``, the other modules it imports, as dotted names;
+    relative imports resolved against ``package``; ``from a import b`` gives ``a`` and ``a.b``)."""
+    found: List[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(_is_determined(a.name) for a in node.names):
-            return True
-        if isinstance(node, ast.ImportFrom) and not node.level and _is_determined(node.module or ""):
-            return True
-    return False
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_determined(alias.name):
+                    return True, []
+                found.append(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if not node.level and _is_determined(node.module or ""):
+                return True, []
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join([*parts, base] if base else parts)
+            if base:
+                found.append(base)
+            found.extend(f"{base}.{a.name}" if base else a.name for a in node.names)
+    return False, found
 
 
-def imports_determined(context_dir: str) -> bool:
-    """Whether a Python file of the context directory imports ``determined`` (absolute imports
-    anywhere in the file; files that do not parse are skipped)."""
-    for path in _python_files(context_dir):
-        try:
-            if os.path.getsize(path) > _MAX_BYTES:
-                continue
-            with open(path, "rb") as f:
-                if _imports_in(ast.parse(f.read(), filename=path)):
-                    return True
-        except (OSError, SyntaxError, ValueError):
+def _module_file(context_dir: str, name: str) -> Optional[str]:
+    """The context directory's file for module ``name`` (``a/b.py`` or ``a/b/__init__.py``)."""
+    base = os.path.join(context_dir, *name.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _parse(path: str) -> Optional[ast.AST]:
+    try:
+        if os.path.getsize(path) > _MAX_BYTES:
+            return None
+        with open(path, "rb") as f:
+            return ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def imports_determined(context_dir: str, module: Optional[str] = None) -> bool:
+    """Whether trial code imports ``determined`` (absolute imports anywhere in a file; files that
+    do not parse are skipped).
+
+    With ``module`` (the entrypoint's module), only that module and the context directory's
+    modules it imports, transitively, count: other files there (tests, fixtures, notebooks'
+    helpers) are not the trial's code. Without it, every Python file of the directory counts.
+    """
+    if module is None:
+        for file in _python_files(context_dir):
+            tree = _parse(file)
+            if tree is not None and _imported_names(tree, "")[0]:
+                return True
+        return False
+    queue, seen = [module], set()  # type: List[str], set[str]
+    while queue and len(seen) < _MAX_PY_FILES:
+        name = queue.pop()
+        found = _module_file(context_dir, name)
+        if name in seen or found is None:
             continue
+        path = found
+        seen.add(name)
+        tree = _parse(path)
+        if tree is None:
+            continue
+        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+        imports, names = _imported_names(tree, package)
+        if imports:
+            return True
+        for dotted in names:  # a.b.c imports a and a.b too
+            parts = dotted.split(".")
+            queue.extend(".".join(parts[: i + 1]) for i in range(len(parts)))
     return False
 
 
-def determined_notice(context_dir: str, pythonpath: Sequence[str] = ()) -> Optional[str]:
+def determined_notice(
+    context_dir: str, pythonpath: Sequence[str] = (), module: Optional[str] = None
+) -> Optional[str]:
     """One line saying which ``determined`` the trial will import; None if it imports none.
 
     ``pythonpath``: entries the workers get on top of this process's path (the config's
-    ``PYTHONPATH``); the context directory comes first, as in the workers.
+    ``PYTHONPATH``); the context directory comes first, as in the workers. ``module``: the
+    entrypoint's module (see :func:`imports_determined`).
     """
-    if not imports_determined(context_dir):
+    if not imports_determined(context_dir, module):
         return None
     real = find_real_determined([context_dir, *pythonpath])
     if real is None:

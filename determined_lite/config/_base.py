@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 from typing import Annotated, Any, ClassVar, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
@@ -46,6 +47,26 @@ PositiveInt = Annotated[StrictInt, Field(ge=1)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
 
 _SCALARS = (bool, int, float, str)
+INT_LIMIT = 2**63  # integers are stored in SQLite and handed to torch as 64-bit
+
+
+def check_numbers(value: Any, loc: Tuple[Any, ...] = ()) -> None:
+    """Raise FieldError at the first number no experiment can use: a float that is not finite
+    (YAML's ``.inf``/``.nan``, or ``1e400``, which reads as inf) or an integer beyond 64 bits."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FieldError(
+            loc,
+            f"expected a finite number, got {value} (YAML reads .inf, .nan and numbers beyond "
+            "1.8e308, such as 1e400, as non-finite)",
+        )
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT_LIMIT <= value < INT_LIMIT:
+        raise FieldError(loc, f"expected an integer below 2**63, got {describe(value)}")
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            check_numbers(item, loc + (i,))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_numbers(item, loc + (key,))
 
 
 def check_json(value: Any, loc: Tuple[Any, ...] = ()) -> None:

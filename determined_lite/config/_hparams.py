@@ -20,14 +20,13 @@ constant mapping with a ``type`` key must be written ``{type: const, val: {...}}
 from __future__ import annotations
 
 import copy
+import difflib
 from typing import Annotated, Any, ClassVar, Dict, List, Literal, Optional, Tuple, Type
 
 from pydantic import Field, StrictInt, ValidationError, model_validator
 
-from determined_lite.config._base import Section, check_json
+from determined_lite.config._base import PositiveInt, Section, check_json
 from determined_lite.config._errors import FieldError, describe, first_error
-
-PositiveInt = Annotated[StrictInt, Field(ge=1)]
 
 
 class _Typed(Section):
@@ -114,6 +113,7 @@ def _leaf(value: Any, loc: Tuple[Any, ...]) -> Any:
         check_json(value, loc)
         return {"type": "const", "val": value}
     if "type" not in value:
+        _check_not_a_spec(value, loc)
         return _group(value, loc)
     kind = value["type"]
     if kind not in TYPES:
@@ -133,6 +133,36 @@ def _leaf(value: Any, loc: Tuple[Any, ...]) -> Any:
     elif kind == "categorical":
         check_json(normal["vals"], loc + ("vals",))
     return normal
+
+
+# Keys that only a searchable hyperparameter has: a mapping with one of them and no ``type`` is a
+# mistyped spec, not a group (``base`` and ``count`` alone are ordinary group member names). A key
+# close to "type" (``tpye``) counts when the mapping has one of these or its value is a type name.
+SPEC_KEYS = ("minval", "maxval", "vals")
+
+
+def _check_not_a_spec(value: Dict[Any, Any], loc: Tuple[Any, ...]) -> None:
+    """A group must not look like a search spec whose ``type`` is missing or misspelled: that
+    mapping would silently become a constant and every trial would receive the dict."""
+    spec_keys = [k for k in SPEC_KEYS if k in value]
+    names = [k for k in value if isinstance(k, str) and (spec_keys or _is_type_name(value[k]))]
+    near_type = difflib.get_close_matches("type", names, n=1, cutoff=0.7)
+    if near_type:
+        raise FieldError(
+            loc + (near_type[0],),
+            f"unknown key {near_type[0]!r}; did you mean 'type'? (a hyperparameter spec needs "
+            "type: const, int, double, log or categorical)",
+        )
+    if spec_keys:
+        raise FieldError(
+            loc,
+            f"has {', '.join(spec_keys)} but no 'type'; expected type: int, double, log or categorical "
+            "(a constant mapping with these keys is written {type: const, val: {...}})",
+        )
+
+
+def _is_type_name(value: Any) -> bool:
+    return isinstance(value, str) and value in TYPES
 
 
 def iter_leaves(

@@ -64,7 +64,7 @@ from pydantic import (
     model_validator,
 )
 
-from determined_lite.config._base import NonNegativeInt, PositiveInt, Section, check_json
+from determined_lite.config._base import NonNegativeInt, PositiveInt, Section, check_json, check_numbers
 from determined_lite.config._determined import REMOTE_STORAGE, determined_only_fields, split_unused
 from determined_lite.config._errors import (
     ConfigError,
@@ -446,6 +446,7 @@ def validate_searcher(raw: Any, source: str = "<config>") -> SearcherSettings:
 def _validate(model: "Type[_Model]", raw: Any, source: str, prefix: Tuple[Any, ...]) -> "_Model":
     """``model.model_validate(raw)``, errors as one ConfigError naming the field below ``prefix``."""
     try:
+        check_numbers(raw)
         return model.model_validate(raw)
     except FieldError as e:
         raise ConfigError(e.message, path=format_path(prefix + e.loc), source=source) from None

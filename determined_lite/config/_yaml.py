@@ -5,11 +5,18 @@ Two differences from plain ``yaml.safe_load``, both so that Determined configs m
 - ``1e-4`` and ``1.0e5`` are floats (YAML 1.2, which Determined's CLI reads); PyYAML's YAML 1.1
   rules would make them strings, a silent trap for learning rates.
 - A key repeated in one mapping is an error naming its line; PyYAML keeps the last silently.
+
+Nothing a config file can hold makes reading it hang or exhaust memory: the file must be a
+regular file of at most ``MAX_CONFIG_BYTES`` (a FIFO or ``/dev/zero`` is refused before it is
+opened), and a document whose aliases expand to more than ``MAX_VALUES`` values (a "billion
+laughs" alias bomb) is refused before anything walks it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from typing import Any, Dict, Sequence
 
 import yaml
@@ -49,6 +56,34 @@ _Loader.add_implicit_resolver(
 )
 
 
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_VALUES = 100_000
+
+
+def _expanded_size(value: Any, limit: int) -> int:
+    """How many values ``value`` holds once its shared (aliased) parts are counted at every use;
+    stops counting past ``limit``. Memoised per object, so an alias bomb costs its node count."""
+    sizes: Dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = limit + 1  # a cycle (a recursive alias) counts as too large
+        items = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+        total = 1
+        for item in items:
+            total += size(item)
+            if total > limit:
+                break
+        sizes[id(node)] = min(total, limit + 1)
+        return sizes[id(node)]
+
+    return size(value)
+
+
 def _yaml_error(e: yaml.YAMLError, source: str) -> ConfigError:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     problem = getattr(e, "problem", None) or str(e)
@@ -63,16 +98,32 @@ def _yaml_error(e: yaml.YAMLError, source: str) -> ConfigError:
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text with the loader above; syntax errors become a ConfigError with the line."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        value = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
     except yaml.YAMLError as e:
         raise _yaml_error(e, source) from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", source=source) from None
+    if _expanded_size(value, MAX_VALUES) > MAX_VALUES:
+        raise ConfigError(
+            f"the YAML expands to more than {MAX_VALUES} values through its aliases (&name / *name)",
+            source=source,
+        )
+    return value
 
 
 def read_yaml(path: str) -> Dict[str, Any]:
     """Read the experiment config file: a mapping at the top level."""
     try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError("not a regular file; expected an experiment config (YAML) file", source=path)
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"the file is {info.st_size} bytes; an experiment config is at most {MAX_CONFIG_BYTES}",
+                source=path,
+            )
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"cannot read the config file: {e.strerror or e}", source=path) from None
     except UnicodeDecodeError as e:
@@ -107,6 +158,9 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, 
                 path=key,
                 source="--config",
             ) from None
+        if _expanded_size(value, MAX_VALUES) > MAX_VALUES:
+            message = f"the value expands to more than {MAX_VALUES} values"
+            raise ConfigError(message, path=key, source="--config")
         node = raw
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)

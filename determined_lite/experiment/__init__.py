@@ -77,7 +77,8 @@ def _print_determined_notice(raw: Dict[str, Any], context_dir: str) -> None:
     from determined_lite.config import environment_variables
 
     pythonpath = environment_variables(raw).get("PYTHONPATH", "")
-    notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p])
+    module = raw["entrypoint"].partition(":")[0]
+    notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p], module)
     if notice:
         print(f"det-lite: {notice}", file=sys.stderr)
 
@@ -148,6 +149,7 @@ def create_experiment(
     stderr and exit 2, with nothing recorded."""
     from determined_lite.config import load_config
     from determined_lite.experiment._context import install_context, stage_context, staged_snapshot
+    from determined_lite.launch._engines import engine_problem
     from determined_lite.storage import DETIGNORE, ContextError
     from determined_lite.store import Store
 
@@ -162,6 +164,10 @@ def create_experiment(
             "det-lite: warning: " + unused_fields_warning(config.unused_fields, config_path), file=sys.stderr
         )
     raw: Dict[str, Any] = config.to_dict()
+    resources = raw["resources"]
+    problem = engine_problem(resources["distributed_backend"], resources["slots_per_trial"])
+    if problem:
+        return _error(f"{config_path}: {problem}")
     try:
         staging = stage_context(context_dir, raw)
     except ContextError as e:

@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
+from determined_lite._errors import ActionRequired
 from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._progress import Progress
@@ -204,10 +205,16 @@ class ExperimentRunner:
             self._stop_all()
             self._mark_paused("interrupted")
             return 1
+        except ActionRequired:  # the store's disk is full: stop; `activate` resumes (ACTIVE, no process)
+            for run in self.running.values():
+                run.process.stop()
+            raise
         finally:
             signal.signal(signal.SIGTERM, previous)
-            self._flush_logs()
-            self.progress.close()
+            try:
+                self._flush_logs()
+            finally:
+                self.progress.close()
             self.store.set_experiment_pid(self.id, None)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
@@ -354,6 +361,12 @@ class ExperimentRunner:
         elif result.status == WorkerStatus.INVALID_HP:
             self._log(request.trial_id, f"trial {request.trial_id} raised InvalidHP: {result.error}")
             self._exit_early(request, ExitReason.INVALID_HP, TrialState.CANCELED)
+        elif result.action_required:  # a full disk, an untrusted checkpoint: a restart fails alike
+            why = "it cannot go on until the error above is fixed; pausing the experiment"
+            self._log(request.trial_id, f"trial {request.trial_id} stopped: {why}")
+            self.queue.insert(0, request.request_id)
+            self._save_state()
+            self.store.request_action(self.id, Action.PAUSE)  # other trials stop at a checkpoint
         else:
             self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
             self._reconcile()  # a worker that died hard may have left a checkpoint unregistered

@@ -35,7 +35,6 @@ The command runs horovodrun through :func:`main` (``python -m determined_lite.la
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -45,6 +44,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from determined_lite.launch._engines import engine_problem
 from determined_lite.launch._failures import (
     FAILURE_PREFIX_ENV,
     STOP_SIGNALS,
@@ -108,11 +108,9 @@ def horovodrun_command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
 ) -> Tuple[List[str], Dict[str, str]]:
     """The command line (and extra environment) that starts ``spec.slots`` workers via horovodrun."""
-    if importlib.util.find_spec("horovod") is None:
-        raise ValueError(
-            "resources.distributed_backend is 'horovod' but Horovod is not installed; install it "
-            "with scripts/install-horovod.sh or set resources.distributed_backend: torch"
-        )
+    problem = engine_problem("horovod", spec.slots)
+    if problem:
+        raise ValueError(problem)
 
     placed = parse_hosts(hosts, spec.slots) if hosts else [("localhost", spec.slots)]
     all_local = all(_is_local(h) for h, _ in placed)

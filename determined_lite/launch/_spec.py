@@ -75,7 +75,13 @@ class WorkerStatus(TextEnum):
 
 @dataclasses.dataclass
 class WorkerResult:
-    """What the chief worker reports when it exits; ``status`` is a ``WorkerStatus`` value."""
+    """What the chief worker reports when it exits; ``status`` is a ``WorkerStatus`` value.
+
+    ``action_required``: set (with status ``error``) when the trial stopped on an error that the
+    user must fix first, e.g. a full disk (``determined_lite._errors.ActionRequired``): the
+    runner pauses the experiment instead of restarting the trial. Any worker that meets such an
+    error writes it, not only the chief.
+    """
 
     status: str
     total_batches: int = 0
@@ -83,6 +89,7 @@ class WorkerResult:
     validation_metrics: Optional[Dict[str, Any]] = None  # the last validation
     checkpoints: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     error: Optional[str] = None
+    action_required: Optional[str] = None
 
     @property
     def latest_checkpoint(self) -> Optional[Dict[str, Any]]:

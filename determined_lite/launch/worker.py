@@ -19,6 +19,7 @@ import traceback
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import determined_lite
+from determined_lite._errors import DiskFullError, find_action_required, is_disk_full
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
@@ -155,6 +156,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.warning("trial raised InvalidHP: %s", e)
         result = WorkerResult(status=WorkerStatus.INVALID_HP, error=str(e) or type(e).__name__)
     except BaseException as e:  # noqa: B036 -- report everything, then fail the worker
+        needed = find_action_required(e)
+        if needed is not None:
+            # A full disk, an untrusted checkpoint: a restart would fail alike. One line, no
+            # traceback; every worker that meets it reports it (the chief may be stopped first).
+            sys.stderr.write(f"det-lite: {needed}\n")
+            sys.stderr.flush()
+            error = f"rank {dist.rank}: {type(needed).__name__}: {needed}"
+            result = WorkerResult(WorkerStatus.ERROR, error=error, action_required=str(needed))
+            _save_result(result, spec, say_full=False)  # the line above says enough
+            dist.abort()
+            return 1
         if dist.size > 1 and dist.is_peer_failure(e):
             # Another worker failed first; its error is the one to report, once.
             sys.stderr.write(f"det-lite: stopping: another worker failed ({type(e).__name__})\n")
@@ -164,13 +176,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result = WorkerResult(status=WorkerStatus.ERROR, error=f"rank {dist.rank}: {type(e).__name__}: {e}")
         code = 1
         if dist.is_chief:
-            result.save(spec.result_path)
+            _save_result(result, spec)
         dist.abort()
         return code
     if dist.is_chief:
-        result.save(spec.result_path)
+        _save_result(result, spec)
     dist.close()
     return code
+
+
+def _save_result(result: WorkerResult, spec: WorkerSpec, say_full: bool = True) -> None:
+    """Write ``result.json``; a full disk there gets one line unless ``say_full`` is False (the
+    runner then sees no result)."""
+    try:
+        result.save(spec.result_path)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        if not say_full:
+            return
+        full = DiskFullError(os.path.dirname(spec.result_path), "cannot write the trial's result.json")
+        sys.stderr.write(f"det-lite: {full}\n")
 
 
 if __name__ == "__main__":

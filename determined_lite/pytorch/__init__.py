@@ -12,11 +12,11 @@ from determined_lite.pytorch._callback import (
     RemovableHandle,
     register_global_callback,
 )
-from determined_lite.pytorch._checkpoint import load_trial_from_checkpoint_path
 from determined_lite.pytorch._context import PyTorchExperimentalContext, PyTorchTrialContext, TorchData
 from determined_lite.pytorch._controller import TrainResult
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._harness import TrialInfo
+from determined_lite.pytorch._load import load_trial_from_checkpoint_path
 from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._reducer import MetricReducer, Reducer
 from determined_lite.pytorch._trainer import Trainer, init

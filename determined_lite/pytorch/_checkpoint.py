@@ -4,23 +4,30 @@ A checkpoint is assembled in ``<root>/.tmp-<uuid>/`` (``metadata.json`` first, n
 process that writes it), flushed to disk, then renamed to ``<root>/<uuid>/``; a directory named
 by a bare uuid is therefore always complete. The file names and the torch-free helpers
 (flushing, the writer record) live in ``determined_lite.storage``.
+
+Loading a checkpoint runs no code from it: ``state_dict.pth`` is read with
+``torch.load(weights_only=True)``, and every checkpoint det-lite writes is checked to load that
+way before it gets its final name. A file that needs full unpickling (written by an older
+det-lite, by Determined, or altered) is refused with :class:`UntrustedCheckpointError` unless
+the caller trusts it: ``trust=True``, or ``$DET_LITE_TRUST_CHECKPOINTS=1``. A full volume
+gives one :class:`~determined_lite._errors.DiskFullError` naming the checkpoint root.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
-import importlib
+import io
 import json
 import os
-import random
+import pickle
 import shutil
-import sys
 import uuid as uuidlib
-from typing import Any, Dict, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
+from determined_lite._errors import ActionRequired, DiskFullError, is_disk_full
 from determined_lite.storage import (
     CODE_DIR,
     MAX_CONTEXT_BYTES,
@@ -35,40 +42,10 @@ from determined_lite.storage import (
 from determined_lite.storage._layout import fsync_dir, fsync_tree
 from determined_lite.store._paths import det_lite_home
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the state loads with weights_only=True (RNG states as plain values)
+TRUST_ENV = "DET_LITE_TRUST_CHECKPOINTS"
+_TRUE_WORDS = ("1", "true", "yes")
 MAX_CODE_BYTES = MAX_CONTEXT_BYTES
-
-
-# --- RNG ------------------------------------------------------------------------------------
-
-
-def capture_rng_state() -> Dict[str, Any]:
-    """Python, numpy, torch and (if present) CUDA generator states."""
-    state: Dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.random.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: Dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.random.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        saved = state["cuda"]
-        if len(saved) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(saved)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (all devices) from one trial seed."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 # --- write ----------------------------------------------------------------------------------
@@ -98,10 +75,10 @@ def write_checkpoint(
     the machine (not of the process) could lose it.
     """
     checkpoint_uuid = checkpoint_uuid or str(uuidlib.uuid4())
-    os.makedirs(root, exist_ok=True)
     tmp = os.path.join(root, f"{TMP_PREFIX}{checkpoint_uuid}")
     final = os.path.join(root, checkpoint_uuid)
     try:
+        os.makedirs(root, exist_ok=True)
         os.makedirs(tmp)
         # The metadata first: it names this process, so that a garbage collection knows whether
         # the .tmp- directory is still being written.
@@ -109,7 +86,12 @@ def write_checkpoint(
         meta[WRITER_KEY] = writer_record()
         with open(os.path.join(tmp, METADATA_FILE), "w") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
-        torch.save(state, os.path.join(tmp, STATE_FILE))
+        state_path = os.path.join(tmp, STATE_FILE)
+        # Through a Python file, so that a full disk raises OSError(ENOSPC), not torch's
+        # "[enforce fail at inline_container.cc]" without an errno.
+        with open(state_path, "wb") as f:
+            torch.save(state, f)
+        check_loadable(state_path, state)
         if context_dir is not None:
             copy_code(context_dir, os.path.join(tmp, CODE_DIR), exclude=(root, det_lite_home()))
         if durable:
@@ -117,8 +99,14 @@ def write_checkpoint(
         os.rename(tmp, final)
         if durable:
             fsync_dir(root)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(e) and not isinstance(e, DiskFullError):
+            raise DiskFullError(
+                root,
+                f"the checkpoint at batch {metadata.get('total_batches', '?')} could not be written "
+                "(its partial files were removed; earlier checkpoints are intact)",
+            ) from e
         raise
     return checkpoint_uuid, final
 
@@ -175,68 +163,125 @@ def read_metadata(path: str) -> Dict[str, Any]:
             raise ValueError(f"{meta_path}: not valid JSON ({e})") from None
 
 
+def trusted(trust: Optional[bool] = None) -> bool:
+    """Whether checkpoints may be fully unpickled: ``trust`` when given, else
+    ``$DET_LITE_TRUST_CHECKPOINTS`` set to ``1`` (or ``true``/``yes``)."""
+    if trust is not None:
+        return bool(trust)
+    return os.environ.get(TRUST_ENV, "").strip().lower() in _TRUE_WORDS
+
+
+class UntrustedCheckpointError(ActionRequired, ValueError):
+    """A checkpoint's ``state_dict.pth`` that loads only by unpickling arbitrary objects, which can
+    run code; loaded only when trusted (``trust=True`` or ``$DET_LITE_TRUST_CHECKPOINTS=1``)."""
+
+
+class UnloadableStateError(TypeError):
+    """The state being checkpointed holds an object that ``torch.load(weights_only=True)`` refuses."""
+
+
 def read_checkpoint(
-    path: str, map_location: Any = "cpu", **torch_load_kwargs: Any
+    path: str, map_location: Any = "cpu", trust: Optional[bool] = None, **torch_load_kwargs: Any
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """``(state, metadata)`` of the checkpoint at ``path``, with clear errors if incomplete."""
+    """``(state, metadata)`` of the checkpoint at ``path``, with clear errors if incomplete.
+
+    The state is loaded with ``weights_only=True`` unless :func:`trusted` (``trust``, else
+    ``$DET_LITE_TRUST_CHECKPOINTS``) or ``torch_load_kwargs`` says ``weights_only``; a file that
+    needs full unpickling raises :class:`UntrustedCheckpointError` without running any of it.
+    """
     metadata = read_metadata(path)
     state_path = os.path.join(path, STATE_FILE)
     if not os.path.isfile(state_path):
         raise FileNotFoundError(
             f"{path!r} is not a complete determined_lite checkpoint: {STATE_FILE} is missing"
         )
-    kwargs = {"map_location": map_location, "weights_only": False}
+    kwargs: Dict[str, Any] = {"map_location": map_location, "weights_only": not trusted(trust)}
     kwargs.update(torch_load_kwargs)
-    state = torch.load(state_path, **kwargs)
+    try:
+        state = torch.load(state_path, **kwargs)
+    except pickle.UnpicklingError as e:
+        if not kwargs["weights_only"]:
+            raise
+        raise UntrustedCheckpointError(
+            f"{state_path} needs full unpickling, which can run code from the file "
+            f"({_refusal_reason(e)}): it was not written by this determined_lite (e.g. by "
+            f"Determined or an older det-lite) or it was altered. Load it only if you trust it: "
+            f"set {TRUST_ENV}=1 (in Python: trust=True)"
+        ) from None
     return state, metadata
 
 
-def _import_trial_class(spec: str, code_dir: str) -> Type[Any]:
-    module_name, _, class_name = spec.partition(":")
-    if os.path.isdir(code_dir) and code_dir not in sys.path:
-        sys.path.insert(0, code_dir)
+def _refusal_reason(error: BaseException) -> str:
+    """The line of torch's weights-only error that names what it refused."""
+    text = str(error)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = lines[0] if lines else type(error).__name__
+    return reason.split(" Please use ", 1)[0].rstrip(".")
+
+
+# --- the written state loads without unpickling objects ---------------------------------------
+
+_PLAIN_LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size)
+_PLAIN_CONTAINERS = (dict, collections.OrderedDict, list, tuple)
+
+
+def check_loadable(state_path: str, state: Dict[str, Any]) -> None:
+    """Raise :class:`UnloadableStateError` unless ``state_path`` (``state`` saved) loads with
+    ``weights_only=True``. Memory-mapped: the tensors' bytes are not read again."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ImportError(
-            f"cannot import trial module {module_name!r} recorded in the checkpoint "
-            f"(looked in {code_dir!r} and sys.path): {e}; pass trial_class= explicitly"
-        ) from e
-    try:
-        return getattr(module, class_name)
-    except AttributeError:
-        raise ImportError(
-            f"module {module_name!r} has no trial class {class_name!r} (from the checkpoint)"
-        ) from None
+        torch.load(state_path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        raise UnloadableStateError(_describe_unloadable(state, _refusal_reason(e))) from None
 
 
-def load_trial_from_checkpoint_path(
-    path: str,
-    trial_class: Optional[Type[Any]] = None,
-    trial_kwargs: Optional[Dict[str, Any]] = None,
-    torch_load_kwargs: Optional[Dict[str, Any]] = None,
-) -> Any:
-    """Rebuild the trial saved at ``path`` with its weights loaded (e.g. for inference).
-
-    The trial class comes from the checkpoint's metadata and ``code/`` unless ``trial_class``
-    is given; hyperparameters and experiment config are those the trial was trained with.
-    """
-    from determined_lite.pytorch._context import PyTorchTrialContext
-
-    state, metadata = read_checkpoint(path, **(torch_load_kwargs or {}))
-    if trial_class is None:
-        from determined_lite.compat import install_alias
-
-        install_alias()  # a trial written for Determined imports `determined`: the alias, unless installed
-        trial_class = _import_trial_class(metadata["trial_class"], os.path.join(path, CODE_DIR))
-    context = PyTorchTrialContext(
-        hparams=metadata.get("hparams") or {},
-        exp_conf=metadata.get("experiment_config") or {},
-        trial_seed=metadata.get("trial_seed", 0),
-        trial_id=metadata.get("trial_id"),
-        experiment_id=metadata.get("experiment_id"),
-        aggregation_frequency=metadata.get("aggregation_frequency", 1),
+def _describe_unloadable(state: Dict[str, Any], reason: str) -> str:
+    found = _first_unloadable(state, [])
+    allowed = (
+        "checkpoints hold only tensors and plain values (dict, list, tuple, str, int, float, bool, "
+        "None), so that loading one cannot run code"
     )
-    trial = trial_class(context, **(trial_kwargs or {}))
-    context.harness.load_state_dict(state["context"], strict=False)
-    return trial
+    if found is None:
+        return f"the checkpoint state cannot be loaded with weights_only=True ({reason}); {allowed}"
+    where, obj = found
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    label = "".join(f"[{k!r}]" for k in where)
+    if len(where) >= 2 and where[0] == "callbacks":
+        fix = f"return such values from the state_dict() of callback {where[1]!r}"
+    else:
+        fix = "return such values from its state_dict()"
+    return (
+        f"the checkpoint state{label} is a {kind}, which torch.load(weights_only=True) refuses "
+        f"({reason}); {allowed}: {fix}, or allowlist the type with "
+        "torch.serialization.add_safe_globals"
+    )
+
+
+def _first_unloadable(obj: Any, where: List[Any]) -> Optional[Tuple[List[Any], Any]]:
+    """The first object (and its key path) in ``obj`` that does not load with weights_only."""
+    kind = type(obj)
+    if kind in _PLAIN_CONTAINERS:
+        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+        for key, value in items:
+            if isinstance(obj, dict) and type(key) not in _PLAIN_LEAVES and not _loads_alone(key):
+                return where, key
+            found = _first_unloadable(value, where + [key])
+            if found is not None:
+                return found
+        return None
+    if kind in _PLAIN_LEAVES or kind in (torch.Tensor, torch.nn.Parameter) or _loads_alone(obj):
+        return None
+    return where, obj
+
+
+def _loads_alone(obj: Any) -> bool:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    try:
+        torch.load(buffer, weights_only=True)
+    except pickle.UnpicklingError:
+        return False
+    return True

@@ -23,7 +23,7 @@ from determined_lite.config import (
     CheckpointPolicy,
     TrainUnit,
 )
-from determined_lite.pytorch import _checkpoint
+from determined_lite.pytorch import _checkpoint, _rng
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
@@ -267,7 +267,7 @@ class TrialController:
             model.train()
         cbs.call("on_training_start")
         if rng_state is not None:
-            _checkpoint.restore_rng_state(rng_state)
+            _rng.restore_rng_state(rng_state)
         self.harness.reset_reducers(training=True)
         self._chunk: List[Dict[str, Any]] = []
 
@@ -416,7 +416,7 @@ class TrialController:
         state = {
             "context": harness.state_dict(),
             "callbacks": self.callbacks.state_dict(),
-            "rng": self.dist.allgather(_checkpoint.capture_rng_state()),
+            "rng": self.dist.allgather(_rng.capture_rng_state()),
             "trainer": {
                 "total_batches": done,
                 "trial_seed": harness.trial_seed,

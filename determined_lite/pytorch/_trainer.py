@@ -12,11 +12,11 @@ from determined_lite import tensorboard
 from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainingSettings, TrainUnit
 from determined_lite.distributed import DistributedContext
 from determined_lite.pytorch._callback import PyTorchCallback
-from determined_lite.pytorch._checkpoint import seed_everything
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
 from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
+from determined_lite.pytorch._rng import seed_everything
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.store._paths import checkpoint_root
 

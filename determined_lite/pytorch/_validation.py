@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
 
 import torch
 
-from determined_lite.pytorch import _checkpoint
+from determined_lite.pytorch import _rng
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._reducer import (
@@ -91,12 +91,12 @@ class Validation:
             m.eval()
         # Validation never moves the training RNG streams: how often a trial validates (or
         # validating at the end of a run that is resumed later) cannot change training.
-        rng = _checkpoint.capture_rng_state()
+        rng = _rng.capture_rng_state()
         try:
             with torch.no_grad(), harness.precision.autocast():
                 metrics = self._evaluate_full() if self.mode.full_dataset else self._evaluate_batches()
         finally:
-            _checkpoint.restore_rng_state(rng)
+            _rng.restore_rng_state(rng)
             for m, mode in zip(models, modes):
                 m.train(mode)
         # Training resumes with a fresh chunk: a reducer used for both workloads must not carry

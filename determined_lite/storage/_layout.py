@@ -13,10 +13,12 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import socket
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
+from determined_lite._errors import DiskFullError, is_disk_full
 from determined_lite.store._paths import process_alive, process_token
 
 STATE_FILE = "state_dict.pth"
@@ -135,6 +137,19 @@ def fsync_tree(path: str) -> None:
 
 
 def make_durable(path: str) -> None:
-    """Flush a checkpoint directory (its files and its name) to disk."""
-    fsync_tree(path)
-    fsync_dir(os.path.dirname(os.path.normpath(path)))
+    """Flush a checkpoint directory (its files and its name) to disk.
+
+    When the disk is full the checkpoint may never reach it: it is removed (a directory named
+    by a bare uuid is always complete) and :class:`DiskFullError` raised.
+    """
+    root = os.path.dirname(os.path.normpath(path))
+    try:
+        fsync_tree(path)
+        fsync_dir(root)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+        raise DiskFullError(
+            root, f"checkpoint {os.path.basename(path)} could not be flushed to disk and was removed"
+        ) from e

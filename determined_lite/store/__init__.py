@@ -13,7 +13,7 @@ Pause and kill from another terminal are requests (``Action``; ``request_action`
 Importing this package imports only the standard library.
 """
 
-from determined_lite.store._db import NotFoundError, StoreError, schema_version
+from determined_lite.store._db import NotFoundError, StoreError, StoreFullError, schema_version
 from determined_lite.store._paths import (
     default_checkpoint_root,
     default_db_path,
@@ -38,6 +38,7 @@ __all__ = [
     "NotFoundError",
     "Store",
     "StoreError",
+    "StoreFullError",
     "TrialState",
     "default_checkpoint_root",
     "default_db_path",

@@ -9,7 +9,9 @@ experiment runner and each trial's chief worker (writers). So:
   ``timeout`` seconds have passed, on top of SQLite's own ``busy_timeout``;
 * multi-query reads run in one read transaction, a consistent snapshot; WAL lets them proceed
   while a writer writes;
-* a process killed mid-transaction leaves no trace: SQLite rolls the WAL back on next open.
+* a process killed mid-transaction leaves no trace: SQLite rolls the WAL back on next open;
+* a full volume is :class:`StoreFullError`, one line naming the directory (no traceback in the
+  CLI), and an ``ActionRequired`` error: a trial that meets it is not restarted.
 
 JSON columns are written with Python's ``json`` allowing ``NaN``/``Infinity`` tokens, so
 non-finite metric values round-trip.
@@ -19,11 +21,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import threading
 import time
 from typing import Any, Callable, List, Optional, TypeVar
 
+from determined_lite._errors import ActionRequired
 from determined_lite.store import _schema
 from determined_lite.store._paths import default_db_path
 
@@ -32,6 +36,32 @@ T = TypeVar("T")
 
 class StoreError(RuntimeError):
     """The store cannot do what was asked: unreadable file, newer schema, unknown id."""
+
+
+class StoreFullError(StoreError, ActionRequired):
+    """The store cannot be written because its volume is full (SQLite's ``SQLITE_FULL``)."""
+
+
+# SQLite's texts for SQLITE_FULL (the volume, or a size limit, is full) and SQLITE_IOERR (which
+# is what it says when a full volume fails the write of its shared-memory or WAL file).
+_SQLITE_FULL, _SQLITE_IOERR = "database or disk is full", "disk i/o error"
+_LOW_SPACE_BYTES = 1 << 20
+
+
+def _full(path: str, error: sqlite3.Error) -> Optional[StoreFullError]:
+    """A :class:`StoreFullError` when ``error`` is SQLite's "full", or an I/O error on a volume
+    with (almost) no space left; else None."""
+    home, text = os.path.dirname(path), str(error).lower()
+    if _SQLITE_FULL not in text and not (_SQLITE_IOERR in text and _low_on_space(home)):
+        return None
+    return StoreFullError(f"no space left on {home}: the det-lite store {path} cannot be written ({error})")
+
+
+def _low_on_space(directory: str) -> bool:
+    try:
+        return shutil.disk_usage(directory).free < _LOW_SPACE_BYTES
+    except OSError:
+        return False
 
 
 class NotFoundError(StoreError, KeyError):
@@ -105,7 +135,9 @@ class Database:
         except BaseException as e:
             conn.close()
             if isinstance(e, sqlite3.DatabaseError):
-                raise StoreError(f"cannot open the det-lite store {self.path}: {e}") from None
+                raise _full(self.path, e) or StoreError(
+                    f"cannot open the det-lite store {self.path}: {e}"
+                ) from None
             raise
         self._local.conn, self._local.pid = conn, os.getpid()
         with self._lock:
@@ -147,6 +179,9 @@ class Database:
             except sqlite3.OperationalError as e:
                 message = str(e).lower()
                 if "locked" not in message and "busy" not in message:
+                    full = _full(self.path, e)
+                    if full is not None:
+                        raise full from None
                     raise
                 if time.monotonic() > deadline:
                     raise StoreError(

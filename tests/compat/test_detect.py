@@ -74,3 +74,26 @@ def test_the_fixture_uses_only_determined_names():
         source = f.read()
     assert "determined_lite" not in source and "det_lite" not in source
     assert "from determined.pytorch import DataLoader, PyTorchTrial, PyTorchTrialContext, samplers" in source
+
+
+def test_only_the_entrypoints_own_modules_count(tmp_path):
+    # Files beside the trial that it never imports (tests, fixtures) do not make it a Determined
+    # trial; a module it imports, directly or through a package, does.
+    (tmp_path / "model_def.py").write_text("from lib import layers\nfrom . import nothing_here\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (tmp_path / "lib" / "layers.py").write_text("from .blocks import Block\n")
+    (tmp_path / "lib" / "blocks.py").write_text("import torch\nclass Block: pass\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_old.py").write_text("import determined.pytorch\n")
+    assert imports_determined(str(tmp_path)) is True  # the whole directory: the old rule
+    assert imports_determined(str(tmp_path), "model_def") is False
+    assert determined_notice(str(tmp_path), module="model_def") is None
+    (tmp_path / "lib" / "blocks.py").write_text("from determined.pytorch import PyTorchTrial\n")
+    assert imports_determined(str(tmp_path), "model_def") is True
+
+
+def test_the_flagship_run_from_the_repo_root_prints_no_determined_notice():
+    # The repo root holds Determined-style test fixtures; the flagship's trial imports none.
+    assert imports_determined(REPO) is True
+    assert determined_notice(REPO, module="examples.digits.model_def") is None

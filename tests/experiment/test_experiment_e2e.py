@@ -78,7 +78,9 @@ def test_create_describe_list_logs_export(tmp_path, _det_lite_home):
     cli("checkpoint", "export", ckpt["uuid"], dest, check=True)
     from determined_lite.pytorch import load_trial_from_checkpoint_path
 
-    restored = load_trial_from_checkpoint_path(dest)
+    with pytest.raises(ImportError, match="trust=True"):  # model_def is only in the checkpoint's code/
+        load_trial_from_checkpoint_path(dest)
+    restored = load_trial_from_checkpoint_path(dest, trust=True)  # our own export: trusted
     assert restored.model.weight.item() == pytest.approx(weight_after(12), rel=1e-12)
 
     # TensorBoard event files of the trial were written where `det-lite tensorboard 1` looks.

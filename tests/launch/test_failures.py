@@ -42,6 +42,18 @@ def test_failure_result_keeps_the_chiefs_report(tmp_path: Path) -> None:
     assert (result.total_batches, result.best_validation) == (12, 0.25)
 
 
+def test_failure_result_keeps_an_action_required_report(tmp_path: Path) -> None:
+    """A launcher's failure result must not hide why a trial needs the user (the runner pauses
+    the experiment instead of restarting the trial), nor should the exit status."""
+    path = str(tmp_path / "result.json")
+    needed = "no space left on /ckpts: the checkpoint at batch 4 could not be written"
+    WorkerResult(status="error", error=f"rank 0: DiskFullError: {needed}", action_required=needed).save(path)
+    write_failure_result(path, "rank 0: DiskFullError: no space left on /ckpts")
+    after = WorkerResult.after_exit(path, 1)
+    assert (after.status, after.action_required) == ("error", needed)
+    assert after.error == "rank 0: DiskFullError: no space left on /ckpts"
+
+
 def test_failure_result_without_a_report_or_with_a_broken_one(tmp_path: Path) -> None:
     missing, broken = str(tmp_path / "a.json"), tmp_path / "b.json"
     broken.write_text("{not json")

@@ -1,0 +1,80 @@
+"""Errors that stop a trial until the user acts, and the one rule for "the disk is full".
+
+A trial that fails because its checkpoint volume is full, or because a checkpoint it must
+resume from is not trusted, would fail the same way on every restart. Such errors are
+:class:`ActionRequired`: an experiment's runner does not restart the trial but pauses the
+experiment, whose last complete checkpoint stays resumable with
+``det-lite experiment activate`` once the cause is fixed. Standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from typing import Iterator, Optional
+
+# errno values meaning "no room left": a full volume, or the user's quota on it.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class ActionRequired(Exception):
+    """The trial cannot go on until the user does something; running it again would fail alike.
+
+    Its message says what happened and what to do, in one line.
+    """
+
+
+class DiskFullError(ActionRequired, OSError):
+    """No space left on ``path``: an ``OSError`` with ``errno.ENOSPC`` whose text is one line,
+    ``no space left on <path>`` followed by what could not be written."""
+
+    def __init__(self, path: str, detail: str = "") -> None:
+        message = f"no space left on {path}" + (f": {detail}" if detail else "")
+        OSError.__init__(self, errno.ENOSPC, message)
+        self.path, self.detail = path, detail
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+    def __reduce__(self) -> tuple:  # OSError would pickle its (errno, strerror) arguments
+        return (type(self), (self.path, self.detail))
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and the errors it was raised from or while handling, newest first."""
+    seen = set()
+    current: Optional[BaseException] = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def find_action_required(error: BaseException) -> Optional[ActionRequired]:
+    """The :class:`ActionRequired` that ``error`` is or wraps (e.g. in a ``CallbackError``)."""
+    return next((e for e in _chain(error) if isinstance(e, ActionRequired)), None)
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or an error it was raised from or during) says that a volume is full.
+
+    ``OSError``\\ s carry their errno; ``shutil.copytree`` reports the errors of the files it
+    could not copy only as text, ``[Errno 28] ...``.
+    """
+    for current in _chain(error):
+        if isinstance(current, DiskFullError):
+            return True
+        if isinstance(current, shutil.Error) and _copy_errors_say_full(current):
+            return True
+        if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
+            return True
+    return False
+
+
+def _copy_errors_say_full(error: shutil.Error) -> bool:
+    entries = error.args[0] if error.args and isinstance(error.args[0], list) else []
+    marks = tuple(f"[Errno {code}]" for code in DISK_FULL_ERRNOS)
+    return any(isinstance(e, tuple) and str(e[-1]).startswith(marks) for e in entries)
+
+
+__all__ = ["DISK_FULL_ERRNOS", "ActionRequired", "DiskFullError", "find_action_required", "is_disk_full"]
