@@ -107,15 +107,20 @@ def _any_names(node: ast.AST) -> set:
 
 def _spawn_background(experiment_id: int, test: bool = False, resume: bool = False) -> int:
     from determined_lite.store import det_lite_home
+    from determined_lite.store._paths import make_private_dirs, open_private, private_umask
 
-    run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
-    os.makedirs(run_dir, exist_ok=True)
+    run_dir = make_private_dirs(os.path.join(det_lite_home(), "experiments", str(experiment_id)))
     argv = [sys.executable, "-m", "determined_lite.experiment._background", str(experiment_id)]
     argv += ["--test"] if test else []
     argv += ["--resume"] if resume else []
-    with open(os.path.join(run_dir, "runner.log"), "ab") as log:
+    with os.fdopen(open_private(os.path.join(run_dir, "runner.log")), "ab") as log:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            umask=private_umask(),
         )
     return proc.pid
 

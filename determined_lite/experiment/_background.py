@@ -6,6 +6,8 @@ import argparse
 import logging
 import sys
 
+from determined_lite.store._paths import restrict_umask
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m determined_lite.experiment._background")
@@ -13,6 +15,7 @@ def main() -> int:
     parser.add_argument("--test", action="store_true")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
+    restrict_umask()
     logging.basicConfig(level=logging.INFO)
     from determined_lite.experiment import _run
 

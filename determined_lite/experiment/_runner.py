@@ -28,7 +28,7 @@ from determined_lite.experiment._retention import checkpoints_to_keep
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
-from determined_lite.store._paths import checkpoint_root, det_lite_home
+from determined_lite.store._paths import checkpoint_root, det_lite_home, make_private_dirs
 from determined_lite.store._states import Action, ExperimentState, TrialState
 from determined_lite.tensorboard import trial_tensorboard_path
 
@@ -183,7 +183,7 @@ class ExperimentRunner:
     def run(self, resume: bool = False) -> int:
         self.store.set_experiment_state(self.id, ExperimentState.ACTIVE)
         self.store.set_experiment_pid(self.id, os.getpid())
-        os.makedirs(self.run_dir, exist_ok=True)
+        make_private_dirs(self.run_dir)
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")
         if not (resume and self._load_state()):
             self._apply(self.searcher.initial_operations())
@@ -260,7 +260,7 @@ class ExperimentRunner:
     def _start(self, request: _Request) -> None:
         assert request.pending is not None
         trial_dir = os.path.join(self.run_dir, f"trial_{request.trial_id}")
-        os.makedirs(trial_dir, exist_ok=True)
+        make_private_dirs(trial_dir)
         latest = self._latest_checkpoint(request.trial_id)
         spec = WorkerSpec(
             entrypoint=self.config["entrypoint"],

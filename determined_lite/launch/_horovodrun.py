@@ -65,6 +65,7 @@ from determined_lite.launch._failures import (
 )
 from determined_lite.launch._hosts import LOOPBACK, is_local, loopback_interface, parse_hosts
 from determined_lite.launch._spec import WorkerSpec
+from determined_lite.store._paths import restrict_umask
 
 WRAPPER_MODULE = "determined_lite.launch._horovodrun"
 CONTROLLER_ENV = "DET_LITE_HOROVOD_CONTROLLER"
@@ -252,6 +253,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     SIGINT), else 1.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    restrict_umask()
     result_path = listen_address = None
     while args[:1] in (["--result"], ["--listen-address"]) and len(args) > 1:
         if args[0] == "--result":

@@ -67,6 +67,7 @@ from determined_lite.launch._hosts import (
     parse_hosts,
 )
 from determined_lite.launch._spec import WorkerSpec
+from determined_lite.store._paths import restrict_umask
 
 AGENT_MODULE = "determined_lite.launch._torchrun"
 AGENT_NAME = "torchrun agent"  # names a failure of no worker: "torchrun agent on HOST: ..."
@@ -261,6 +262,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     parser.add_argument("torchrun_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    restrict_umask()  # an agent started over ssh does not inherit the launcher's umask
     rest = list(args.torchrun_args)
     if rest and rest[0] == "--":
         rest = rest[1:]

@@ -19,6 +19,8 @@ from typing import Any, Dict, Optional, Tuple, Type
 import numpy as np
 import torch
 
+from determined_lite.store._paths import make_private_dirs, restrict_tree
+
 STATE_FILE = "state_dict.pth"
 METADATA_FILE = "metadata.json"
 CODE_DIR = "code"
@@ -111,7 +113,7 @@ def write_checkpoint(
     the machine (not of the process) could lose it.
     """
     checkpoint_uuid = checkpoint_uuid or str(uuidlib.uuid4())
-    os.makedirs(root, exist_ok=True)
+    make_private_dirs(root)
     tmp = os.path.join(root, f".tmp-{checkpoint_uuid}")
     final = os.path.join(root, checkpoint_uuid)
     try:
@@ -122,6 +124,7 @@ def write_checkpoint(
             json.dump(meta, f, indent=2, sort_keys=True)
         if context_dir is not None:
             copy_code(context_dir, os.path.join(tmp, CODE_DIR))
+        restrict_tree(tmp)  # private: 0700 directories, 0600 files (copies keep their source's modes)
         if durable:
             _fsync_tree(tmp)
         os.rename(tmp, final)
