@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -24,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
 from determined_lite.experiment._progress import Progress
-from determined_lite.experiment._retention import checkpoints_to_keep
+from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
@@ -97,6 +96,7 @@ class ExperimentRunner:
         searcher_settings = validate_searcher(self.config["searcher"])
         self.metric: str = searcher_settings.metric
         self.smaller_is_better: bool = searcher_settings.smaller_is_better
+        self.retention = RetentionPolicy.from_config(self.config, self.metric, self.smaller_is_better)
         self.unit = searcher_settings.unit
         self.training_settings = TrainingSettings.from_config(self.config)  # carried by every WorkerSpec
         self.searcher = make_searcher(
@@ -394,6 +394,7 @@ class ExperimentRunner:
         for request in self.requests.values():
             if not request.finished:
                 self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
+        self._apply_retention()
         self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
         self._log(None, f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
@@ -417,25 +418,9 @@ class ExperimentRunner:
 
     # --- checkpoints ------------------------------------------------------------------------
     def _apply_retention(self) -> None:
-        storage = self.config.get("checkpoint_storage") or {}
-        checkpoints = self.store.list_checkpoints(experiment_id=self.id)
-        by_trial: Dict[int, List[Dict[str, Any]]] = {}
-        for c in checkpoints:
-            by_trial.setdefault(c["trial_id"], []).append(c)
+        """The whole experiment's policy (each chief applies it to its trial as it registers)."""
         unfinished = [r.trial_id for r in self.requests.values() if not r.finished]
-        keep = checkpoints_to_keep(
-            by_trial,
-            metric=self.metric,
-            smaller_is_better=self.smaller_is_better,
-            save_trial_best=int(storage.get("save_trial_best", 1)),
-            save_trial_latest=int(storage.get("save_trial_latest", 1)),
-            save_experiment_best=int(storage.get("save_experiment_best", 0)),
-            unfinished_trials=unfinished,
-        )
-        for c in checkpoints:
-            if c["uuid"] not in keep:
-                shutil.rmtree(c["path"], ignore_errors=True)
-                self.store.delete_checkpoint(c["uuid"])
+        apply_retention(self.store, self.id, self.retention, unfinished)
 
     # --- logs -------------------------------------------------------------------------------
     def _on_output(self, trial_id: int, line: str) -> None:
