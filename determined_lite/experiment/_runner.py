@@ -22,12 +22,13 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
+from determined_lite.experiment._lock import RunnerLock, RunnerPhase, run_dir
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
-from determined_lite.store._paths import checkpoint_root, det_lite_home, make_private_dirs
+from determined_lite.store._paths import checkpoint_root, make_private_dirs
 from determined_lite.store._states import Action, ExperimentState, TrialState
 from determined_lite.tensorboard import trial_tensorboard_path
 
@@ -82,8 +83,10 @@ class ExperimentRunner:
         out: TextIO = sys.stdout,
         show_progress: bool = True,
         echo_logs: bool = True,
+        lock: Optional[RunnerLock] = None,
     ) -> None:
         self.store = store
+        self.lock = lock  # the experiment's runner lock (_lock.py), handed to each trial's processes
         self.id = experiment_id
         experiment = store.get_experiment(experiment_id)
         if experiment is None:
@@ -112,7 +115,7 @@ class ExperimentRunner:
         self.queue: List[str] = []
         self.running: Dict[str, _Run] = {}
         self.shutdown = False
-        self.run_dir = os.path.join(det_lite_home(), "experiments", str(experiment_id))
+        self.run_dir = run_dir(experiment_id)
         self._log_lock = threading.Lock()
         self._log_buffer: List[tuple] = []
         self.progress = Progress(enabled=show_progress, out=out)
@@ -291,6 +294,7 @@ class ExperimentRunner:
             hosts=self.hosts,
             on_output=lambda line: self._on_output(trial_id, line),
             env=self._worker_env(),
+            pass_fds=[self.lock.fileno()] if self.lock is not None else [],
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
         self.store.update_trial(trial_id, state=TrialState.ACTIVE)
@@ -390,7 +394,13 @@ class ExperimentRunner:
         self.running.clear()
         self._save_state()
 
+    def _stopping(self) -> None:
+        """Tell contenders for the lock that this runner is exiting (before the state says so)."""
+        if self.lock is not None:
+            self.lock.record(os.getpid(), RunnerPhase.STOPPING)
+
     def _mark_paused(self, why: str) -> None:
+        self._stopping()
         for request in self.requests.values():
             if not request.finished:
                 self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
@@ -399,6 +409,7 @@ class ExperimentRunner:
         self._log(None, f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
     def _end(self, state: ExperimentState, trial_state: TrialState) -> None:
+        self._stopping()
         for request in self.requests.values():
             if not request.finished:
                 request.finished = True

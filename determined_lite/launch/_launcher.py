@@ -53,6 +53,7 @@ class TrialProcess:
         env: Dict[str, str],
         on_output: Optional[OutputFn],
         cwd: str,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.argv = argv
         self._proc = subprocess.Popen(
@@ -60,6 +61,7 @@ class TrialProcess:
             env=env,
             cwd=cwd,
             umask=private_umask(),
+            pass_fds=tuple(pass_fds),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -118,8 +120,13 @@ def launch(
     hosts: Optional[Sequence[str]] = None,
     on_output: Optional[OutputFn] = None,
     env: Optional[Dict[str, str]] = None,
+    pass_fds: Sequence[int] = (),
 ) -> TrialProcess:
-    """Write ``spec`` to ``spec_path`` and start the trial's workers."""
+    """Write ``spec`` to ``spec_path`` and start the trial's workers.
+
+    ``pass_fds``: file descriptors the trial's first process inherits (the experiment's runner
+    lock, held until that process exits).
+    """
     spec.save(spec_path)
     argv, engine_env = _command(spec, spec_path, hosts)
     full_env = dict(os.environ)
@@ -133,7 +140,7 @@ def launch(
         full_env["PYTHONPATH"] = os.pathsep.join([root] + paths)
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
-    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir)
+    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds)
 
 
 def run_trial(

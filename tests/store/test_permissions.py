@@ -140,7 +140,7 @@ def test_an_experiment_writes_only_private_files(tmp_path, _det_lite_home, mask)
     assert describe(1)["state"] == "COMPLETED"
     names = {os.path.basename(p) for p in seen}
     # What the run wrote: the store and its WAL, the runner's files, checkpoints, TensorBoard.
-    expected = {"det-lite.db", "det-lite.db-wal", "det-lite.db-shm", "runner.log"}
+    expected = {"det-lite.db", "det-lite.db-wal", "det-lite.db-shm", "runner.log", "runner.lock"}
     expected |= {"spec.json", "result.json", "state_dict.pth", "metadata.json", "model_def.py"}
     assert expected <= names, sorted(names)
     assert any(n.startswith("events.out.tfevents") for n in names)
