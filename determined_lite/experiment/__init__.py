@@ -23,7 +23,7 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class ActivationRefused(ValueError):
-    """``activate_experiment`` on an experiment that has ended, or whose process is still exiting."""
+    """``activate_experiment`` on an experiment that has ended or that another process runs."""
 
 
 def _error(message: str) -> int:
@@ -107,27 +107,51 @@ def _any_names(node: ast.AST) -> set:
     }
 
 
-def _spawn_background(experiment_id: int, test: bool = False, resume: bool = False) -> int:
-    from determined_lite.store._paths import experiment_dir
+def _spawn_background(experiment_id: int, lock: Any, test: bool = False, resume: bool = False) -> int:
+    """Start the runner in a process of its own and hand it ``lock`` (it holds it from now on)."""
+    from determined_lite.experiment._lock import RunnerPhase
+    from determined_lite.store._paths import experiment_dir, make_private_dirs, open_private, private_umask
 
-    run_dir = experiment_dir(experiment_id)
-    os.makedirs(run_dir, exist_ok=True)
+    directory = make_private_dirs(experiment_dir(experiment_id))
     argv = [sys.executable, "-m", "determined_lite.experiment._background", str(experiment_id)]
+    argv += ["--lock-fd", str(lock.fileno())]
     argv += ["--test"] if test else []
     argv += ["--resume"] if resume else []
-    with open(os.path.join(run_dir, "runner.log"), "ab") as log:
+    with os.fdopen(open_private(os.path.join(directory, "runner.log")), "ab") as log:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=(lock.fileno(),),
+            umask=private_umask(),
         )
+    lock.record(proc.pid, RunnerPhase.RUNNING)
     return proc.pid
 
 
-def _run(experiment_id: int, *, test: bool, resume: bool, out: TextIO) -> int:
+def _detach(experiment_id: int, lock: Any, test: bool = False, resume: bool = False) -> int:
+    from determined_lite.store import Store
+
+    pid = _spawn_background(experiment_id, lock, test=test, resume=resume)
+    Store().set_experiment_pid(experiment_id, pid)  # running from now on, not when it gets there
+    return pid
+
+
+def _run(experiment_id: int, *, test: bool, resume: bool, out: TextIO, lock: Any) -> int:
+    """Run the experiment in this process, which holds its runner ``lock``."""
+    from determined_lite.experiment._lock import RunnerPhase
     from determined_lite.experiment._runner import ExperimentRunner
     from determined_lite.store import Store
 
-    runner = ExperimentRunner(Store(), experiment_id, test_mode=test, out=out, show_progress=out.isatty())
-    code = runner.run(resume=resume)
+    runner = ExperimentRunner(
+        Store(), experiment_id, test_mode=test, out=out, show_progress=out.isatty(), lock=lock
+    )
+    try:
+        code = runner.run(resume=resume)
+    finally:
+        lock.record(os.getpid(), RunnerPhase.STOPPING)
     print(runner.summary(), file=out)
     state = runner.store.get_experiment(experiment_id)["state"]
     print(f"experiment {experiment_id}: {state}", file=out)
@@ -149,6 +173,7 @@ def create_experiment(
     stderr and exit 2, with nothing recorded."""
     from determined_lite.config import load_config
     from determined_lite.experiment._context import install_context, stage_context, staged_snapshot
+    from determined_lite.experiment._lock import take_runner_lock
     from determined_lite.launch._engines import engine_problem
     from determined_lite.storage import DETIGNORE, ContextError
     from determined_lite.store import Store
@@ -182,8 +207,9 @@ def create_experiment(
             return _error(f"{config_path}: {problem}")
         _print_determined_notice(raw, snapshot)
         store = Store()
+        # Recorded as run by this process from the start: `activate` never starts a second runner.
         experiment_id = store.create_experiment(
-            raw, context_dir, os.path.abspath(config_path), raw.get("name") or "experiment"
+            raw, context_dir, os.path.abspath(config_path), raw.get("name") or "experiment", pid=os.getpid()
         )
         try:
             install_context(staging, experiment_id)
@@ -193,54 +219,70 @@ def create_experiment(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"Created experiment {experiment_id}", file=out)
-    if detach:
-        pid = _spawn_background(experiment_id, test=test)
-        print(
-            f"Running in the background (process {pid}); "
-            f"follow with: det-lite experiment logs -f {experiment_id}",
-            file=out,
-        )
-        return EXIT_OK
-    return _run(experiment_id, test=test, resume=False, out=out)
+    lock = take_runner_lock(experiment_id, wait_s=0)
+    try:
+        if detach:
+            pid = _detach(experiment_id, lock, test=test)
+            print(
+                f"Running in the background (process {pid}); "
+                f"follow with: det-lite experiment logs -f {experiment_id}",
+                file=out,
+            )
+            return EXIT_OK
+        return _run(experiment_id, test=test, resume=False, out=out, lock=lock)
+    finally:
+        lock.release()
 
 
 def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[TextIO] = None) -> int:
     """Resume a PAUSED experiment, or one whose process died, from its trials' latest checkpoints.
 
-    On a running experiment: withdraw its pending pause request, or say it is already active.
-    Messages go to ``out`` (default: the current ``sys.stdout``).
+    One runner per experiment (``_lock.py``): on a running experiment, withdraw its pending
+    pause request, else refuse (``ExperimentLocked``, naming the process that runs it); when the
+    previous run is still exiting, wait for it (bounded). Messages go to ``out`` (default: the
+    current ``sys.stdout``).
     """
-    from determined_lite.store import TERMINAL_STATES, Action, ExperimentState, NotFoundError, Store
+    from determined_lite.experiment._lock import ExperimentLocked, take_runner_lock
+    from determined_lite.store import Action, ExperimentState, Store
 
     out = out or sys.stdout
     store = Store()
-    experiment = store.get_experiment(experiment_id)
-    if experiment is None:
-        raise NotFoundError(f"experiment {experiment_id} not found")
-    state, pid = experiment["state"], experiment["pid"]
-    if state in TERMINAL_STATES:
-        raise ActivationRefused(
-            f"experiment {experiment_id} is {state}; only a PAUSED experiment can be activated"
-        )
-    if experiment["running"]:
-        if state != ExperimentState.ACTIVE:
-            raise ActivationRefused(
-                f"experiment {experiment_id} is {state} but its process (pid {pid}) is still "
-                "exiting; try again when it has stopped"
-            )
+    experiment = _activatable(store, experiment_id)
+    if experiment["running"] and experiment["state"] == ExperimentState.ACTIVE:
         if experiment["requested_action"] == Action.PAUSE:
             store.clear_action(experiment_id, Action.PAUSE)
             print(f"Experiment {experiment_id} is running; its pause request is withdrawn.", file=out)
-        else:
-            print(f"Experiment {experiment_id} is already active (pid {pid}).", file=out)
-        return EXIT_OK
-    store.clear_action(experiment_id)
-    print(f"Activating experiment {experiment_id}", file=out)
-    if detach:
-        pid = _spawn_background(experiment_id, resume=True)
-        print(f"Running in the background (process {pid})", file=out)
-        return EXIT_OK
-    return _run(experiment_id, test=False, resume=True, out=out)
+            return EXIT_OK
+        raise ExperimentLocked(
+            f"experiment {experiment_id} is already running in process {experiment['pid']}; "
+            f"pause or kill it first (det-lite experiment pause {experiment_id})"
+        )
+    lock = take_runner_lock(experiment_id, out=out)
+    try:
+        _activatable(store, experiment_id)  # again, under the lock: the previous run may have ended it
+        store.clear_action(experiment_id)
+        print(f"Activating experiment {experiment_id}", file=out)
+        if detach:
+            pid = _detach(experiment_id, lock, resume=True)
+            print(f"Running in the background (process {pid})", file=out)
+            return EXIT_OK
+        return _run(experiment_id, test=False, resume=True, out=out, lock=lock)
+    finally:
+        lock.release()
+
+
+def _activatable(store: Any, experiment_id: int) -> Dict[str, Any]:
+    """The experiment, unless it is unknown (``NotFoundError``) or ended (``ActivationRefused``)."""
+    from determined_lite.store import TERMINAL_STATES, NotFoundError
+
+    experiment = store.get_experiment(experiment_id)
+    if experiment is None:
+        raise NotFoundError(f"experiment {experiment_id} not found")
+    if experiment["state"] in TERMINAL_STATES:
+        raise ActivationRefused(
+            f"experiment {experiment_id} is {experiment['state']}; only a PAUSED experiment can be activated"
+        )
+    return experiment
 
 
 __all__ = [

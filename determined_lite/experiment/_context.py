@@ -21,6 +21,8 @@ from determined_lite.store._paths import (
     checkpoint_root,
     context_snapshot_dir,
     det_lite_home,
+    make_private_dirs,
+    restrict_tree,
 )
 
 STAGING_PREFIX = f"{TMP_PREFIX}{CONTEXT_SNAPSHOT}-"
@@ -33,10 +35,11 @@ def stage_context(context_dir: str, config: Mapping[str, Any]) -> str:
     home = det_lite_home()
     found = read_context(context_dir, exclude=(home, checkpoint_root(config)))
     parent = os.path.join(home, EXPERIMENTS_DIR)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=parent)
+    make_private_dirs(parent)
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=parent)  # 0700
     try:
         snapshot_context(found, staged_snapshot(staging), source=os.path.abspath(context_dir))
+        restrict_tree(staging)  # copies keep their source's modes: private like all of det-lite's files
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -51,7 +54,7 @@ def staged_snapshot(staging: str) -> str:
 def install_context(staging: str, experiment_id: int) -> str:
     """Move a staged snapshot to the experiment's run directory; returns its path."""
     dest = context_snapshot_dir(experiment_id)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    make_private_dirs(os.path.dirname(dest))
     if os.path.lexists(dest):  # left by an earlier store file that was removed by hand
         shutil.rmtree(dest)
     os.rename(staged_snapshot(staging), dest)

@@ -1,9 +1,26 @@
-"""Which checkpoints a ``checkpoint_storage`` policy keeps (Determined's save_* counts)."""
+"""Which checkpoints a ``checkpoint_storage`` policy keeps (Determined's save_* counts), and
+removing the others from the disk and the store.
+
+The policy applies as checkpoints are registered, not only when trials end: the chief worker
+of a trial applies it to its own trial right after registering each checkpoint (the store
+registers the new one and forgets the ones it replaces in one transaction), and the runner
+applies it to the whole experiment when a trial finishes or pauses and when the experiment
+ends. A trial that may still train keeps its latest registered checkpoint, the one it resumes
+from; a checkpoint still being written is not registered yet, so nothing here can remove it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Dict, Iterable, List, Optional, Set
+import os
+import shutil
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+
+# Determined's defaults (the config schema fills them in; these cover partial configs).
+DEFAULT_SAVE_TRIAL_BEST = 1
+DEFAULT_SAVE_TRIAL_LATEST = 1
+DEFAULT_SAVE_EXPERIMENT_BEST = 0
 
 
 def _metric(checkpoint: Dict[str, Any], metric: Optional[str]) -> Optional[float]:
@@ -48,3 +65,97 @@ def checkpoints_to_keep(
     every = [c for cs in by_trial.values() for c in cs]
     keep.update(_best(every, save_experiment_best, metric, smaller_is_better))
     return keep
+
+
+@dataclasses.dataclass(frozen=True)
+class RetentionPolicy:
+    """``checkpoint_storage``'s save_* counts and the searcher metric that ranks checkpoints."""
+
+    metric: Optional[str]
+    smaller_is_better: bool
+    save_trial_best: int = DEFAULT_SAVE_TRIAL_BEST
+    save_trial_latest: int = DEFAULT_SAVE_TRIAL_LATEST
+    save_experiment_best: int = DEFAULT_SAVE_EXPERIMENT_BEST
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any], metric: Optional[str], smaller_is_better: bool
+    ) -> "RetentionPolicy":
+        storage = config.get("checkpoint_storage") or {}
+        return cls(
+            metric=metric,
+            smaller_is_better=smaller_is_better,
+            save_trial_best=int(storage.get("save_trial_best", DEFAULT_SAVE_TRIAL_BEST)),
+            save_trial_latest=int(storage.get("save_trial_latest", DEFAULT_SAVE_TRIAL_LATEST)),
+            save_experiment_best=int(storage.get("save_experiment_best", DEFAULT_SAVE_EXPERIMENT_BEST)),
+        )
+
+    def to_drop(
+        self, checkpoints: Sequence[Dict[str, Any]], unfinished_trials: Iterable[int]
+    ) -> List[Dict[str, Any]]:
+        """The checkpoints (rows as the store lists them) that the policy does not keep."""
+        by_trial: Dict[int, List[Dict[str, Any]]] = {}
+        for c in checkpoints:
+            by_trial.setdefault(c["trial_id"], []).append(c)
+        keep = checkpoints_to_keep(
+            by_trial,
+            metric=self.metric,
+            smaller_is_better=self.smaller_is_better,
+            save_trial_best=self.save_trial_best,
+            save_trial_latest=self.save_trial_latest,
+            save_experiment_best=self.save_experiment_best,
+            unfinished_trials=unfinished_trials,
+        )
+        return [c for c in checkpoints if c["uuid"] not in keep]
+
+
+def remove_checkpoint_dir(checkpoint: Dict[str, Any]) -> None:
+    """Remove a dropped checkpoint's directory: only a directory named by its uuid is ours."""
+    path = checkpoint["path"]
+    if os.path.basename(os.path.normpath(path)) == checkpoint["uuid"] and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def apply_retention(
+    store: Any, experiment_id: int, policy: RetentionPolicy, unfinished_trials: Iterable[int]
+) -> int:
+    """Drop the experiment's checkpoints the policy does not keep, from the store then the disk;
+    returns how many. ``unfinished_trials`` keep their latest checkpoint."""
+    dropped = policy.to_drop(store.list_checkpoints(experiment_id=experiment_id), unfinished_trials)
+    for c in dropped:
+        store.delete_checkpoint(c["uuid"])
+        remove_checkpoint_dir(c)
+    return len(dropped)
+
+
+def register_checkpoint(
+    store: Any,
+    experiment_id: int,
+    policy: RetentionPolicy,
+    checkpoint: Dict[str, Any],
+) -> List[Dict[str, Any]]:
+    """In the chief: register ``checkpoint`` (``trial_id, uuid, path, total_batches, metrics``)
+    and forget, in the same store transaction, the checkpoints of its trial that the policy no
+    longer keeps; then remove their directories. Returns the dropped checkpoints.
+
+    Other trials' checkpoints are left to their own chiefs and to the runner. Deciding from a
+    slightly older list is safe: a checkpoint the policy drops stays dropped as more arrive.
+    """
+    trial_id = checkpoint["trial_id"]
+    current = [
+        c for c in store.list_checkpoints(experiment_id=experiment_id) if c["uuid"] != checkpoint["uuid"]
+    ]
+    candidates = current + [dict(checkpoint, experiment_id=experiment_id)]
+    dropped = [c for c in policy.to_drop(candidates, [trial_id]) if c["trial_id"] == trial_id]
+    dropped = [c for c in dropped if c["uuid"] != checkpoint["uuid"]]  # the latest: always kept
+    store.add_checkpoint(
+        trial_id,
+        checkpoint["uuid"],
+        checkpoint["path"],
+        checkpoint["total_batches"],
+        checkpoint.get("metrics"),
+        replaces=[c["uuid"] for c in dropped],
+    )
+    for c in dropped:
+        remove_checkpoint_dir(c)
+    return dropped

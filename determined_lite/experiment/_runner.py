@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -25,12 +24,18 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 from determined_lite._errors import ActionRequired
 from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
 from determined_lite.experiment._gc import reconcile_experiment
+from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import Progress
-from determined_lite.experiment._retention import checkpoints_to_keep
+from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
-from determined_lite.store._paths import checkpoint_root, context_snapshot_dir, experiment_dir
+from determined_lite.store._paths import (
+    checkpoint_root,
+    context_snapshot_dir,
+    experiment_dir,
+    make_private_dirs,
+)
 from determined_lite.store._states import Action, ExperimentState, TrialState
 from determined_lite.tensorboard import trial_tensorboard_path
 
@@ -85,8 +90,10 @@ class ExperimentRunner:
         out: TextIO = sys.stdout,
         show_progress: bool = True,
         echo_logs: bool = True,
+        lock: Optional[RunnerLock] = None,
     ) -> None:
         self.store = store
+        self.lock = lock  # the experiment's runner lock (_lock.py), handed to each trial's processes
         self.id = experiment_id
         experiment = store.get_experiment(experiment_id)
         if experiment is None:
@@ -101,6 +108,7 @@ class ExperimentRunner:
         searcher_settings = validate_searcher(self.config["searcher"])
         self.metric: str = searcher_settings.metric
         self.smaller_is_better: bool = searcher_settings.smaller_is_better
+        self.retention = RetentionPolicy.from_config(self.config, self.metric, self.smaller_is_better)
         self.unit = searcher_settings.unit
         self.training_settings = TrainingSettings.from_config(self.config)  # carried by every WorkerSpec
         self.searcher = make_searcher(
@@ -187,7 +195,7 @@ class ExperimentRunner:
     def run(self, resume: bool = False) -> int:
         self.store.set_experiment_state(self.id, ExperimentState.ACTIVE)
         self.store.set_experiment_pid(self.id, os.getpid())
-        os.makedirs(self.run_dir, exist_ok=True)
+        make_private_dirs(self.run_dir)
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")
         self._reconcile()
         if not (resume and self._load_state()):
@@ -271,7 +279,7 @@ class ExperimentRunner:
     def _start(self, request: _Request) -> None:
         assert request.pending is not None
         trial_dir = os.path.join(self.run_dir, f"trial_{request.trial_id}")
-        os.makedirs(trial_dir, exist_ok=True)
+        make_private_dirs(trial_dir)
         latest = self._latest_checkpoint(request.trial_id)
         spec = WorkerSpec(
             entrypoint=self.config["entrypoint"],
@@ -302,6 +310,7 @@ class ExperimentRunner:
             hosts=self.hosts,
             on_output=lambda line: self._on_output(trial_id, line),
             env=self._worker_env(),
+            pass_fds=[self.lock.fileno()] if self.lock is not None else [],
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
         self.store.update_trial(trial_id, state=TrialState.ACTIVE)
@@ -415,14 +424,22 @@ class ExperimentRunner:
         for line in report.lines() + report.problems:
             self._log(None, line)
 
+    def _stopping(self) -> None:
+        """Tell contenders for the lock that this runner is exiting (before the state says so)."""
+        if self.lock is not None:
+            self.lock.record(os.getpid(), RunnerPhase.STOPPING)
+
     def _mark_paused(self, why: str) -> None:
+        self._stopping()
         for request in self.requests.values():
             if not request.finished:
                 self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
+        self._apply_retention()
         self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
         self._log(None, f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
     def _end(self, state: ExperimentState, trial_state: TrialState) -> None:
+        self._stopping()
         for request in self.requests.values():
             if not request.finished:
                 request.finished = True
@@ -442,25 +459,9 @@ class ExperimentRunner:
 
     # --- checkpoints ------------------------------------------------------------------------
     def _apply_retention(self) -> None:
-        storage = self.config.get("checkpoint_storage") or {}
-        checkpoints = self.store.list_checkpoints(experiment_id=self.id)
-        by_trial: Dict[int, List[Dict[str, Any]]] = {}
-        for c in checkpoints:
-            by_trial.setdefault(c["trial_id"], []).append(c)
+        """The whole experiment's policy (each chief applies it to its trial as it registers)."""
         unfinished = [r.trial_id for r in self.requests.values() if not r.finished]
-        keep = checkpoints_to_keep(
-            by_trial,
-            metric=self.metric,
-            smaller_is_better=self.smaller_is_better,
-            save_trial_best=int(storage.get("save_trial_best", 1)),
-            save_trial_latest=int(storage.get("save_trial_latest", 1)),
-            save_experiment_best=int(storage.get("save_experiment_best", 0)),
-            unfinished_trials=unfinished,
-        )
-        for c in checkpoints:
-            if c["uuid"] not in keep:
-                shutil.rmtree(c["path"], ignore_errors=True)
-                self.store.delete_checkpoint(c["uuid"])
+        apply_retention(self.store, self.id, self.retention, unfinished)
 
     # --- logs -------------------------------------------------------------------------------
     def _on_output(self, trial_id: int, line: str) -> None:

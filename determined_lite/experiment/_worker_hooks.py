@@ -2,7 +2,9 @@
 
 The chief writes every reported training and validation metric and every checkpoint to the
 experiment store as they happen (so other terminals see them live), and a small progress file
-the runner reads for its progress bar. ``should_stop`` answers pause and kill requests, which
+the runner reads for its progress bar. Registering a checkpoint applies the experiment's
+retention policy to the trial (``_retention.register_checkpoint``): a running trial never holds
+more checkpoints than ``checkpoint_storage`` keeps. ``should_stop`` answers pause and kill requests, which
 the loop honours at the next optimizer-step boundary with a checkpoint.
 """
 
@@ -12,6 +14,7 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from determined_lite.experiment._retention import RetentionPolicy, register_checkpoint
 from determined_lite.launch._spec import WorkerSpec, _write_json_atomic, progress_path
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._schedule import is_better
@@ -30,6 +33,10 @@ class StoreReporter(PyTorchCallback):
         self._max_batches: Optional[int] = None
         self._context: Any = None
         self._written: Dict[str, str] = {}  # uuid -> directory, until flushed to disk
+        settings = spec.training_settings()
+        self._retention = RetentionPolicy.from_config(
+            spec.exp_conf, settings.searcher_metric, settings.smaller_is_better
+        )
 
     def bind(self, context: Any) -> None:
         self._context = context
@@ -77,13 +84,18 @@ class StoreReporter(PyTorchCallback):
         checkpoint_dir = self._written.pop(uuid)
         with open(os.path.join(checkpoint_dir, "metadata.json")) as f:
             metadata = json.load(f)
-        self._store.add_checkpoint(
-            self._trial_id,
-            uuid,
-            checkpoint_dir,
-            metadata["total_batches"],
-            metadata.get("validation_metrics"),
-        )
+        total, metrics = metadata["total_batches"], metadata.get("validation_metrics")
+        if self._spec.experiment_id is None:  # no experiment, no retention policy
+            self._store.add_checkpoint(self._trial_id, uuid, checkpoint_dir, total, metrics)
+            return
+        checkpoint = {
+            "trial_id": self._trial_id,
+            "uuid": uuid,
+            "path": checkpoint_dir,
+            "total_batches": total,
+            "metrics": metrics,
+        }
+        register_checkpoint(self._store, self._spec.experiment_id, self._retention, checkpoint)
 
     def _write_progress(self) -> None:
         _write_json_atomic(

@@ -6,6 +6,11 @@ One slot per worker process. On this host (the default) the command is, in effec
         --start-timeout 30 --gloo-timeout-seconds 30 \\
         python -u -m determined_lite.launch.worker SPEC.json
 
+Listeners: on this host, every service listens on 127.0.0.1 only: the workers' Gloo sockets and
+the rendezvous address through ``--network-interfaces lo`` (``HOROVOD_GLOO_IFACE``), and
+horovodrun's own rendezvous server, which Horovod binds to every interface, through the
+wrapper's ``--listen-address 127.0.0.1`` (:func:`bind_services_to`).
+
 Controller: Gloo (CPU collectives; Horovod runs NCCL for CUDA tensors when it was built with
 it). ``DET_LITE_HOROVOD_CONTROLLER=mpi`` picks ``mpirun`` instead, when Horovod was built with
 MPI.
@@ -42,7 +47,7 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from determined_lite.launch._engines import engine_problem
 from determined_lite.launch._failures import (
@@ -58,8 +63,9 @@ from determined_lite.launch._failures import (
     worker_failure_prefix,
     write_failure_result,
 )
-from determined_lite.launch._hosts import is_local, parse_hosts
+from determined_lite.launch._hosts import LOOPBACK, is_local, loopback_interface, parse_hosts
 from determined_lite.launch._spec import WorkerSpec
+from determined_lite.store._paths import restrict_umask
 
 WRAPPER_MODULE = "determined_lite.launch._horovodrun"
 CONTROLLER_ENV = "DET_LITE_HOROVOD_CONTROLLER"
@@ -70,16 +76,20 @@ def _is_local(host: str) -> bool:
     return is_local(host) or host in {socket.gethostname(), socket.getfqdn()}
 
 
-def _loopback_interface() -> Optional[str]:
-    """The interface holding 127.0.0.1 (``lo`` on Linux), when it can be found."""
-    try:
-        import psutil  # a Horovod dependency
-    except ImportError:
-        return None
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
-            return name
-    return None
+def bind_services_to(address: str) -> None:
+    """Make horovodrun's own servers (the Gloo rendezvous HTTP server, the driver and task
+    services) listen on ``address`` only: Horovod binds them to every interface and has no
+    option for it, so its port search is wrapped to bind the given address instead."""
+    from horovod.runner.common.util import network as services
+    from horovod.runner.http import http_server
+
+    search = http_server.find_port
+
+    def find_port(server_factory: Callable[[Tuple[str, int]], Any]) -> Any:
+        return search(lambda addr: server_factory((address, addr[1])))
+
+    http_server.find_port = find_port
+    services.find_port = find_port
 
 
 def _controller() -> str:
@@ -115,13 +125,14 @@ def horovodrun_command(
     placed = parse_hosts(hosts, spec.slots) if hosts else [("localhost", spec.slots)]
     all_local = all(_is_local(h) for h, _ in placed)
     timeout = timeout_seconds()
-    argv = [sys.executable, "-u", "-m", WRAPPER_MODULE, "--result", spec.result_path, "--"]
-    argv += ["-np", str(spec.slots), "-H", ",".join(f"{h}:{n}" for h, n in placed)]
+    lo = loopback_interface() if all_local else None
+    argv = [sys.executable, "-u", "-m", WRAPPER_MODULE, "--result", spec.result_path]
+    argv += ["--listen-address", LOOPBACK] if lo is not None else []
+    argv += ["--", "-np", str(spec.slots), "-H", ",".join(f"{h}:{n}" for h, n in placed)]
     argv += [f"--{_controller()}", "--start-timeout", str(timeout), "--gloo-timeout-seconds", str(timeout)]
     if all_local:
-        lo = _loopback_interface()
         if lo is not None:
-            argv += ["--network-interfaces", lo]
+            argv += ["--network-interfaces", lo]  # workers' Gloo sockets, rendezvous address
         argv.append("--disable-cache")  # the cache only remembers ssh checks of remote hosts
     argv += worker_command(spec_path)
     env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(timeout), "PYTHONUNBUFFERED": "1"}
@@ -229,20 +240,29 @@ def _num_proc(args: Sequence[str]) -> Optional[int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m determined_lite.launch._horovodrun [--result PATH] -- HOROVODRUN-ARGS``.
+    """``python -m determined_lite.launch._horovodrun [--result PATH] [--listen-address ADDR] --
+    HOROVODRUN-ARGS``.
 
-    Runs horovodrun in this process with untagged output. When a worker fails, prints one
+    Runs horovodrun in this process with untagged output; with ``--listen-address``, its servers
+    listen on that address only (:func:`bind_services_to`). When a worker fails, prints one
     line naming the worker that failed first and, with ``--result``, writes it into the
     trial's result file (likewise when horovodrun itself fails, e.g. a start timeout).
     Exit status: 0 when every worker succeeded, 128 + N when stopped by signal N (SIGTERM,
     SIGINT), else 1.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    result_path = None
-    if args[:1] == ["--result"]:
-        result_path, args = args[1], args[2:]
+    restrict_umask()
+    result_path = listen_address = None
+    while args[:1] in (["--result"], ["--listen-address"]) and len(args) > 1:
+        if args[0] == "--result":
+            result_path = args[1]
+        else:
+            listen_address = args[1]
+        args = args[2:]
     if args[:1] == ["--"]:
         args = args[1:]
+    if listen_address:
+        bind_services_to(listen_address)
     prefix = worker_failure_prefix(result_path) if result_path else None
     if prefix:
         remove_worker_failures(prefix)

@@ -1,13 +1,36 @@
-"""``resources.hosts``: where a trial's workers run, as ``["host-a:2", "host-b:2"]``."""
+"""``resources.hosts``: where a trial's workers run, as ``["host-a:2", "host-b:2"]``.
+
+Listeners: when every worker runs on this machine (``resources.hosts`` unset, or naming only
+:data:`LOCAL_HOSTS`), every service det-lite starts for a trial listens on the loopback address
+:data:`LOOPBACK` only (the engines' rendezvous stores and servers, and the workers' Gloo/NCCL
+sockets on the loopback interface), never on every interface.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import List, Sequence, Tuple
+import socket
+from typing import List, Optional, Sequence, Tuple
 
 _HOSTNAME = re.compile(r"^[\w.-]+$")  # names and addresses both launchers accept
 # Names of this machine that need no ssh (a launcher starts their workers directly).
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
+LOOPBACK = "127.0.0.1"  # the address single-host trials' services listen on
+# Worker environment naming the interface Gloo and NCCL bind to (horovodrun sets its own).
+SOCKET_IFNAME_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def loopback_interface() -> Optional[str]:
+    """The interface holding 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS), when it can be found."""
+    try:
+        import psutil  # a Horovod dependency; not one of det-lite's
+    except ImportError:
+        names = [name for _, name in socket.if_nameindex()]
+        return next((n for n in ("lo", "lo0") if n in names), None)
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == LOOPBACK for a in addrs):
+            return name
+    return None
 
 
 def is_local(host: str) -> bool:

@@ -3,7 +3,8 @@
 One slot runs one worker process; N slots go through the engine's own launcher
 (``horovodrun`` or ``torch.distributed.run``), which starts N workers on this host or on the
 hosts listed in ``resources.hosts``. Output of every worker is read line by line (already
-rank-prefixed by the worker) and handed to ``on_output``.
+rank-prefixed by the worker) and handed to ``on_output``. The trial's processes run with a
+private umask (``store._paths.private_umask``): their files are 0600, their directories 0700.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import determined_lite
 from determined_lite.launch._failures import STOP_GRACE_S, worker_command
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
+from determined_lite.store._paths import private_umask
 
 OutputFn = Callable[[str], None]
 
@@ -45,12 +47,21 @@ def _command(
 class TrialProcess:
     """The running workers of one trial (a process group we can wait on and stop)."""
 
-    def __init__(self, argv: List[str], env: Dict[str, str], on_output: Optional[OutputFn], cwd: str) -> None:
+    def __init__(
+        self,
+        argv: List[str],
+        env: Dict[str, str],
+        on_output: Optional[OutputFn],
+        cwd: str,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
         self.argv = argv
         self._proc = subprocess.Popen(
             argv,
             env=env,
             cwd=cwd,
+            umask=private_umask(),
+            pass_fds=tuple(pass_fds),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -109,8 +120,13 @@ def launch(
     hosts: Optional[Sequence[str]] = None,
     on_output: Optional[OutputFn] = None,
     env: Optional[Dict[str, str]] = None,
+    pass_fds: Sequence[int] = (),
 ) -> TrialProcess:
-    """Write ``spec`` to ``spec_path`` and start the trial's workers."""
+    """Write ``spec`` to ``spec_path`` and start the trial's workers.
+
+    ``pass_fds``: file descriptors the trial's first process inherits (the experiment's runner
+    lock, held until that process exits).
+    """
     spec.save(spec_path)
     argv, engine_env = _command(spec, spec_path, hosts)
     full_env = dict(os.environ)
@@ -124,7 +140,7 @@ def launch(
         full_env["PYTHONPATH"] = os.pathsep.join([root] + paths)
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
-    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir)
+    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds)
 
 
 def run_trial(

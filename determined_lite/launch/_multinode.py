@@ -35,6 +35,7 @@ from determined_lite.launch._failures import (
     write_failure_result,
 )
 from determined_lite.launch._torchrun import AGENT_NAME, first_failure, remote_command
+from determined_lite.store._paths import restrict_umask
 
 POLL_S = 0.05
 
@@ -147,6 +148,7 @@ def supervise(plan: Dict[str, Any]) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    restrict_umask()
     if len(argv) != 1:
         sys.stderr.write("usage: python -m determined_lite.launch._multinode PLAN_JSON\n")
         return 2

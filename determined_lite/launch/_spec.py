@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from determined_lite._enums import TextEnum
 from determined_lite.config import TrainingSettings
+from determined_lite.store._paths import make_private_dirs
 
 BACKENDS = ("single", "horovod", "torch")
 
@@ -124,8 +125,8 @@ def progress_path(result_path: str) -> str:
 
 def _write_json_atomic(path: str, data: Dict[str, Any]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    make_private_dirs(directory)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")  # 0600
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, default=str)

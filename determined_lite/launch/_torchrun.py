@@ -1,7 +1,14 @@
 """Start a trial's workers with ``torch.distributed.run`` (torchrun) and report how they ended.
 
-One host (``resources.hosts`` unset): one torchrun agent in standalone mode starts
-``resources.slots_per_trial`` workers on this machine.
+One host (``resources.hosts`` unset): one torchrun agent starts ``resources.slots_per_trial``
+workers on this machine, joined by torchrun's static rendezvous on 127.0.0.1 (``--nnodes 1
+--rdzv-backend static --master-addr 127.0.0.1 --local-addr 127.0.0.1``).
+
+Listeners: torch's TCPStore server listens on every interface whatever address it is given;
+so when every host is this machine, the agent that hosts the rendezvous (``--listen-address``)
+creates that store itself first, on a socket bound to 127.0.0.1 (``master_listen_fd``), and
+torchrun's static rendezvous reuses it (``multi_tenant``). Workers share the agent's store and
+bind Gloo/NCCL to the loopback interface (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``).
 
 Several hosts (``resources.hosts: ["host-a:2", "host-b:2"]``, slot counts summing to
 ``slots_per_trial``): one agent per host, joined by torchrun's static rendezvous on the first
@@ -22,7 +29,7 @@ Entries named ``localhost`` or ``127.0.0.1`` start their agent directly (no ssh)
 multi-host rendezvous can be tried on one machine with ``["localhost:1", "localhost:1"]``.
 
 Run as ``python -m determined_lite.launch._torchrun [--result PATH] [--failure-file PATH]
-[--watch-stdin] -- TORCHRUN-ARGS``, this module is one agent: torchrun itself, with
+[--watch-stdin] [--listen-address ADDR] -- TORCHRUN-ARGS``, this module is one agent: torchrun itself, with
 ``--max-restarts 0`` so that the first worker that fails (an exception or a signal) stops the
 others; it then prints one line naming that worker and, with ``--result``, writes it into the
 trial's result file (``rank N: ExceptionType: message``).
@@ -52,13 +59,21 @@ from determined_lite.launch._failures import (
     write_failure,
     write_failure_result,
 )
-from determined_lite.launch._hosts import is_local, parse_hosts
+from determined_lite.launch._hosts import (
+    LOOPBACK,
+    SOCKET_IFNAME_ENV,
+    is_local,
+    loopback_interface,
+    parse_hosts,
+)
 from determined_lite.launch._spec import WorkerSpec
+from determined_lite.store._paths import restrict_umask
 
 AGENT_MODULE = "determined_lite.launch._torchrun"
 AGENT_NAME = "torchrun agent"  # names a failure of no worker: "torchrun agent on HOST: ..."
 MULTINODE_MODULE = "determined_lite.launch._multinode"
 DEFAULT_RDZV_PORT = 29400
+DEFAULT_STORE_TIMEOUT_S = 600  # torch's static rendezvous timeout when --rdzv-conf has none
 MONITOR_INTERVAL_S = 0.1  # how often the agent checks its workers
 SHUTDOWN_TIMEOUT_S = 5  # SIGTERM → SIGKILL for the surviving workers after a failure
 
@@ -71,18 +86,21 @@ FORWARDED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "LOGLEVEL")
 
 
 def free_port() -> int:
-    """A TCP port that is free on this machine right now."""
+    """A TCP port that is free on this machine right now (tried on the loopback address)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
+        s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
 
 
-def _engine_env(spec: WorkerSpec, procs_per_host: int) -> Dict[str, str]:
-    """Environment for the agents and their workers."""
+def _engine_env(spec: WorkerSpec, procs_per_host: int, local: bool) -> Dict[str, str]:
+    """Environment for the agents and their workers (``local``: every host is this machine)."""
     from determined_lite.config import check_ddp_options
     from determined_lite.distributed._torch import DDP_OPTIONS_ENV
 
     env: Dict[str, str] = {}
+    lo = loopback_interface() if local else None
+    if lo is not None:
+        env.update({name: lo for name in SOCKET_IFNAME_ENV if name not in os.environ})
     resources = spec.exp_conf.get("resources") or {}
     options = check_ddp_options(resources.get("ddp_options"))
     if options:
@@ -106,6 +124,15 @@ def _torchrun_args(nproc: int) -> List[str]:
     ]
 
 
+def _static_rendezvous_args(
+    nnodes: int, node_rank: int, master: str, port: int, timeout: int, local_addr: Optional[str]
+) -> List[str]:
+    """torchrun's static rendezvous: node ``node_rank`` of ``nnodes``, store at ``master:port``."""
+    args = ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "static"]
+    args += ["--master-addr", master, "--master-port", str(port), "--rdzv-conf", f"timeout={timeout}"]
+    return args + (["--local-addr", local_addr] if local_addr else [])
+
+
 def agent_command(extra: Sequence[str], torchrun_args: Sequence[str], spec_path: str) -> List[str]:
     """The command line of one torchrun agent starting this trial's workers."""
     return (
@@ -122,38 +149,32 @@ def torchrun_command(
     from determined_lite.distributed import DEFAULT_TIMEOUT_S
 
     spec_path = os.path.abspath(spec_path)
+    join_timeout = int(max(DEFAULT_TIMEOUT_S, 60.0))  # remote agents may take a while to start
     if not hosts:
-        env = _engine_env(spec, spec.slots)
-        args = ["--standalone", "--nnodes", "1"] + _torchrun_args(spec.slots)
-        return agent_command(["--result", spec.result_path], args, spec_path), env
+        env = _engine_env(spec, spec.slots, local=True)
+        # Port 0: the agent binds the rendezvous store to a free loopback port itself.
+        args = _static_rendezvous_args(1, 0, LOOPBACK, 0, join_timeout, LOOPBACK)
+        extra = ["--result", spec.result_path, "--listen-address", LOOPBACK]
+        return agent_command(extra, args + _torchrun_args(spec.slots), spec_path), env
 
     parsed = parse_hosts(hosts, spec.slots, allow_repeats=True)
-    env = _engine_env(spec, max(n for _, n in parsed))
-    master = parsed[0][0]
+    local = all(is_local(h) for h, _ in parsed)
+    env = _engine_env(spec, max(n for _, n in parsed), local=local)
+    master = LOOPBACK if local else parsed[0][0]
     if is_local(master):
         port = free_port()
     else:
         port = int(os.environ.get("DET_LITE_RDZV_PORT", DEFAULT_RDZV_PORT))
-    join_timeout = int(max(DEFAULT_TIMEOUT_S, 60.0))  # remote agents may take a while to start
     agents = []
     for i, (host, nproc) in enumerate(parsed):
-        args = [
-            "--nnodes",
-            str(len(parsed)),
-            "--node-rank",
-            str(i),
-            "--rdzv-backend",
-            "static",
-            "--master-addr",
-            master,
-            "--master-port",
-            str(port),
-            "--rdzv-conf",
-            f"timeout={join_timeout}",
-        ] + _torchrun_args(nproc)
+        local_addr = LOOPBACK if local else None
+        args = _static_rendezvous_args(len(parsed), i, master, port, join_timeout, local_addr)
         failure_file = agent_failure_file(spec.result_path, i)
         extra = ["--failure-file", failure_file, "--watch-stdin", "--node-label", host]
-        agents.append({"host": host, "local": is_local(host), "argv": agent_command(extra, args, spec_path)})
+        if local and i == 0:
+            extra += ["--listen-address", LOOPBACK]
+        argv = agent_command(extra, args + _torchrun_args(nproc), spec_path)
+        agents.append({"host": host, "local": is_local(host), "argv": argv})
     plan = {
         "agents": agents,
         "result": spec.result_path,
@@ -236,8 +257,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--failure-file", help="write the first failure of this agent's workers here (JSON)")
     parser.add_argument("--node-label", default="", help="name of this host in messages")
     parser.add_argument("--watch-stdin", action="store_true", help="stop when stdin closes")
+    parser.add_argument(
+        "--listen-address", help="host the rendezvous store (node rank 0) on this address only"
+    )
     parser.add_argument("torchrun_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    restrict_umask()  # an agent started over ssh does not inherit the launcher's umask
     rest = list(args.torchrun_args)
     if rest and rest[0] == "--":
         rest = rest[1:]
@@ -257,7 +282,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _watch_stdin()
     where = f" on {args.node_label}" if args.node_label else ""
     try:
-        torchrun.run(torchrun.parse_args(rest))
+        torchrun_args = torchrun.parse_args(rest)
+        if args.listen_address and torchrun_args.node_rank == 0:
+            # `store` stays referenced until main returns: torchrun's rendezvous shares its server.
+            store, torchrun_args.master_port = _rendezvous_store(args.listen_address, torchrun_args)
+        torchrun.run(torchrun_args)
     except ChildFailedError as e:
         failure = first_failure(_failures_of(e))
         assert failure is not None
@@ -274,6 +303,48 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write(f"det-lite: {AGENT_NAME}{where} failed: {error}\n")
         return 1
     return 0
+
+
+def _rendezvous_store(address: str, torchrun_args: argparse.Namespace) -> Tuple[Any, int]:
+    """A TCPStore server listening on ``address`` only, at ``--master-port`` (0: a free port).
+
+    torch's TCPStore server binds every interface whatever host it is given; one created on a
+    socket of our own (``master_listen_fd``) with ``multi_tenant`` is the server that torchrun's
+    static rendezvous then finds and shares with the workers. Returns ``(store, port)``.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, int(torchrun_args.master_port or 0)))
+        sock.listen(socket.SOMAXCONN)
+        port = int(sock.getsockname()[1])
+    except BaseException:
+        sock.close()
+        raise
+    store = dist.TCPStore(
+        address,
+        port,
+        is_master=True,
+        multi_tenant=True,
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),  # the server owns the socket from now on
+        timeout=datetime.timedelta(seconds=_rdzv_timeout(torchrun_args)),
+    )
+    return store, port
+
+
+def _rdzv_timeout(torchrun_args: argparse.Namespace) -> float:
+    """``timeout=S`` of ``--rdzv-conf`` (torch's own default when absent)."""
+    for item in str(getattr(torchrun_args, "rdzv_conf", "") or "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "timeout" and value.strip():
+            return float(value)
+    return float(DEFAULT_STORE_TIMEOUT_S)
 
 
 def _report(args: argparse.Namespace, failure: WorkerFailure) -> None:

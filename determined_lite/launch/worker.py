@@ -23,6 +23,7 @@ from determined_lite._errors import DiskFullError, find_action_required, is_disk
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.store._paths import restrict_umask
 
 logger = logging.getLogger("determined_lite")
 
@@ -141,6 +142,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(argv) != 1:
         print("usage: python -m determined_lite.launch.worker SPEC.json", file=sys.stderr)
         return 2
+    restrict_umask()  # its files (checkpoints, TensorBoard, results) are private
     spec = WorkerSpec.load(argv[0])
     _watch_supervisor()
     from determined_lite import distributed

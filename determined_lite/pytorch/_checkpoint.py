@@ -40,7 +40,7 @@ from determined_lite.storage import (
     writer_record,
 )
 from determined_lite.storage._layout import fsync_dir, fsync_tree
-from determined_lite.store._paths import det_lite_home
+from determined_lite.store._paths import det_lite_home, make_private_dirs, restrict_tree
 
 FORMAT_VERSION = 2  # 2: the state loads with weights_only=True (RNG states as plain values)
 TRUST_ENV = "DET_LITE_TRUST_CHECKPOINTS"
@@ -78,7 +78,7 @@ def write_checkpoint(
     tmp = os.path.join(root, f"{TMP_PREFIX}{checkpoint_uuid}")
     final = os.path.join(root, checkpoint_uuid)
     try:
-        os.makedirs(root, exist_ok=True)
+        make_private_dirs(root)
         os.makedirs(tmp)
         # The metadata first: it names this process, so that a garbage collection knows whether
         # the .tmp- directory is still being written.
@@ -94,6 +94,7 @@ def write_checkpoint(
         check_loadable(state_path, state)
         if context_dir is not None:
             copy_code(context_dir, os.path.join(tmp, CODE_DIR), exclude=(root, det_lite_home()))
+        restrict_tree(tmp)  # private: 0700 directories, 0600 files (copies keep their source's modes)
         if durable:
             fsync_tree(tmp)
         os.rename(tmp, final)

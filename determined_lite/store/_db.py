@@ -13,6 +13,10 @@ experiment runner and each trial's chief worker (writers). So:
 * a full volume is :class:`StoreFullError`, one line naming the directory (no traceback in the
   CLI), and an ``ActionRequired`` error: a trial that meets it is not restarted.
 
+The file holds configs, environment variables and logs: it is created 0600 in a 0700 directory
+(SQLite gives its ``-wal`` and ``-shm`` files the database file's mode), and opening a store an
+older det-lite left readable by others takes those permissions away (see ``_paths.py``).
+
 JSON columns are written with Python's ``json`` allowing ``NaN``/``Infinity`` tokens, so
 non-finite metric values round-trip.
 """
@@ -29,9 +33,18 @@ from typing import Any, Callable, List, Optional, TypeVar
 
 from determined_lite._errors import ActionRequired
 from determined_lite.store import _schema
-from determined_lite.store._paths import default_db_path
+from determined_lite.store._paths import (
+    default_db_path,
+    det_lite_home,
+    make_private_dirs,
+    open_private,
+    restrict_existing,
+)
 
 T = TypeVar("T")
+
+# SQLite's companions of the database file (write-ahead log, shared memory, rollback journal).
+_DB_COMPANIONS = ("-wal", "-shm", "-journal")
 
 
 class StoreError(RuntimeError):
@@ -113,15 +126,25 @@ class Database:
         self._lock = threading.Lock()
         self._open: List[sqlite3.Connection] = []  # referenced so a fork child never closes them
         self._conn()
+        self._restrict_files()
+
+    def _restrict_files(self) -> None:
+        """Take group and other permissions off the store's files (and off the det-lite home)."""
+        if self.home == det_lite_home():
+            restrict_existing(self.home)
+        for path in [self.path] + [self.path + suffix for suffix in _DB_COMPANIONS]:
+            restrict_existing(path)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             return conn
         try:
-            os.makedirs(self.home, exist_ok=True)
+            make_private_dirs(self.home)
+            if not os.path.exists(self.path):
+                os.close(open_private(self.path, os.O_WRONLY | os.O_CREAT))  # 0600 before SQLite opens it
         except OSError as e:
-            raise StoreError(f"cannot create the det-lite home directory {self.home}: {e}") from None
+            raise StoreError(f"cannot create the det-lite store {self.path}: {e}") from None
         try:
             conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
         except sqlite3.Error as e:

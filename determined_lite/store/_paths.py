@@ -1,13 +1,25 @@
-"""Where det-lite keeps its state, and whether a recorded process is still the one that is running."""
+"""Where det-lite keeps its state, who may read it, and whether a recorded process is still the
+one that is running.
+
+Everything det-lite writes (the store, run directories, logs, checkpoints, TensorBoard files) is
+private to the user: directories are created 0700 and files 0600, both further narrowed by a
+stricter umask, never widened. det-lite's own processes (runner, launchers, workers) run with
+the umask's group and other bits set (:func:`restrict_umask`, :func:`private_umask`), so files that
+libraries create for them (SQLite's WAL, torch.save, TensorBoard) are private too.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any, List, Mapping, Optional
 
 DB_FILE = "det-lite.db"
 EXPERIMENTS_DIR = "experiments"
 CONTEXT_SNAPSHOT = "context"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_UMASK = 0o077  # no permission for group and others
 
 
 def det_lite_home() -> str:
@@ -96,3 +108,65 @@ def process_alive(pid: Optional[int], token: Optional[str] = None) -> bool:
         if current is not None and current != token:
             return False
     return True
+
+
+# --- permissions ------------------------------------------------------------------------------
+
+
+def private_umask() -> int:
+    """This process's umask with every group and other bit added (a stricter umask is kept)."""
+    current = os.umask(PRIVATE_UMASK)
+    os.umask(current)
+    return current | PRIVATE_UMASK
+
+
+def restrict_umask() -> int:
+    """Make what this process creates from now on private (:func:`private_umask`); returns the
+    previous umask. For det-lite's own processes only, never a user's."""
+    return os.umask(private_umask())
+
+
+def make_private_dirs(path: str) -> str:
+    """``os.makedirs(path)`` with every directory it creates 0700 (less under a stricter umask);
+    directories that exist are left as they are. Returns ``path``."""
+    missing: List[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+    return path
+
+
+def open_private(path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_APPEND) -> int:
+    """``os.open`` creating a missing file 0600 (less under a stricter umask); returns the fd."""
+    return os.open(path, flags, PRIVATE_FILE_MODE)
+
+
+def restrict_existing(path: str) -> None:
+    """Drop the group and other bits of ``path`` when this user owns it (a file or directory an
+    older det-lite created world-readable); nothing when it is missing or someone else's."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or not st.st_mode & PRIVATE_UMASK:
+        return
+    os.chmod(path, stat.S_IMODE(st.st_mode) & ~PRIVATE_UMASK)
+
+
+def restrict_tree(path: str) -> None:
+    """Drop the group and other bits of ``path`` and everything under it (symlinks untouched):
+    copies keep their source's modes (``shutil.copytree``), whatever the umask."""
+    restrict_existing(path)
+    for directory, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            restrict_existing(os.path.join(directory, name))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from determined_lite.store._db import Database, NotFoundError, dumps_json, loads_json
 
@@ -98,11 +98,14 @@ class TrialRecords(Database):
         path: str,
         total_batches: int,
         metrics: Optional[Dict[str, Any]] = None,
+        replaces: Sequence[str] = (),
     ) -> None:
         """Register a complete checkpoint; the trial's ``latest_checkpoint`` becomes the one with
-        the most batches."""
+        the most batches. ``replaces``: checkpoints of the same trial forgotten in the same
+        transaction (retention), so that readers never see both."""
         text = None if metrics is None else dumps_json(metrics, "checkpoint metrics")
         now = time.time()
+        dropped = [str(u) for u in replaces if str(u) != str(uuid)]
 
         def body(conn: sqlite3.Connection) -> None:
             if conn.execute("SELECT 1 FROM trials WHERE id = ?", (int(trial_id),)).fetchone() is None:
@@ -112,6 +115,10 @@ class TrialRecords(Database):
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uuid) DO UPDATE SET path = excluded.path,"
                 " total_batches = excluded.total_batches, metrics = excluded.metrics",
                 (str(uuid), int(trial_id), str(path), int(total_batches), text, now),
+            )
+            conn.executemany(
+                "DELETE FROM checkpoints WHERE uuid = ? AND trial_id = ?",
+                [(u, int(trial_id)) for u in dropped],
             )
             self._refresh_latest(conn, int(trial_id))
 

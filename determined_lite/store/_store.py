@@ -58,9 +58,13 @@ class Store(TrialRecords):
         config_path: Optional[str],
         name: Optional[str] = None,
         state: str = ExperimentState.ACTIVE,
+        pid: Optional[int] = None,
     ) -> int:
-        """Record a new experiment (default state ACTIVE); returns its id (1, 2, ...)."""
+        """Record a new experiment (default state ACTIVE); returns its id (1, 2, ...).
+
+        ``pid``: the process that will run it, recorded at once (as ``set_experiment_pid``)."""
         state = _check(state, ExperimentState, "experiment state")
+        token = process_token(pid) if pid else None
         if name is None and isinstance(config, dict) and isinstance(config.get("name"), str):
             name = config["name"]
         config_text = dumps_json(config, "experiment config")
@@ -70,8 +74,8 @@ class Store(TrialRecords):
         def body(conn: sqlite3.Connection) -> int:
             cursor = conn.execute(
                 "INSERT INTO experiments (name, state, config, context_dir, config_path, created_at,"
-                " ended_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, state, config_text, context_dir, config_path, now, ended),
+                " ended_at, pid, pid_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, state, config_text, context_dir, config_path, now, ended, pid, token),
             )
             assert cursor.lastrowid is not None  # set by every INSERT
             return int(cursor.lastrowid)

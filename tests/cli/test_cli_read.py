@@ -345,9 +345,12 @@ def test_pause_and_kill_with_a_running_process_write_requests(filled, store):
     assert withdrawn.exit_code == 0
     assert "pause request is withdrawn" in withdrawn.stdout
     assert store.pending_action(1) is None
-    assert (
-        run("experiment", "activate", "1").stdout.strip()
-        == f"Experiment 1 is already active (pid {os.getpid()})."
+    # a second runner is refused, naming the process that runs the experiment (one runner each)
+    again = run("experiment", "activate", "1")
+    assert again.exit_code == 2
+    assert again.stderr.strip() == (
+        f"Error: experiment 1 is already running in process {os.getpid()}; "
+        "pause or kill it first (det-lite experiment pause 1)"
     )
     run("experiment", "kill", "1")
     assert (store.pending_action(1), store.get_experiment(1)["state"]) == ("kill", "ACTIVE")

@@ -113,13 +113,14 @@ def test_local_command_runs_horovodrun_with_gloo_timeouts_and_loopback(tmp_path,
     monkeypatch.delenv(hr.CONTROLLER_ENV, raising=False)
     spec = _spec(tmp_path)
     argv, env = hr.horovodrun_command(spec, "/x/spec.json", None)
-    assert argv[:7] == [sys.executable, "-u", "-m", hr.WRAPPER_MODULE, "--result", spec.result_path, "--"]
-    opts = argv[7 : -len(worker_command("/x/spec.json"))]
+    assert argv[:6] == [sys.executable, "-u", "-m", hr.WRAPPER_MODULE, "--result", spec.result_path]
+    assert argv[6:9] == ["--listen-address", "127.0.0.1", "--"]  # horovodrun's servers: loopback only
+    opts = argv[9 : -len(worker_command("/x/spec.json"))]
     assert argv[-len(worker_command("/x/spec.json")) :] == worker_command("/x/spec.json")
     assert opts[:5] == ["-np", "2", "-H", "localhost:2", "--gloo"]
     assert opts[opts.index("--start-timeout") + 1] == "13"
     assert opts[opts.index("--gloo-timeout-seconds") + 1] == "13"
-    assert opts[opts.index("--network-interfaces") + 1] == hr._loopback_interface() == "lo"
+    assert opts[opts.index("--network-interfaces") + 1] == hr.loopback_interface() == "lo"
     assert "--disable-cache" in opts
     assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "13"
 
@@ -130,7 +131,7 @@ def test_remote_hosts_go_to_dash_h_without_loopback(tmp_path, monkeypatch):
     argv, _ = hr.horovodrun_command(_spec(tmp_path, slots=4), "/x/spec.json", ["host-a:2", "host-b:2"])
     assert argv[argv.index("-np") + 1] == "4"
     assert argv[argv.index("-H") + 1] == "host-a:2,host-b:2"
-    assert "--network-interfaces" not in argv
+    assert "--network-interfaces" not in argv and "--listen-address" not in argv
     assert "--disable-cache" not in argv
 
 

@@ -89,13 +89,20 @@ def _spec(tmp_path: Path, slots: int = 2, ddp_options: Any = None) -> WorkerSpec
     )
 
 
-def test_single_host_command_is_torchrun_standalone(tmp_path: Path) -> None:
+def test_single_host_command_is_torchrun_on_loopback(tmp_path: Path) -> None:
     argv, env = torchrun_command(_spec(tmp_path, 3, {"bucket_cap_mb": 4}), str(tmp_path / "spec.json"), None)
     assert argv[:4] == [sys.executable, "-u", "-m", "determined_lite.launch._torchrun"]
     rest = argv[argv.index("--") + 1 :]
     assert rest[rest.index("--nproc-per-node") + 1] == "3"
     assert rest[rest.index("--max-restarts") + 1] == "0"
-    assert "--standalone" in rest
+    # One node, static rendezvous on 127.0.0.1; the agent binds its store there (port 0: any).
+    assert [rest[rest.index(flag) + 1] for flag in ("--nnodes", "--rdzv-backend", "--master-addr")] == [
+        "1",
+        "static",
+        "127.0.0.1",
+    ]
+    assert (rest[rest.index("--master-port") + 1], rest[rest.index("--local-addr") + 1]) == ("0", "127.0.0.1")
+    assert argv[argv.index("--listen-address") + 1] == "127.0.0.1"
     assert rest[-3:] == ["--module", "determined_lite.launch.worker", str(tmp_path / "spec.json")]
     assert argv[argv.index("--result") + 1] == str(tmp_path / "result.json")
     assert json.loads(env["DET_LITE_DDP_OPTIONS"]) == {"bucket_cap_mb": 4}

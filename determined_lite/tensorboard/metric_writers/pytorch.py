@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional, Union
 
 import numpy as np
 
+from determined_lite.store._paths import make_private_dirs
 from determined_lite.tensorboard import get_base_path
 
 
@@ -21,7 +21,7 @@ class TorchWriter:
         from torch.utils.tensorboard import SummaryWriter
 
         path = log_dir or get_base_path()
-        os.makedirs(path, exist_ok=True)
+        make_private_dirs(path)
         self.writer = SummaryWriter(log_dir=path)
 
     def add_scalar(self, name: str, value: Union[int, float, np.number, Any], step: int) -> None:

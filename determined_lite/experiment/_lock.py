@@ -1,0 +1,196 @@
+"""One runner per experiment: an exclusive ``flock`` on ``<home>/experiments/<id>/runner.lock``.
+
+``experiment create`` and ``experiment activate`` take the lock before they run an experiment
+(``--detach`` hands it to the background runner, which inherits the open file) and hold it
+until the runner exits. The kernel drops a ``flock`` when the last process holding the open
+file goes, SIGKILL included, so there is no stale lock and no pid to be fooled by reuse. The
+runner also hands the file to each trial's first process (the single worker, the torchrun agent
+or the horovodrun wrapper): a runner killed with SIGKILL keeps its experiment locked until the
+trial processes it started have exited too.
+
+The holder writes ``{"pid", "token", "phase"}`` into the file, for contenders' messages only
+(``token``: ``process_token``, which tells a reused pid apart). A contender that finds the lock
+taken
+
+* by a live process in phase ``running`` stops at once (exit 2, naming that process);
+* by a holder that is ``stopping`` (a paused runner exiting) or gone (its trial processes still
+  exiting) waits for the lock, at most ``$DET_LITE_ACTIVATE_WAIT`` seconds (default 60), and
+  then stops naming the processes that still hold it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import sys
+import time
+from typing import List, Optional, TextIO
+
+from determined_lite._enums import TextEnum
+from determined_lite.experiment import ActivationRefused
+from determined_lite.store._paths import experiment_dir, open_private, process_alive, process_token
+
+LOCK_FILE = "runner.lock"
+WAIT_ENV = "DET_LITE_ACTIVATE_WAIT"
+DEFAULT_WAIT_S = 60.0
+POLL_S = 0.1
+
+
+class RunnerPhase(TextEnum):
+    """What the lock's holder is doing (the ``phase`` in the lock file)."""
+
+    RUNNING = "running"  # runs the experiment, or is about to
+    STOPPING = "stopping"  # done (paused, ended): exiting
+
+
+class ExperimentLocked(ActivationRefused):
+    """Another process runs the experiment, or its previous run did not exit in time (exit 2)."""
+
+
+def wait_seconds() -> float:
+    """``$DET_LITE_ACTIVATE_WAIT``: how long to wait for a previous run to exit."""
+    text = os.environ.get(WAIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ExperimentLocked(f"{WAIT_ENV} must be a number of seconds, got {text!r}") from None
+    return max(0.0, value)
+
+
+@dataclasses.dataclass
+class LockHolder:
+    """Who wrote the lock file last."""
+
+    pid: int
+    token: Optional[str]
+    phase: str
+
+    def alive(self) -> bool:
+        return process_alive(self.pid, self.token)
+
+
+def read_holder(path: str) -> Optional[LockHolder]:
+    """The holder recorded in the lock file; None when missing, empty or being rewritten."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return LockHolder(pid=int(data["pid"]), token=data.get("token"), phase=str(data["phase"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def processes_holding(path: str) -> List[int]:
+    """Pids of this user's processes with ``path`` open (Linux ``/proc``; empty elsewhere)."""
+    target = os.path.realpath(path)
+    found = []
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            links = [os.readlink(os.path.join(fd_dir, fd)) for fd in os.listdir(fd_dir)]
+        except OSError:
+            continue
+        if target in links:
+            found.append(pid)
+    return sorted(found)
+
+
+class RunnerLock:
+    """This process's hold on an experiment's runner lock (an open, ``flock``-ed file)."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self._fd: Optional[int] = fd
+        self.path = path
+
+    @classmethod
+    def try_take(cls, path: str) -> Optional["RunnerLock"]:
+        """The lock, or None when another open file holds it (never blocks)."""
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, path)
+
+    @classmethod
+    def adopt(cls, fd: int, path: str) -> "RunnerLock":
+        """The lock handed over by the process that took it (``--detach``): an inherited fd."""
+        os.fstat(fd)  # fails now, clearly, if nothing was handed over
+        return cls(fd, path)
+
+    def fileno(self) -> int:
+        """The descriptor to pass to child processes that must keep the lock while they run."""
+        if self._fd is None:
+            raise ValueError(f"the runner lock {self.path} was released")
+        return self._fd
+
+    def record(self, pid: int, phase: RunnerPhase) -> None:
+        """Write who holds the lock and what it does (for contenders' messages)."""
+        data = json.dumps({"pid": pid, "token": process_token(pid), "phase": phase}).encode()
+        fd = self.fileno()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+
+    def release(self) -> None:
+        """Close this process's descriptor; the lock is free once no other process holds it
+        (children it was handed to keep it). Idempotent."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def take_runner_lock(
+    experiment_id: int, wait_s: Optional[float] = None, out: Optional[TextIO] = None
+) -> RunnerLock:
+    """Take experiment ``experiment_id``'s runner lock for this process (phase ``running``).
+
+    Raises ``ExperimentLocked`` at once when a live process runs the experiment, or after
+    ``wait_s`` (default :func:`wait_seconds`) when the processes of a previous run hold the
+    lock that long; says on ``out`` (default stderr) when it starts waiting.
+    """
+    from determined_lite.store._paths import make_private_dirs
+
+    directory = make_private_dirs(experiment_dir(experiment_id))
+    path = os.path.join(directory, LOCK_FILE)
+    limit = wait_seconds() if wait_s is None else wait_s
+    start = time.monotonic()
+    waiting = False
+    while True:
+        lock = RunnerLock.try_take(path)
+        if lock is not None:
+            lock.record(os.getpid(), RunnerPhase.RUNNING)
+            return lock
+        holder = read_holder(path)
+        if holder is not None and holder.phase == RunnerPhase.RUNNING and holder.alive():
+            raise ExperimentLocked(
+                f"experiment {experiment_id} is already running in process {holder.pid}; "
+                f"pause or kill it first (det-lite experiment pause {experiment_id})"
+            )
+        if time.monotonic() - start >= limit:
+            pids = processes_holding(path)
+            who = f"process(es) {', '.join(map(str, pids))}" if pids else "other processes"
+            raise ExperimentLocked(
+                f"experiment {experiment_id}: its previous run has not exited after {limit:g} s "
+                f"({who} still hold {path}); stop them, or wait longer with {WAIT_ENV}=SECONDS"
+            )
+        if not waiting and (holder is not None or time.monotonic() - start > 1.0):
+            waiting = True  # (no holder yet: the winner is writing its record; say nothing)
+            what = f"process {holder.pid}" if holder is not None else "its processes"
+            print(
+                f"Waiting for the previous run of experiment {experiment_id} ({what}) to exit "
+                f"(at most {limit:g} s)...",
+                file=out or sys.stderr,
+                flush=True,
+            )
+        time.sleep(POLL_S)
