@@ -24,6 +24,7 @@ from tests.cli_helpers import REPO, describe, write_config
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 DIR_MODE, FILE_MODE = 0o700, 0o600
+SNAPSHOT_FILE_MODE = 0o400  # the context snapshot's files (and their hard links in code/) are read-only
 
 
 @pytest.fixture
@@ -56,7 +57,12 @@ def _not_private(root: str, modes: Dict[str, int]) -> List[str]:
     bad = []
     for rel, mode in sorted(modes.items()):
         path = os.path.join(root, rel)
-        expected = DIR_MODE if os.path.isdir(path) or rel.endswith("/") else FILE_MODE
+        if os.path.isdir(path) or rel.endswith("/"):
+            expected = DIR_MODE
+        elif "/context/" in f"/{rel}" or "/code/" in f"/{rel}":
+            expected = SNAPSHOT_FILE_MODE if os.stat(path).st_nlink > 1 or "/context/" in f"/{rel}" else FILE_MODE
+        else:
+            expected = FILE_MODE
         if mode != expected:
             bad.append(f"{rel}: {oct(mode)}")
     return bad
