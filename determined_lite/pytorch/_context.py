@@ -249,7 +249,7 @@ class PyTorchTrialContext:
         if any(w.optimizer is optimizer for w in self.harness.optimizers):
             raise ValueError("wrap_optimizer() was already called on this optimizer")
         wrapped = self._distributed.wrap_optimizer(
-            optimizer, self.models, backward_passes_per_step * self.harness.state.aggregation_frequency
+            optimizer, self.models, backward_passes_per_step, self.harness.state.aggregation_frequency
         )
         self.harness.optimizers.append(WrappedOptimizer(wrapped, backward_passes_per_step))
         return wrapped

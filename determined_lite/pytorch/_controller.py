@@ -323,15 +323,14 @@ class TrialController:
                 break
 
     def _batch_context(self, update: bool) -> ContextManager[Any]:
-        """Autocast (AMP) and, off optimizer-step batches, no gradient communication."""
+        """Autocast (AMP) and the engine's gradient communication (none off optimizer-step batches)."""
         precision = self.harness.precision
-        if update:
-            return precision.autocast()
+        sync = self.dist.batch_context(self.harness.models, update)
         if not precision.autocasts:
-            return self.dist.no_sync(self.harness.models)
+            return sync
         stack = contextlib.ExitStack()
         stack.enter_context(precision.autocast())
-        stack.enter_context(self.dist.no_sync(self.harness.models))
+        stack.enter_context(sync)
         return stack
 
     # --- training metrics -------------------------------------------------------------------
