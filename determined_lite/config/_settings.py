@@ -62,6 +62,7 @@ class TrainingSettings:
     step_zero_validation: bool = False  # perform_initial_validation
     aggregation_frequency: int = 1  # optimizations.aggregation_frequency
     average_aggregated_gradients: bool = True  # optimizations.average_aggregated_gradients
+    average_training_metrics: bool = True  # optimizations.average_training_metrics
     experiment_seed: Optional[int] = None  # reproducibility.experiment_seed
 
     @classmethod
@@ -89,6 +90,9 @@ class TrainingSettings:
             average_aggregated_gradients=_or(
                 _get(exp_conf, "optimizations", "average_aggregated_gradients"),
                 d.average_aggregated_gradients,
+            ),
+            average_training_metrics=_or(
+                _get(exp_conf, "optimizations", "average_training_metrics"), d.average_training_metrics
             ),
             experiment_seed=_get(exp_conf, "reproducibility", "experiment_seed"),
         )

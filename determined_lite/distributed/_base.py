@@ -109,13 +109,23 @@ class DistributedContext(abc.ABC):
         optimizer: torch.optim.Optimizer,
         models: Sequence[torch.nn.Module],
         backward_passes_per_step: int,
+        aggregation_frequency: int,
     ) -> torch.optim.Optimizer:
-        """The optimizer the trial steps (e.g. Horovod's DistributedOptimizer)."""
+        """The optimizer the trial steps (e.g. Horovod's DistributedOptimizer).
+
+        ``backward_passes_per_step``: backward passes per training batch (the trial's
+        ``wrap_optimizer`` argument); a step follows ``backward_passes_per_step ×
+        aggregation_frequency`` of them.
+        """
         return optimizer
 
     def no_sync(self, models: Iterable[torch.nn.Module]) -> ContextManager[None]:
         """Suspend gradient communication for a batch that does not step the optimizers."""
         return _NULL
+
+    def batch_context(self, models: Sequence[torch.nn.Module], step_batch: bool) -> ContextManager[Any]:
+        """Context of one training batch: gradient communication only on optimizer-step batches."""
+        return _NULL if step_batch else self.no_sync(models)
 
     def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
         """Finish gradient communication for ``optimizer`` before it is clipped and stepped."""

@@ -212,9 +212,10 @@ class HorovodContext(DistributedContext):
         optimizer: torch.optim.Optimizer,
         models: Sequence[torch.nn.Module],
         backward_passes_per_step: int,
+        aggregation_frequency: int,
     ) -> torch.optim.Optimizer:
-        """``hvd.DistributedOptimizer`` averaging gradients over ranks every
-        ``backward_passes_per_step`` backward passes (bpps × aggregation frequency)."""
+        """``hvd.DistributedOptimizer`` averaging gradients over ranks once per optimizer step:
+        every ``backward_passes_per_step × aggregation_frequency`` backward passes."""
         if self.size == 1:
             return optimizer
         named = named_parameters(optimizer, models)
@@ -222,7 +223,7 @@ class HorovodContext(DistributedContext):
         wrapped = self._hvd.DistributedOptimizer(
             optimizer,
             named_parameters=named,
-            backward_passes_per_step=backward_passes_per_step,
+            backward_passes_per_step=backward_passes_per_step * aggregation_frequency,
             op=self._hvd.Average,
         )
         # Horovod zero-fills every gradient when it registers its hooks; keep what was there

@@ -11,6 +11,13 @@ that still answers the trial's ``self.model.weight`` and other attributes of the
 DDP averages gradients over ranks during ``backward``; batches that do not step the optimizer
 run under ``no_sync()`` so that one all-reduce carries a whole aggregation window.
 
+DDP reduces in the first backward pass after a synchronised forward pass, so it cannot serve a
+trial with several backward passes per batch (``wrap_optimizer(backward_passes_per_step > 1)``):
+the later passes would stay local to each rank. Once an optimizer is wrapped that way, every
+batch runs under ``no_sync()`` and :meth:`TorchDistributedContext.synchronize` averages each
+optimizer's accumulated gradients in one all-reduce per dtype before its step (step batches start
+by broadcasting rank 0's buffers, as DDP's synchronised forward passes do).
+
 DDP options come from ``resources.ddp_options`` of the experiment config: the launcher passes
 them to every worker in ``$DET_LITE_DDP_OPTIONS`` (JSON), or a caller hands them to
 ``from_environment(ddp_options=...)``.
@@ -160,6 +167,9 @@ class TorchDistributedContext(DistributedContext):
         self.ddp_options = check_ddp_options(ddp_options)
         self._ddp_kwargs = _ddp_kwargs(self.ddp_options)
         self._closed = False
+        # Gradients are averaged by synchronize(), not by DDP's backward hooks (set when an
+        # optimizer takes several backward passes per batch).
+        self._explicit_reduce = False
 
     @classmethod
     def from_environment(
@@ -280,6 +290,63 @@ class TorchDistributedContext(DistributedContext):
         for m in ddp:
             stack.enter_context(m.no_sync())
         return stack
+
+    def wrap_optimizer(
+        self,
+        optimizer: torch.optim.Optimizer,
+        models: Sequence[torch.nn.Module],
+        backward_passes_per_step: int,
+        aggregation_frequency: int,
+    ) -> torch.optim.Optimizer:
+        """``optimizer`` itself; several backward passes per batch switch to explicit averaging."""
+        if backward_passes_per_step > 1 and self.size > 1:
+            self._explicit_reduce = True
+        return optimizer
+
+    def batch_context(self, models: Sequence[torch.nn.Module], step_batch: bool) -> ContextManager[Any]:
+        """DDP communicates on step batches; under explicit averaging it never does (buffers
+        are broadcast from rank 0 before a step batch instead)."""
+        if not self._explicit_reduce:
+            return contextlib.nullcontext() if step_batch else self.no_sync(models)
+        if step_batch and self.ddp_options.get("broadcast_buffers", True):
+            ddp = [m for m in models if isinstance(m, DistributedDataParallel)]
+            buffers = [b for m in ddp for b in m.module.buffers()]
+            if buffers:
+                with torch.no_grad():
+                    _broadcast_tensors(buffers, root=0)
+        return self.no_sync(models)
+
+    def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
+        """Under explicit averaging: the mean over ranks of ``optimizer``'s gradients, as DDP
+        computes it (a rank without a gradient for a parameter contributes zeros; a parameter
+        no rank has a gradient for keeps ``None``)."""
+        if not self._explicit_reduce:
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+        groups: Dict[Any, List[torch.Tensor]] = {}
+        for p in params:
+            if p.grad is not None and p.grad.is_sparse:
+                raise RuntimeError(
+                    "sparse gradients cannot be averaged with backward_passes_per_step > 1 on the "
+                    "torch backend; use resources.distributed_backend: horovod"
+                )
+            groups.setdefault((p.device, p.dtype), []).append(p)
+        for (device, dtype), group in groups.items():
+            # One message per device and dtype: the gradients, then one "has a gradient" flag each.
+            parts = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in group]
+            flags = torch.tensor([p.grad is not None for p in group], dtype=dtype, device=device)
+            flat = torch.cat(parts + [flags])
+            self._collective("gradient all-reduce", dist.all_reduce, flat)
+            has_grad = flat[-len(group) :].tolist()
+            offset = 0
+            for p, flag in zip(group, has_grad):
+                n = p.numel()
+                grad = flat[offset : offset + n].view_as(p).div_(self.size)
+                offset += n
+                if p.grad is not None:
+                    p.grad.copy_(grad)
+                elif flag > 0:
+                    p.grad = grad.clone()
 
     def broadcast_initial_state(
         self, models: Sequence[torch.nn.Module], optimizers: Sequence[torch.optim.Optimizer]

@@ -11,8 +11,11 @@ the loop honours at the next optimizer-step boundary with a checkpoint.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
 
 from determined_lite.experiment._retention import RetentionPolicy, register_checkpoint
 from determined_lite.launch._spec import WorkerSpec, _write_json_atomic, progress_path
@@ -69,10 +72,10 @@ class StoreReporter(PyTorchCallback):
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
         self._store.add_validation_metrics(self._trial_id, self._harness().state.batches_done, metrics)
         settings = self._harness().settings
-        value = metrics.get(settings.searcher_metric)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = metrics.get(settings.searcher_metric)  # numpy values reach callbacks, as in Determined
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
             best = (self._store.get_trial(self._trial_id) or {}).get("best_validation")
-            if is_better(value, best, settings.smaller_is_better):
+            if is_better(float(value), best, settings.smaller_is_better):
                 self._store.update_trial(self._trial_id, best_validation=float(value))
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:

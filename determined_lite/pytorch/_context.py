@@ -249,7 +249,7 @@ class PyTorchTrialContext:
         if any(w.optimizer is optimizer for w in self.harness.optimizers):
             raise ValueError("wrap_optimizer() was already called on this optimizer")
         wrapped = self._distributed.wrap_optimizer(
-            optimizer, self.models, backward_passes_per_step * self.harness.state.aggregation_frequency
+            optimizer, self.models, backward_passes_per_step, self.harness.state.aggregation_frequency
         )
         self.harness.optimizers.append(WrappedOptimizer(wrapped, backward_passes_per_step))
         return wrapped
@@ -274,7 +274,12 @@ class PyTorchTrialContext:
         return wrapped
 
     def wrap_scaler(self, scaler: Any) -> Any:
-        """Register a ``torch.amp.GradScaler`` so it is checkpointed; pass it to ``step_optimizer``."""
+        """Register a ``torch.amp.GradScaler`` so it is checkpointed.
+
+        As in Determined, the trial scales its loss, passes the scaler to
+        ``step_optimizer(opt, scaler=scaler)`` (which unscales and steps through it) and then
+        calls ``scaler.update()`` itself; the harness never updates a wrapped scaler.
+        """
         return self.harness.precision.add_scaler(scaler)
 
     def wrap_reducer(
@@ -302,7 +307,7 @@ class PyTorchTrialContext:
             "configure_apex_amp() needs NVIDIA apex, which determined_lite does not support; "
             "use native torch AMP instead: context.experimental.use_amp() for automatic mixed "
             "precision, or scaler = context.wrap_scaler(torch.amp.GradScaler('cuda')) with "
-            "torch.autocast in train_batch and step_optimizer(opt, scaler=scaler)"
+            "torch.autocast in train_batch, step_optimizer(opt, scaler=scaler), then scaler.update()"
         )
 
     def get_optimizer(self) -> torch.optim.Optimizer:

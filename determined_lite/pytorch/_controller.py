@@ -10,10 +10,12 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import numbers
 import os
 import time
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 
 import determined_lite
@@ -27,15 +29,10 @@ from determined_lite.pytorch import _checkpoint, _rng
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
-from determined_lite.pytorch._reducer import (
-    LazyMetricList,
-    check_evaluation_reducer,
-    merge_reducer_metrics,
-    training_cross_slot,
-    training_partial,
-)
+from determined_lite.pytorch._reducer import check_evaluation_reducer, merge_reducer_metrics, plain_metrics
 from determined_lite.pytorch._schedule import Plan, decide, is_better
 from determined_lite.pytorch._sharding import set_epoch
+from determined_lite.pytorch._training_metrics import training_cross_slot, training_partial
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.pytorch._validation import Validation, evaluation_mode
 from determined_lite.storage import STORE_KEY
@@ -324,15 +321,14 @@ class TrialController:
                 break
 
     def _batch_context(self, update: bool) -> ContextManager[Any]:
-        """Autocast (AMP) and, off optimizer-step batches, no gradient communication."""
+        """Autocast (AMP) and the engine's gradient communication (none off optimizer-step batches)."""
         precision = self.harness.precision
-        if update:
-            return precision.autocast()
+        sync = self.dist.batch_context(self.harness.models, update)
         if not precision.autocasts:
-            return self.dist.no_sync(self.harness.models)
+            return sync
         stack = contextlib.ExitStack()
         stack.enter_context(precision.autocast())
-        stack.enter_context(self.dist.no_sync(self.harness.models))
+        stack.enter_context(sync)
         return stack
 
     # --- training metrics -------------------------------------------------------------------
@@ -347,7 +343,8 @@ class TrialController:
         )
 
     def _flush_training(self, done: int) -> bool:
-        """Reduce the chunk of batches since the last report, across batches then workers.
+        """Reduce the chunk of batches since the last report: each batch over the workers, then
+        over the batches (``average_training_metrics: false``: the chief's own metrics).
 
         Returns the chief's answer to ``spec.should_stop`` (asked on the chief only), which rides
         in the same gather so that every rank stops at the same boundary.
@@ -356,18 +353,20 @@ class TrialController:
         if not self._chunk:
             return False
         reducers = self.harness.reducers_for(training=True)
-        partial = training_partial(self._chunk)
+        average = self.harness.settings.average_training_metrics
+        partial = training_partial(self._chunk) if average or self.dist.is_chief else None
         vote = self.dist.is_chief and self.spec.should_stop is not None and bool(self.spec.should_stop())
         gathered = self.dist.allgather(
             {"metrics": partial, "reducers": [r.reducer.per_slot_reduce() for r in reducers], "stop": vote}
         )
-        metrics = training_cross_slot([g["metrics"] for g in gathered])
-        metrics = merge_reducer_metrics(metrics, reducers, [g["reducers"] for g in gathered], "training")
-        batch_metrics = LazyMetricList(self._chunk, "training")
+        partials = [g["metrics"] for g in (gathered if average else gathered[:1])]
+        report = training_cross_slot(partials, self._chunk)
+        per_slot = [g["reducers"] for g in gathered]
+        metrics = merge_reducer_metrics(report.metrics, reducers, per_slot, "training")
         self._chunk = []
         self.harness.reset_reducers(training=True)
-        self.result.training_metrics.append({"total_batches": done, "metrics": metrics})
-        self.callbacks.call("on_training_workload_end", metrics, batch_metrics)
+        self.result.training_metrics.append({"total_batches": done, "metrics": plain_metrics(metrics)})
+        self.callbacks.call("on_training_workload_end", metrics, report.batch_metrics)
         return bool(gathered[0]["stop"])
 
     # --- validation -------------------------------------------------------------------------
@@ -376,9 +375,10 @@ class TrialController:
         cbs, done = self.callbacks, self.state.batches_done
         cbs.call("on_validation_start")
         cbs.call("on_validation_step_start")
-        metrics = self.validation.run()
-        self._last_validation = (done, metrics)
-        self.result.validation_metrics.append({"total_batches": done, "metrics": metrics})
+        metrics = self.validation.run()  # numpy values, for callbacks
+        plain = plain_metrics(metrics)
+        self._last_validation = (done, plain)
+        self.result.validation_metrics.append({"total_batches": done, "metrics": plain})
         improved = self._track_best(metrics)
         cbs.call("on_validation_end", metrics)
         cbs.call("on_validation_step_end", metrics)
@@ -394,11 +394,12 @@ class TrialController:
                 "fix searcher.metric or return it from evaluate_batch/evaluate_full_dataset"
             )
         value = metrics[name]
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
             raise TypeError(f"searcher metric {name!r} must be a number, got {value!r}")
+        value = float(value)
         if not is_better(value, self.state.best_validation, self.spec.smaller_is_better):
             return False
-        self.state.best_validation = self.result.best_validation = float(value)
+        self.state.best_validation = self.result.best_validation = value
         return True
 
     # --- checkpoints ------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 The context and the loop call it at fixed points and carry no AMP branches of their own:
 ``autocast()`` around forward passes, ``scale(loss)`` before backward, ``unscale(optimizer)``
 before gradients are averaged or clipped, ``step(optimizer)`` for the optimizer step, and
-``update()`` once per optimizer-step batch. Two modes, as in Determined:
+``update()`` once per optimizer-step batch. Two modes, with Determined's ownership rules:
 
 - ``experimental.use_amp()``: the harness owns one ``GradScaler`` (CUDA, float16) or none (CPU,
-  bfloat16 needs no scaling) and autocasts ``train_batch``/``evaluate_batch``.
-- ``wrap_scaler(scaler)``: the trial autocasts itself and passes the scaler to
-  ``step_optimizer(opt, scaler=scaler)``; the harness steps and updates it and checkpoints it.
+  bfloat16 needs no scaling), autocasts ``train_batch``/``evaluate_batch``, and both steps and
+  updates its scaler.
+- ``wrap_scaler(scaler)``: the trial autocasts itself, scales its loss, passes the scaler to
+  ``step_optimizer(opt, scaler=scaler)`` and calls ``scaler.update()`` itself; the harness
+  unscales, steps and checkpoints it, and never updates it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Precision:
         self.autocasts = False  # experimental.use_amp() was called
         self.scalers: List[Any] = []  # registered with wrap_scaler()
         self.amp_scaler: Optional[Any] = None  # the harness's own scaler under use_amp (CUDA)
-        self._to_update: List[Any] = []  # scalers that stepped since the last update()
+        self._amp_stepped = False  # amp_scaler stepped since its last update()
 
     # --- setup ------------------------------------------------------------------------------
     def enable_amp(self) -> None:
@@ -87,17 +89,15 @@ class Precision:
             optimizer.step()
             return
         scaler.step(optimizer)
-        if not any(s is scaler for s in self._to_update):
-            self._to_update.append(scaler)
+        if scaler is self.amp_scaler:
+            self._amp_stepped = True
 
     def update(self) -> None:
-        """Once per optimizer-step batch, after every optimizer stepped: adjust the loss scales."""
-        if not self._to_update:
-            return
-        for scaler in self.scalers + ([self.amp_scaler] if self.amp_scaler is not None else []):
-            if any(s is scaler for s in self._to_update):
-                scaler.update()
-        self._to_update.clear()
+        """Once per optimizer-step batch, after every optimizer stepped: adjust the harness's own
+        loss scale (``use_amp``). Scalers from ``wrap_scaler`` are the trial's to update."""
+        if self._amp_stepped and self.amp_scaler is not None:
+            self.amp_scaler.update()
+        self._amp_stepped = False
 
     # --- state ------------------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

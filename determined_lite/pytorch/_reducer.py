@@ -3,7 +3,11 @@
 Every reduction is split in two: each worker turns what it saw into a small picklable
 "partial" (``per_slot``), the partials of all workers travel in ONE all-gather, and every
 worker merges them the same way (``cross_slot``). Single process is the same path with one
-partial.
+partial. Training metrics are reduced in ``_training_metrics.py`` with the helpers here.
+
+Reduced metrics reach callbacks as numpy values, as in Determined: a result with one element
+is an ``np.float64`` (a Python float, so it can be the searcher metric), a larger one an
+``np.ndarray``; :func:`plain_metrics` gives the JSON form stored in results.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ class WrappedReducer:
         return repr(self.name) if self.name is not None else repr(self.reducer)
 
     def finish(self, per_slot: List[Any], workload: str) -> Dict[str, Any]:
-        """Cross-slot reduce and check the name/dict rule; returns metrics ready for JSON."""
+        """Cross-slot reduce and check the name/dict rule; returns metrics as numpy values."""
         result = self.reducer.cross_slot_reduce(per_slot)
         if self.name is not None:
             if isinstance(result, Mapping):
@@ -102,14 +106,14 @@ class WrappedReducer:
                     f"cross_slot_reduce() must return a single (non-dict) metric, but it returned "
                     f"a dict with keys {sorted(result)}; pass name=None to return several metrics"
                 )
-            return {self.name: to_json_metric(result, self.name, workload)}
+            return {self.name: numpy_metric(result, self.name, workload)}
         if not isinstance(result, Mapping):
             raise ValueError(
                 f"reducer {self.label} was wrapped with name=None, so cross_slot_reduce() must "
                 f"return a dict of metric names to values, but it returned {type(result).__name__}; "
                 f"pass name='...' to return a single metric"
             )
-        return {str(k): to_json_metric(v, str(k), workload) for k, v in result.items()}
+        return {str(k): numpy_metric(v, str(k), workload) for k, v in result.items()}
 
 
 def wrap_reducer(
@@ -135,7 +139,7 @@ def wrap_reducer(
     return WrappedReducer(impl, name, for_training, for_validation)
 
 
-# --- JSON ---------------------------------------------------------------------------------
+# --- JSON and numpy forms -------------------------------------------------------------------
 
 
 def _plain(value: Any) -> Any:
@@ -166,33 +170,40 @@ def to_json_metric(value: Any, name: str, workload: str) -> Any:
     return plain
 
 
-class LazyMetricList(Sequence):
-    """Per-batch metrics converted to plain JSON values only when someone reads them."""
+def plain_metrics(metrics: Mapping[str, Any]) -> Dict[str, Any]:
+    """Metrics as plain JSON data (what results, checkpoints and the store hold)."""
+    return {name: _plain(value) for name, value in metrics.items()}
 
-    def __init__(self, batches: List[Dict[str, Any]], workload: str) -> None:
-        self._batches = batches
-        self._workload = workload
 
-    def __len__(self) -> int:
-        return len(self._batches)
+def reduced_value(array: np.ndarray) -> Any:
+    """A reduced metric as callbacks get it: ``np.float64`` when it has one element, else the array."""
+    return np.float64(array.reshape(-1)[0]) if array.size == 1 else array
 
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return {name: to_json_metric(v, name, self._workload) for name, v in self._batches[index].items()}
 
-    def __eq__(self, other: Any) -> bool:
-        return list(self) == list(other) if isinstance(other, (list, Sequence)) else NotImplemented
-
-    def __repr__(self) -> str:
-        return repr(list(self))
+def numpy_metric(value: Any, name: str, workload: str) -> Any:
+    """A metric computed by the trial or a reducer as callbacks get it: tensors as numpy (as in
+    Determined), one element as a numpy scalar, anything else as it is. A value that is not
+    JSON-serializable is a TypeError naming it."""
+    to_json_metric(value, name, workload)
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        value = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, np.floating):
+        value = np.float64(value)
+    return value
 
 
 # --- numbers --------------------------------------------------------------------------------
 
 
-def _as_array(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
-    """Stack per-batch metric values into one float64 array (one device transfer for tensors)."""
+def stack_values(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
+    """Stack per-batch metric values into one float64 array (one device transfer for tensors).
+
+    Raises TypeError for values that are not numbers (bools count as 0 and 1, as in numpy) and
+    ValueError when the shape changes between batches.
+    """
     if all(isinstance(v, torch.Tensor) for v in values):
         try:
             stacked = torch.stack([v.detach() for v in values])
@@ -206,7 +217,7 @@ def _as_array(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
     for v in values:
         if isinstance(v, torch.Tensor):
             v = v.detach().cpu().to(torch.float64).numpy()
-        elif isinstance(v, bool) or not isinstance(v, (numbers.Number, np.ndarray, np.generic, list, tuple)):
+        elif not isinstance(v, (numbers.Number, np.ndarray, np.generic, list, tuple)):
             raise TypeError(
                 f"{workload} metric {name!r} has a value of type {type(v).__name__} that cannot "
                 "be averaged; return numbers, tensors or numpy arrays (put other values in a "
@@ -229,40 +240,12 @@ def _as_array(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
         ) from None
 
 
-def _to_python(array: np.ndarray) -> Any:
-    return array.item() if array.ndim == 0 else array.tolist()
-
-
-# --- training metrics -----------------------------------------------------------------------
-
-
-def _metric_names(batch_metrics: List[Dict[str, Any]]) -> List[str]:
+def metric_names(batch_metrics: Sequence[Mapping[str, Any]]) -> List[str]:
     """Every metric name of a list of per-batch dicts, in first-seen order."""
     names: Dict[str, None] = {}
     for m in batch_metrics:
         names.update(dict.fromkeys(m))
     return list(names)
-
-
-def training_partial(batch_metrics: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Per-slot partial of a training chunk: per metric, (sum over batches, batch count)."""
-    partial = {}
-    for name in _metric_names(batch_metrics):
-        values = [m[name] for m in batch_metrics if name in m]
-        arr = _as_array(values, name, "training")
-        partial[name] = (arr.sum(axis=0), len(values))
-    return partial
-
-
-def training_cross_slot(partials: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Mean over every batch of every worker, per metric."""
-    totals: Dict[str, List[Any]] = {}
-    for partial in partials:
-        for name, (s, n) in partial.items():
-            acc = totals.setdefault(name, [0.0, 0])
-            acc[0] = acc[0] + s
-            acc[1] += n
-    return {name: _to_python(np.asarray(s / n)) for name, (s, n) in totals.items()}
 
 
 # --- validation metrics ---------------------------------------------------------------------
@@ -298,10 +281,10 @@ def validation_partial(
 ) -> Dict[str, Any]:
     """Per-slot partial of ``evaluate_batch`` outputs: small and mergeable per reducer kind."""
     partial: Dict[str, Tuple[Reducer, Any, Optional[float]]] = {}
-    for name in _metric_names(batch_metrics):
+    for name in metric_names(batch_metrics):
         kind = _reducer_for(reducers, name)
         rows = [(m[name], n) for m, n in zip(batch_metrics, batch_lengths) if name in m]
-        arr = _as_array([v for v, _ in rows], name, "validation")
+        arr = stack_values([v for v, _ in rows], name, "validation")
         if kind is Reducer.AVG:
             w = np.asarray([n for _, n in rows], dtype=np.float64)
             w = w.reshape((-1,) + (1,) * (arr.ndim - 1))
@@ -318,7 +301,7 @@ def validation_partial(
 
 
 def validation_cross_slot(partials: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Merge per-slot validation partials (ordered by rank) into final metrics."""
+    """Merge per-slot validation partials (ordered by rank) into final metrics (numpy values)."""
     merged: Dict[str, List[Any]] = {}
     for partial in partials:
         for name, (kind, value, weight) in partial.items():
@@ -339,7 +322,7 @@ def validation_cross_slot(partials: List[Dict[str, Any]]) -> Dict[str, Any]:
     for name, (kind, value, weight) in merged.items():
         if kind in (Reducer.AVG, Reducer.BATCH_AVG):
             value = value / weight if weight else np.full_like(value, np.nan)
-        out[name] = _to_python(np.asarray(value))
+        out[name] = reduced_value(np.asarray(value))
     return out
 
 

@@ -111,7 +111,9 @@ class Trainer:
 
         ``latest_checkpoint`` resumes exactly from a checkpoint directory. A final validation
         and checkpoint always happen at the end. ``checkpoint_policy`` adds checkpoints after
-        validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``.
+        validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``. Without a
+        searcher metric (``searcher.metric`` of ``exp_conf``), as in Determined's local training
+        mode, ``"best"`` falls back to ``"all"`` with a warning.
         Returns the reported metrics and the checkpoints written.
         """
         ctx = self.context
@@ -123,6 +125,13 @@ class Trainer:
                 "Trainer.fit() needs max_length=Batch(n) or Epoch(n) (or searcher.max_length in the "
                 "experiment config)"
             )
+        if settings.searcher_metric is None and checkpoint_policy == CheckpointPolicy.BEST:
+            logger.warning(
+                "checkpoint_policy='best' needs a searcher metric (searcher.metric in exp_conf); "
+                "without one, as in Determined's local training mode, every validation is "
+                "followed by a checkpoint ('all')"
+            )
+            checkpoint_policy = CheckpointPolicy.ALL
         spec = RunSpec(
             max_length=max_length,
             validation_period=validation_period,

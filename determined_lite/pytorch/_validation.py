@@ -18,7 +18,7 @@ from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._reducer import (
     Reducer,
     merge_reducer_metrics,
-    to_json_metric,
+    numpy_metric,
     validation_cross_slot,
     validation_partial,
 )
@@ -158,7 +158,7 @@ class Validation:
                         f"{type(self.trial).__name__}.evaluate_full_dataset() must return a dict "
                         f"of metric names to values, got {type(metrics).__name__}"
                     )
-                metrics = {n: to_json_metric(v, n, "validation") for n, v in metrics.items()}
+                metrics = {n: numpy_metric(v, n, "validation") for n, v in metrics.items()}
                 reducers = self.harness.reducers_for(training=False)
                 metrics = merge_reducer_metrics(
                     metrics, reducers, [[r.reducer.per_slot_reduce() for r in reducers]], "validation"

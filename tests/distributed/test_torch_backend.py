@@ -339,6 +339,23 @@ def _two_rank_worker(rank: int, port: int, out_dir: str) -> None:
         (a(x2).sum() + b(x2).sum()).backward()
         out["grad_synced"] = [a.weight.grad.flatten().tolist(), b.weight.grad.flatten().tolist()]
 
+        # Two backward passes per batch: DDP never reduces; synchronize() averages once. b is
+        # used on rank 1 only (outside DDP, whose forward passes every rank must make), ``unused``
+        # nowhere; the buffer ``stat`` differs per rank until a step batch starts.
+        unused = torch.nn.Parameter(torch.zeros(2))
+        opt2 = torch.optim.SGD(list(a.parameters()) + list(b.parameters()) + [unused], lr=0.1)
+        ctx.wrap_optimizer(opt2, [a, b], 2, 1)
+        a.module.register_buffer("stat", torch.tensor(float(rank + 1)))
+        opt2.zero_grad(set_to_none=True)
+        with ctx.batch_context([a, b], step_batch=True):
+            out["stat_in_step_batch"] = a.stat.item()
+            a(x1).sum().backward()
+            (a(2 * x1).sum() + (b.module(x1).sum() if rank == 1 else 0)).backward()
+        out["two_pass_local"] = [a.weight.grad.flatten().tolist(), b.weight.grad is None]
+        ctx.synchronize(opt2)
+        out["two_pass_synced"] = [a.weight.grad.flatten().tolist(), b.weight.grad.flatten().tolist()]
+        out["unused_grad"] = unused.grad
+
         # Failure: rank 1 raises; rank 0's next collective fails as a peer failure.
         if rank == 1:
             _write(out_dir, rank, out)
@@ -411,6 +428,16 @@ def test_no_sync_keeps_gradients_local_then_one_step_averages_them(two_ranks: Di
         assert two_ranks[r]["grad_synced"] == [[16.5] * 3] * 2
 
 
+def test_several_backward_passes_are_averaged_once_by_synchronize(two_ranks: Dict[Any, Any]) -> None:
+    for r in range(2):
+        assert two_ranks[r]["stat_in_step_batch"] == 1.0  # rank 0's buffer, as DDP broadcasts it
+        # dL/dW = x + 2x = 3(r + 1) stays local through both passes (DDP did not reduce) ...
+        assert two_ranks[r]["two_pass_local"] == [[3.0 * (r + 1)] * 3, r == 0]
+        # ... then one mean over ranks: (3 + 6) / 2; b: rank 1's x = 2 and rank 0's zeros.
+        assert two_ranks[r]["two_pass_synced"] == [[4.5] * 3, [1.0] * 3]
+        assert two_ranks[r]["unused_grad"] is None
+
+
 def test_failure_is_recorded_by_the_failing_rank_only(two_ranks: Dict[Any, Any]) -> None:
     assert "another worker failed or exited" in two_ranks[0]["peer_failure"]
     assert two_ranks["error0"] is None  # a peer failure is not the story
@@ -477,6 +504,7 @@ def test_two_hosts_on_localhost_train_with_the_ddp_options(tmp_path: Path) -> No
     batches = global_batches(r, 2)
     assert weights(r, 0) == weights(r, 1)
     assert weights(r, 0) == pytest.approx(expected_weights(HP["w0"], HP["lr"], batches), rel=1e-12)
-    # The chief (on the first host) wrote the result and the one checkpoint.
-    assert [c["total_batches"] for c in r.result.checkpoints] == [6]
-    assert os.listdir(r.checkpoint_root) == [r.result.checkpoints[0]["uuid"]]
+    # The chief (on the first host) wrote the result and the checkpoints: after the validation
+    # at batch 4 (no searcher metric: policy "best" acts as "all") and at the end.
+    assert [c["total_batches"] for c in r.result.checkpoints] == [4, 6]
+    assert sorted(os.listdir(r.checkpoint_root)) == sorted(c["uuid"] for c in r.result.checkpoints)

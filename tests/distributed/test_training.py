@@ -159,6 +159,36 @@ def test_training_metrics_are_averaged_over_workers_on_every_rank(main_run: Run,
     assert [m["w"] for m in per_rank[0]] == approx([m["w"] for m in single])
 
 
+def test_per_batch_training_metrics_are_averaged_over_workers(main_run: Run, single_k1: Run) -> None:
+    # Determined averages every batch's training metrics over the workers at report time
+    # (optimizations.average_training_metrics, default true): callbacks see no worker's own values.
+    per_rank = [[r["batch_metrics"] for r in main_run.of_kind("train", rank)] for rank in range(SLOTS)]
+    assert per_rank[0] == per_rank[1]
+    chief = [m for chunk in per_rank[0] for m in chunk]
+    assert [m["rank"] for m in chief] == [0.5] * MAX_BATCHES
+    single = [m for r in single_k1.of_kind("train", 0) for m in r["batch_metrics"]]
+    assert [m["loss"] for m in chief] == approx([m["loss"] for m in single])
+    assert [m["w"] for m in chief] == approx(weights(single_k1, 0))
+    for report, batch in zip(main_run.of_kind("train", 0), per_rank[0]):
+        assert report["metrics"]["loss"] == approx(sum(m["loss"] for m in batch) / len(batch))
+
+
+@pytest.fixture(scope="module")
+def chief_only_run(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    conf = {"scheduling_unit": 2, "optimizations": {"average_training_metrics": False}}
+    r = run(backend, SLOTS, LINEAR, HP, conf, 4, tmp_path_factory.mktemp(f"chief_only_{backend}"))
+    assert r.code == 0 and r.result.status == "completed", describe(r)
+    return r
+
+
+def test_average_training_metrics_false_reports_the_chiefs_own_metrics(chief_only_run: Run) -> None:
+    # As in the Determined versions that read the field: only the chief's metrics are reported.
+    for rank in range(SLOTS):
+        train = chief_only_run.of_kind("train", rank)
+        assert [r["metrics"]["rank"] for r in train] == [0.0, 0.0]
+        assert [m["rank"] for r in train for m in r["batch_metrics"]] == [0.0] * 4
+
+
 # --- 2. validation ------------------------------------------------------------------------------
 
 

@@ -179,8 +179,12 @@ def test_without_use_amp_batches_run_in_float32() -> None:
 
 
 @pytest.mark.parametrize("k, steps", [(1, 6), (3, 2)])
-def test_wrapped_scaler_unscales_updates_once_per_step_and_is_checkpointed(k: int, steps: int) -> None:
-    trial, result = run(ScalerTrial, k=k, max_length=pytorch.Batch(6))
+def test_wrapped_scaler_is_stepped_by_the_harness_updated_by_the_trial_and_checkpointed(
+    k: int, steps: int
+) -> None:
+    # Determined's rule for wrap_scaler: the harness calls scaler.step(), the trial owns
+    # scaler.update() (a second update by the harness fails: "No inf checks were recorded").
+    trial, result = run(ScalerTrial, k=k, hparams={"k": k}, max_length=pytorch.Batch(6))
     # Scaled losses are unscaled before the step: the weights are those of plain SGD.
     weights = expected_weights(0.0, LR, xs(6), aggregation=k)
     assert_close_seq(trial.recorder.weights, weights)
@@ -188,7 +192,7 @@ def test_wrapped_scaler_unscales_updates_once_per_step_and_is_checkpointed(k: in
     before = [0.0] + weights[:-1]
     grads = [sum(2 * x * (w * x - 2 * x) for x in b) / len(b) for w, b in zip(before, xs(6), strict=True)]
     assert_close_seq(trial.clip_grads_seen, [sum(grads[i : i + k]) / k for i in range(0, 6, k)])
-    # update() once per optimizer step: init 4.0, doubles after every 4 good steps.
+    # The trial's update() once per optimizer step: init 4.0, doubles after every 4 good steps.
     expected_scale = 4.0 * 2 ** (steps // 4)
     assert trial.scaler.get_scale() == expected_scale
     assert trial.scaler._get_growth_tracker() == steps % 4

@@ -63,7 +63,8 @@ def test_use_amp_on_cpu_autocasts_to_bfloat16_without_a_scaler() -> None:
     assert out.dtype is torch.bfloat16
 
 
-def test_trial_scalers_step_then_update_once_per_step_batch_in_wrapping_order() -> None:
+def test_trial_scalers_are_stepped_but_never_updated_by_the_harness() -> None:
+    # Determined: with wrap_scaler the trial calls scaler.update() itself.
     calls: List[str] = []
     p = Precision(torch.device("cpu"))
     a, b = p.add_scaler(RecordingScaler("a", calls)), p.add_scaler(RecordingScaler("b", calls))
@@ -71,10 +72,22 @@ def test_trial_scalers_step_then_update_once_per_step_batch_in_wrapping_order() 
     p.unscale(opt2, b)
     p.step(opt2, b)
     p.step(opt1, a)
-    p.step(opt1, a)
+    p.update()
+    assert calls == ["b.unscale_", "b.step", "a.step"]
+
+
+def test_the_use_amp_scaler_is_stepped_and_updated_once_per_step_batch_by_the_harness() -> None:
+    calls: List[str] = []
+    p = Precision(torch.device("cpu"))
+    p.amp_scaler = RecordingScaler("amp", calls)  # what enable_amp() creates on CUDA
+    opt1, opt2 = _optimizer(), _optimizer()
+    assert p.scale(torch.tensor(2.0)).item() == 8.0
+    p.unscale(opt1)
+    p.step(opt1)
+    p.step(opt2)
     p.update()
     p.update()  # nothing stepped since the last update
-    assert calls == ["b.unscale_", "b.step", "a.step", "a.step", "a.update", "b.update"]
+    assert calls == ["amp.unscale_", "amp.step", "amp.step", "amp.update"]
 
 
 def test_scalers_and_use_amp_exclude_each_other_and_scalers_must_be_wrapped() -> None:

@@ -23,13 +23,13 @@ import torch
 
 from determined_lite.pytorch import MetricReducer, Reducer
 from determined_lite.pytorch._reducer import (
+    plain_metrics,
     to_json_metric,
-    training_cross_slot,
-    training_partial,
     validation_cross_slot,
     validation_partial,
     wrap_reducer,
 )
+from determined_lite.pytorch._training_metrics import training_cross_slot, training_partial
 from tests.fixtures import linear
 from tests.fixtures.reduce_trials import EventReducer, IdBase, IdTrial, ThreadGroup, batch_ids, fit
 
@@ -218,7 +218,7 @@ def test_cross_slot_equals_single_slot(kind: Reducer, shards: List[Any]) -> None
     # Partials travel between workers pickled.
     partials = [pickle.loads(pickle.dumps(p)) for p in partials]
     merged = validation_cross_slot(partials)
-    assert merged == single == _hand(kind)
+    assert plain_metrics(merged) == plain_metrics(single) == _hand(kind)
 
 
 def test_hand_values_of_the_multi_slot_data() -> None:
@@ -229,14 +229,21 @@ def test_hand_values_of_the_multi_slot_data() -> None:
     assert (_hand(Reducer.MIN)["s"], _hand(Reducer.MAX)["s"]) == (-3.5, 8.0)
 
 
-def test_training_cross_slot_is_mean_over_all_batches_of_all_ranks() -> None:
-    batches = [{"loss": v, "vec": [v, 1.0]} for v in _VALUES]
-    single = training_cross_slot([training_partial(batches)])
-    merged = training_cross_slot(
-        [training_partial(batches[:2]), training_partial(batches[2:3]), training_partial(batches[3:])]
-    )
-    expected = {"loss": 12.625 / 7, "vec": [12.625 / 7, 1.0]}
-    assert merged == single == expected
+def test_training_cross_slot_averages_each_batch_over_ranks_then_the_batches() -> None:
+    # Three ranks, two batches each; rank r's batch b holds _VALUES[3b + r] (ranks of a global batch).
+    ranks = [[{"loss": v, "vec": [v, 1.0]} for v in (_VALUES[r], _VALUES[3 + r])] for r in range(3)]
+    assert sum(_VALUES[0:3]) == 5.25 and sum(_VALUES[3:6]) == -0.625
+    partials = [pickle.loads(pickle.dumps(training_partial(chunk))) for chunk in ranks]
+    report = training_cross_slot(partials, ranks[0])
+    per_batch = [sum(_VALUES[0:3]) / 3, sum(_VALUES[3:6]) / 3]  # 5.25 / 3 and -0.625 / 3
+    assert [m["loss"] for m in report.batch_metrics] == per_batch
+    assert [m["vec"].tolist() for m in report.batch_metrics] == [[v, 1.0] for v in per_batch]
+    assert report.metrics["loss"] == sum(per_batch) / 2
+    assert report.metrics["vec"].tolist() == [sum(per_batch) / 2, 1.0]
+    # One rank: the chunk itself, and its mean.
+    single = training_cross_slot([training_partial(ranks[1])], ranks[1])
+    assert [m["loss"] for m in single.batch_metrics] == [_VALUES[1], _VALUES[4]]
+    assert single.metrics["loss"] == (_VALUES[1] + _VALUES[4]) / 2
 
 
 # --- several slots: whole trials on thread ranks ---------------------------------------------

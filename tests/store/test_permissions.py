@@ -59,8 +59,8 @@ def _not_private(root: str, modes: Dict[str, int]) -> List[str]:
         path = os.path.join(root, rel)
         if os.path.isdir(path) or rel.endswith("/"):
             expected = DIR_MODE
-        elif "/context/" in f"/{rel}" or "/code/" in f"/{rel}":
-            expected = SNAPSHOT_FILE_MODE if os.stat(path).st_nlink > 1 or "/context/" in f"/{rel}" else FILE_MODE
+        elif "/context/" in f"/{rel}" or ("/code/" in f"/{rel}" and os.stat(path).st_nlink > 1):
+            expected = SNAPSHOT_FILE_MODE  # a snapshot file, or its hard link in a checkpoint
         else:
             expected = FILE_MODE
         if mode != expected:
