@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from typing import Any, Mapping
 
+from determined_lite._errors import DiskFullError, is_disk_full
 from determined_lite.storage import TMP_PREFIX, read_context, snapshot_context
 from determined_lite.store._paths import (
     CONTEXT_SNAPSHOT,
@@ -40,8 +41,10 @@ def stage_context(context_dir: str, config: Mapping[str, Any]) -> str:
     try:
         snapshot_context(found, staged_snapshot(staging), source=os.path.abspath(context_dir))
         restrict_tree(staging)  # copies keep their source's modes: private like all of det-lite's files
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
+        if is_disk_full(e) and not isinstance(e, DiskFullError):
+            raise DiskFullError(home, f"cannot snapshot the context directory {context_dir}") from e
         raise
     return staging
 

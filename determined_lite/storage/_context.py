@@ -22,6 +22,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pathspec
 
+from determined_lite._errors import is_disk_full
+
 DETIGNORE = ".detignore"
 SNAPSHOT_MANIFEST = ".det-lite-snapshot.json"
 # Determined's CLI refuses contexts over 95 MiB (``constants.MAX_CONTEXT_SIZE``).
@@ -170,6 +172,8 @@ def _materialize(found: ContextFiles, dest: str, hard_link: bool, read_only: boo
                 continue  # removed from a snapshot by the trial that runs in it: nothing to keep
             raise ContextError(f"context directory {found.root}: {rel} disappeared while copying") from None
         except OSError as e:
+            if is_disk_full(e):
+                raise  # the destination is full, not the context wrong: the caller says where
             raise ContextError(f"context directory {found.root}: cannot copy {rel}: {e.strerror}") from None
         if read_only:
             os.chmod(target, os.stat(target).st_mode & _NO_WRITE)

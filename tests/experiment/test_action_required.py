@@ -30,8 +30,8 @@ from tests.experiment.test_experiment_e2e import LINEAR, assert_closed_form_vali
 
 pytestmark = pytest.mark.timeout(240)
 
-FULL_DISK_TRIAL = '''"""LinearTrial whose checkpoint volume is full while .disk_full exists here
-(after the first checkpoint each worker process writes): checkpoints go to /dev/full."""
+FULL_DISK_TRIAL = '''"""LinearTrial whose checkpoint volume is full while FLAG exists (after the
+first checkpoint each worker process writes): checkpoints go to /dev/full."""
 import errno
 import os
 
@@ -39,7 +39,7 @@ import torch
 
 from model_def import LinearTrial
 
-FLAG = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".disk_full")
+FLAG = {flag!r}  # outside the context: trials run from its snapshot
 _real_save = torch.save
 _saves = []
 
@@ -62,14 +62,19 @@ class FullDiskTrial(LinearTrial):
 '''
 
 
+def _flag(tmp_path: Path) -> Path:
+    """While this file exists, the trial's checkpoint volume is full."""
+    return tmp_path / "disk_full.flag"
+
+
 def _paused_by_full_disk(tmp_path: Path) -> Tuple[Path, Path, str]:
     """Run an experiment whose second checkpoint meets a full disk: (context, checkpoint root,
     output of `experiment create`)."""
     context = tmp_path / "context"
     context.mkdir()
     shutil.copy(os.path.join(LINEAR, "model_def.py"), context / "model_def.py")
-    (context / "full_disk.py").write_text(FULL_DISK_TRIAL)
-    (context / ".disk_full").touch()
+    (context / "full_disk.py").write_text(FULL_DISK_TRIAL.replace("{flag!r}", repr(str(_flag(tmp_path)))))
+    _flag(tmp_path).touch()
     root = tmp_path / "ckpts"
     config = write_config(
         os.path.join(LINEAR, "const.yaml"),
@@ -97,7 +102,7 @@ def test_full_disk_pauses_once_and_activate_resumes(tmp_path: Path) -> None:
     assert [c["total_batches"] for c in trial["checkpoints"]] == [2]
     assert sorted(os.listdir(root)) == [trial["checkpoints"][0]["uuid"]]
 
-    (context / ".disk_full").unlink()  # space freed
+    _flag(tmp_path).unlink()  # space freed
     proc = cli("experiment", "activate", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     exp = describe(1)
@@ -118,7 +123,7 @@ class _Payload:
 
 def test_tampered_checkpoint_is_refused_on_activate_until_trusted(tmp_path: Path) -> None:
     context, root, _ = _paused_by_full_disk(tmp_path)
-    (context / ".disk_full").unlink()
+    _flag(tmp_path).unlink()
     (checkpoint,) = describe(1)["trials"][0]["checkpoints"]
     state_path = Path(checkpoint["path"]) / "state_dict.pth"
     state = torch.load(state_path, weights_only=True)
