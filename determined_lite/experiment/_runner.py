@@ -28,6 +28,7 @@ from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
+from determined_lite.launch._failures import read_no_restart, remove_no_restart
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
 from determined_lite.store._paths import (
@@ -303,6 +304,7 @@ class ExperimentRunner:
         for stale in (spec.result_path, progress_path(spec.result_path)):
             if os.path.exists(stale):
                 os.unlink(stale)
+        remove_no_restart(spec.result_path)
         trial_id = request.trial_id
         process = launch(
             spec,
@@ -379,9 +381,14 @@ class ExperimentRunner:
         else:
             self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
             self._reconcile()  # a worker that died hard may have left a checkpoint unregistered
+            no_restart = read_no_restart(run.spec.result_path)
             if pausing:
                 self.queue.insert(0, request.request_id)
                 self._save_state()
+            elif no_restart and not self.test_mode:
+                why = no_restart[0].reason()
+                self._log(request.trial_id, f"trial {request.trial_id} not restarted: {why}")
+                self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
             elif request.restarts < self.max_restarts and not self.test_mode:
                 request.restarts += 1
                 self.store.update_trial(request.trial_id, restarts=request.restarts)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 import determined_lite
+from determined_lite._errors import MetricTypeError, MissingMetricError
 from determined_lite.config import (
     DEFAULT_REPORTING_PERIOD,
     DEFAULT_SMALLER_IS_BETTER,
@@ -389,13 +390,13 @@ class TrialController:
         if name is None:
             return False
         if name not in metrics:
-            raise KeyError(
+            raise MissingMetricError(
                 f"searcher metric {name!r} is not among the validation metrics {sorted(metrics)}; "
                 "fix searcher.metric or return it from evaluate_batch/evaluate_full_dataset"
             )
         value = metrics[name]
         if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"searcher metric {name!r} must be a number, got {value!r}")
+            raise MetricTypeError(f"searcher metric {name!r} must be a number, got {value!r}")
         value = float(value)
         if not is_better(value, self.state.best_validation, self.spec.smaller_is_better):
             return False
