@@ -314,6 +314,9 @@ class TrialController:
             if decision.validate:
                 improved = self._validate()
                 pending_checkpoint = decision.checkpoint_after_validation(plan.checkpoint_policy, improved)
+                # A stop asked for during validation (EarlyStopping in on_validation_end) stops
+                # here, at the validated batch, with its checkpoint: no extra batch is trained.
+                stop = stop or harness.stop_requested
             if decision.checkpoint_now(pending_checkpoint, stop):
                 self._save_checkpoint(done)
                 pending_checkpoint = False
