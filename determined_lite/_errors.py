@@ -1,4 +1,7 @@
-"""Errors that stop a trial until the user acts, and the one rule for "the disk is full".
+"""Errors a restart cannot fix, and the one rule for "the disk is full".
+
+:class:`TrialCheckError`: det-lite's check of what the trial returned failed; the trial ends in
+ERROR at once, not restarted.
 
 A trial that fails because its checkpoint volume is full, or because a checkpoint it must
 resume from is not trusted, would fail the same way on every restart. Such errors are
@@ -22,6 +25,31 @@ class ActionRequired(Exception):
 
     Its message says what happened and what to do, in one line.
     """
+
+
+class TrialCheckError(Exception):
+    """det-lite checked what the trial gave it (its outputs, its use of the API) and found it
+    wrong: running the trial again would fail alike, so an experiment does not restart it.
+
+    Subclasses also derive from the builtin error Determined raises in the same place (e.g.
+    ``KeyError``), so code that catches that keeps working.
+    """
+
+
+class MissingMetricError(TrialCheckError, KeyError):
+    """A metric det-lite needs (the searcher metric) is not among those the trial returned."""
+
+    def __str__(self) -> str:  # the message, not KeyError's repr of it
+        return str(self.args[0]) if self.args else ""
+
+
+class MetricTypeError(TrialCheckError, TypeError):
+    """A metric the trial returned has a type det-lite cannot use there (not a number, not JSON)."""
+
+
+def find_trial_check(error: BaseException) -> Optional[TrialCheckError]:
+    """The :class:`TrialCheckError` that ``error`` is or wraps."""
+    return next((e for e in _chain(error) if isinstance(e, TrialCheckError)), None)
 
 
 class DiskFullError(ActionRequired, OSError):
@@ -77,4 +105,14 @@ def _copy_errors_say_full(error: shutil.Error) -> bool:
     return any(isinstance(e, tuple) and str(e[-1]).startswith(marks) for e in entries)
 
 
-__all__ = ["DISK_FULL_ERRNOS", "ActionRequired", "DiskFullError", "find_action_required", "is_disk_full"]
+__all__ = [
+    "DISK_FULL_ERRNOS",
+    "ActionRequired",
+    "DiskFullError",
+    "MetricTypeError",
+    "MissingMetricError",
+    "TrialCheckError",
+    "find_action_required",
+    "find_trial_check",
+    "is_disk_full",
+]

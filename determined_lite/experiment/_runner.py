@@ -28,8 +28,10 @@ from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import Progress
 from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
+from determined_lite.launch._failures import read_no_restart, remove_no_restart
 from determined_lite.launch._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
+from determined_lite.searcher._ops import op_from_dict, op_to_dict
 from determined_lite.store._paths import (
     checkpoint_root,
     context_snapshot_dir,
@@ -124,6 +126,10 @@ class ExperimentRunner:
         self.queue: List[str] = []
         self.running: Dict[str, _Run] = {}
         self.shutdown = False
+        self.pausing = False  # a pause was requested: trials stop at a checkpoint, none start
+        # Searcher operations that would start new trials, held while pausing (run on activate).
+        self.held: List[Any] = []
+        self.stop_signals = 0  # Ctrl-C / SIGTERM received: the first pauses, the second stops now
         self.run_dir = experiment_dir(experiment_id)
         self._log_lock = threading.Lock()
         self._log_buffer: List[tuple] = []
@@ -141,6 +147,7 @@ class ExperimentRunner:
                 "requests": {rid: dataclasses.asdict(r) for rid, r in self.requests.items()},
                 "queue": self.queue,
                 "shutdown": self.shutdown,
+                "held": [op_to_dict(op) for op in self.held],
             },
         )
 
@@ -151,6 +158,7 @@ class ExperimentRunner:
         self.searcher.load_state_dict(state["searcher"])
         self.requests = {rid: _Request(**r) for rid, r in state["requests"].items()}
         self.shutdown = state["shutdown"]
+        self.held = [op_from_dict(op) for op in state.get("held", [])]
         # Runs that were in flight when the experiment stopped go back to the queue.
         self.queue = list(state["queue"])
         for rid, request in self.requests.items():
@@ -161,6 +169,8 @@ class ExperimentRunner:
     # --- searcher operations ----------------------------------------------------------------
     def _apply(self, operations: Sequence[Any]) -> None:
         for op in operations:
+            if self._hold(op):
+                continue
             if isinstance(op, Create):
                 seed = trial_seed(self._experiment_seed(), op.request_id)
                 trial_id = self.store.create_trial(self.id, op.request_id, op.hparams, seed)
@@ -186,6 +196,19 @@ class ExperimentRunner:
                 raise TypeError(f"unknown searcher operation {op!r}")
         self._save_state()
 
+    def _hold(self, op: Any) -> bool:
+        """While pausing, keep a new trial (and what the searcher asks of it) for activation."""
+        held_ids = {h.request_id for h in self.held if isinstance(h, Create)}
+        if not (self.pausing and (isinstance(op, Create) or getattr(op, "request_id", None) in held_ids)):
+            return False
+        self.held.append(op)
+        return True
+
+    def _release_held(self) -> None:
+        operations, self.held = self.held, []
+        if operations:
+            self._apply(operations)
+
     def _finish(self, request: _Request, state: TrialState) -> None:
         request.finished = True
         self.store.update_trial(request.trial_id, state=state)
@@ -204,12 +227,14 @@ class ExperimentRunner:
             for request in self.requests.values():
                 if not request.finished:
                     self.store.update_trial(request.trial_id, state=TrialState.ACTIVE)
-        previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in previous:
+            signal.signal(sig, self._on_stop_signal)
         try:
             return self._loop()
         except KeyboardInterrupt:
-            # Ctrl-C: stop the trials at once and leave the experiment resumable by `activate`.
+            # A second Ctrl-C / SIGTERM: stop the trials now (each resumes from its latest
+            # checkpoint) and leave the experiment resumable by `activate`.
             self._stop_all()
             self._mark_paused("interrupted")
             return 1
@@ -218,36 +243,55 @@ class ExperimentRunner:
                 run.process.stop()
             raise
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             try:
                 self._flush_logs()
             finally:
                 self.progress.close()
             self.store.set_experiment_pid(self.id, None)
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM: the first pauses the experiment as `det-lite experiment pause` does
+        (the loop requests it: trials stop at a checkpoint where they are); the second stops now."""
+        self.stop_signals += 1
+        if self.stop_signals > 1:
+            raise KeyboardInterrupt
 
     def _loop(self) -> int:
-        pausing = False
+        if not self.pausing:
+            self._release_held()
+        signals_seen = 0
         while True:
+            if self.stop_signals > signals_seen:
+                signals_seen = self.stop_signals
+                self.store.request_action(self.id, Action.PAUSE)
+                self._log(
+                    None,
+                    f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
+                    "scheduling-unit boundary (Ctrl-C again to stop them now)",
+                )
             action = self.store.pending_action(self.id)
             if action == Action.KILL:
+                self.pausing = True  # no new trial starts or is created
+                self._poll_running(pausing=True)  # trials that just finished keep their state
                 self._stop_all()
                 self._end(ExperimentState.CANCELED, trial_state=TrialState.CANCELED)
                 self.store.clear_action(self.id)
                 return 1
             if action == Action.PAUSE:
-                pausing = True
-            if not pausing:
+                self.pausing = True
+            if not self.pausing:
                 self._start_queued()
-            self._poll_running(pausing)
+            self._poll_running(self.pausing)
             self._flush_logs()
             if not self.running:
-                if pausing:
+                if self.pausing:
                     self.store.clear_action(self.id)
-                    self._mark_paused("paused")
-                    return 1
+                    if self.queue or self.held or not self.shutdown:
+                        self._mark_paused("paused")
+                        return 1
+                    # The search finished while pausing: nothing is left to resume.
                 if not self.queue:
                     if not self.shutdown:
                         self._log(
@@ -303,6 +347,7 @@ class ExperimentRunner:
         for stale in (spec.result_path, progress_path(spec.result_path)):
             if os.path.exists(stale):
                 os.unlink(stale)
+        remove_no_restart(spec.result_path)
         trial_id = request.trial_id
         process = launch(
             spec,
@@ -374,14 +419,20 @@ class ExperimentRunner:
             why = "it cannot go on until the error above is fixed; pausing the experiment"
             self._log(request.trial_id, f"trial {request.trial_id} stopped: {why}")
             self.queue.insert(0, request.request_id)
+            self.pausing = True
             self._save_state()
             self.store.request_action(self.id, Action.PAUSE)  # other trials stop at a checkpoint
         else:
             self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
             self._reconcile()  # a worker that died hard may have left a checkpoint unregistered
+            no_restart = read_no_restart(run.spec.result_path)
             if pausing:
                 self.queue.insert(0, request.request_id)
                 self._save_state()
+            elif no_restart and not self.test_mode:
+                why = no_restart[0].reason()
+                self._log(request.trial_id, f"trial {request.trial_id} not restarted: {why}")
+                self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
             elif request.restarts < self.max_restarts and not self.test_mode:
                 request.restarts += 1
                 self.store.update_trial(request.trial_id, restarts=request.restarts)

@@ -14,6 +14,8 @@ Failure files (JSON objects of :meth:`WorkerFailure.to_json`, written whole with
   ``$DET_LITE_HOROVOD_FAILURE_PREFIX`` to ``<result>.failure`` (:func:`worker_failure_prefix`).
 - ``<result>.node<I>.failure.json``: the torchrun agent on host ``I`` of a multi-host trial
   records the first failure of its workers there, for the process supervising the agents.
+- ``<result>.no-restart.rank<N>.json``: worker ``N`` (any engine) failed with an error a restart
+  would meet again (:class:`NoRestart`); the runner then ends the trial instead of restarting it.
 
 This module imports nothing heavier than the standard library: the launchers run without torch.
 """
@@ -32,6 +34,7 @@ import time
 import traceback
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple, Union
 
+from determined_lite._enums import TextEnum
 from determined_lite.launch._spec import WorkerResult, WorkerStatus
 
 logger = logging.getLogger("determined_lite")
@@ -182,8 +185,13 @@ def agent_failure_file(result_path: str, node: int) -> str:
 
 def write_failure(path: str, failure: WorkerFailure) -> None:
     """Write ``failure`` to ``path`` whole (a reader never sees half a record)."""
+    write_failure_json(path, failure.to_json())
+
+
+def write_failure_json(path: str, data: Dict[str, Any]) -> None:
+    """Write a failure file whole (a reader never sees half a record)."""
     with open(path + ".tmp", "w") as f:
-        json.dump(failure.to_json(), f)
+        json.dump(data, f)
     os.replace(path + ".tmp", path)
 
 
@@ -226,6 +234,68 @@ def remove_failures(paths: Sequence[str]) -> None:
 def remove_worker_failures(prefix: str) -> None:
     """Remove the workers' records under ``prefix``, half-written ones included."""
     remove_failures(glob.glob(glob.escape(prefix) + ".rank*.json*"))
+
+
+# --- errors a restart would meet again ---------------------------------------------------------
+
+
+class FailureKind(TextEnum):
+    """Why a failed trial is not restarted. A crash after progress (or a death by a signal) is
+    restarted up to ``max_restarts`` times and records nothing."""
+
+    BEFORE_PROGRESS = "before_progress"  # raised before this run completed a batch
+    TRIAL_CHECK = "trial_check"  # det-lite's check of the trial's outputs (TrialCheckError)
+
+
+_KIND_REASONS = {
+    FailureKind.BEFORE_PROGRESS: "it failed before completing a batch, so a restart would fail alike",
+    FailureKind.TRIAL_CHECK: (
+        "det-lite's check of what the trial returned failed, so a restart would fail alike"
+    ),
+}
+
+
+@dataclasses.dataclass
+class NoRestart:
+    """Worker ``rank`` failed with ``error`` (``Type: first line``) of kind ``kind``."""
+
+    rank: int
+    kind: FailureKind
+    error: str
+
+    def reason(self) -> str:
+        return f"rank {self.rank}: {self.error}: {_KIND_REASONS[self.kind]}"
+
+
+def no_restart_file(result_path: str, rank: int) -> str:
+    return f"{result_path}.no-restart.rank{rank}.json"
+
+
+def record_no_restart(result_path: str, record: NoRestart) -> None:
+    """In a worker: say that the trial should not be restarted (beside its result)."""
+    path = no_restart_file(result_path, record.rank)
+    try:
+        write_failure_json(path, dataclasses.asdict(record))
+    except OSError as e:  # reporting must not hide the error being reported
+        logger.warning("could not record this worker's error in %s: %s", path, e)
+
+
+def read_no_restart(result_path: str) -> List[NoRestart]:
+    """What the workers of the last run recorded, lowest rank first."""
+    records = []
+    for path in sorted(glob.glob(glob.escape(result_path) + ".no-restart.rank*.json")):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            kind = FailureKind(data["kind"])
+            records.append(NoRestart(rank=int(data["rank"]), kind=kind, error=str(data["error"])))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return sorted(records, key=lambda r: r.rank)
+
+
+def remove_no_restart(result_path: str) -> None:
+    remove_failures(glob.glob(glob.escape(result_path) + ".no-restart.rank*.json*"))
 
 
 # --- the trial's result ------------------------------------------------------------------------

@@ -19,10 +19,12 @@ import traceback
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import determined_lite
-from determined_lite._errors import DiskFullError, find_action_required, is_disk_full
+from determined_lite._errors import DiskFullError, find_action_required, find_trial_check, is_disk_full
 from determined_lite.config.units import length_from_config
+from determined_lite.launch._failures import FailureKind, NoRestart, record_no_restart
 from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.store._paths import restrict_umask
 
 logger = logging.getLogger("determined_lite")
@@ -55,6 +57,36 @@ def import_entrypoint(entrypoint: str, context_dir: str) -> Any:
 Hooks = Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]
 
 
+class ProgressWatch(PyTorchCallback):
+    """A core callback that knows whether this run completed a batch (a failure before that is
+    not restarted: it would recur). Costs nothing per batch: it reads the loop's state when asked."""
+
+    def __init__(self) -> None:
+        self._context: Any = None
+        self._first_batch: Optional[int] = None
+
+    def bind(self, context: Any) -> None:
+        self._context = context
+
+    def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
+        self._first_batch = first_batch_idx
+
+    @property
+    def progressed(self) -> bool:
+        if self._context is None or self._first_batch is None:
+            return False
+        return bool(self._context.harness.state.batches_done > self._first_batch)
+
+
+def failure_kind(error: BaseException, progressed: bool) -> Optional[FailureKind]:
+    """Why a trial that failed with ``error`` should not be restarted; None: restart it."""
+    if find_trial_check(error) is not None:
+        return FailureKind.TRIAL_CHECK
+    if not progressed:
+        return FailureKind.BEFORE_PROGRESS
+    return None
+
+
 def _experiment_hooks(spec: WorkerSpec, is_chief: bool) -> Hooks:
     """Store-writing callbacks and the pause/kill poll, when the trial belongs to an experiment."""
     if spec.store_path is None:
@@ -83,7 +115,7 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
     callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
     settings = spec.training_settings()
     with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
-        for _, callback in callbacks:
+        for _, callback in list(callbacks) + list(extra_callbacks):
             if hasattr(callback, "bind"):
                 callback.bind(ctx)
         trial = trial_cls(ctx)
@@ -152,8 +184,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.chdir(spec.context_dir)  # as in Determined: the trial runs inside its context directory
     code = 0
+    watch = ProgressWatch()
     try:
-        result = run(spec, dist)
+        result = run(spec, dist, extra_callbacks=[("_progress_watch", watch)])
     except determined_lite.InvalidHP as e:
         logger.warning("trial raised InvalidHP: %s", e)
         result = WorkerResult(status=WorkerStatus.INVALID_HP, error=str(e) or type(e).__name__)
@@ -174,6 +207,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stderr.write(f"det-lite: stopping: another worker failed ({type(e).__name__})\n")
         else:
             sys.stderr.write(traceback.format_exc())
+            kind = failure_kind(e, watch.progressed)
+            if kind is not None:
+                record_no_restart(spec.result_path, NoRestart(dist.rank, kind, _first_line(e)))
         sys.stderr.flush()
         result = WorkerResult(status=WorkerStatus.ERROR, error=f"rank {dist.rank}: {type(e).__name__}: {e}")
         code = 1
@@ -185,6 +221,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _save_result(result, spec)
     dist.close()
     return code
+
+
+def _first_line(error: BaseException) -> str:
+    message = str(error).strip()
+    return f"{type(error).__name__}: {message.splitlines()[0]}" if message else type(error).__name__
 
 
 def _save_result(result: WorkerResult, spec: WorkerSpec, say_full: bool = True) -> None:

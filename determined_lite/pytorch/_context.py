@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -150,8 +151,10 @@ class PyTorchTrialContext:
 
     def get_hparam(self, name: str) -> Any:
         if name not in self._hparams:
+            close = difflib.get_close_matches(name, [str(k) for k in self._hparams], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise ValueError(
-                f"hyperparameter {name!r} is not defined; defined hyperparameters: "
+                f"hyperparameter {name!r} is not defined; {hint}defined hyperparameters: "
                 f"{sorted(self._hparams) or 'none'}"
             )
         return self._hparams[name]

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 import determined_lite
+from determined_lite._errors import MetricTypeError, MissingMetricError
 from determined_lite.config import (
     DEFAULT_REPORTING_PERIOD,
     DEFAULT_SMALLER_IS_BETTER,
@@ -313,6 +314,9 @@ class TrialController:
             if decision.validate:
                 improved = self._validate()
                 pending_checkpoint = decision.checkpoint_after_validation(plan.checkpoint_policy, improved)
+                # A stop asked for during validation (EarlyStopping in on_validation_end) stops
+                # here, at the validated batch, with its checkpoint: no extra batch is trained.
+                stop = stop or harness.stop_requested
             if decision.checkpoint_now(pending_checkpoint, stop):
                 self._save_checkpoint(done)
                 pending_checkpoint = False
@@ -389,13 +393,13 @@ class TrialController:
         if name is None:
             return False
         if name not in metrics:
-            raise KeyError(
+            raise MissingMetricError(
                 f"searcher metric {name!r} is not among the validation metrics {sorted(metrics)}; "
                 "fix searcher.metric or return it from evaluate_batch/evaluate_full_dataset"
             )
         value = metrics[name]
         if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"searcher metric {name!r} must be a number, got {value!r}")
+            raise MetricTypeError(f"searcher metric {name!r} must be a number, got {value!r}")
         value = float(value)
         if not is_better(value, self.state.best_validation, self.spec.smaller_is_better):
             return False

@@ -21,6 +21,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from determined_lite._errors import MetricTypeError
+
 
 class Reducer(enum.Enum):
     """How per-batch validation metrics become one value.
@@ -163,7 +165,7 @@ def to_json_metric(value: Any, name: str, workload: str) -> Any:
     try:
         json.dumps(plain, allow_nan=True)
     except (TypeError, ValueError) as e:
-        raise TypeError(
+        raise MetricTypeError(
             f"{workload} metric {name!r} is not JSON-serializable ({type(value).__name__}: {e}); "
             "metrics must be numbers, strings, tensors, numpy values, or lists/dicts of those"
         ) from None

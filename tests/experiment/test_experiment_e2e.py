@@ -404,3 +404,68 @@ def test_trials_run_concurrently_up_to_max_concurrent_trials(tmp_path, monkeypat
     # The third trial starts only after one of the first two ended; the first two overlap.
     assert starts[1] < ends[0]
     assert starts[2] >= ends[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_pauses_at_a_checkpoint_where_training_stopped(tmp_path, sig):
+    # Issue 16, item 6: Ctrl-C (SIGINT) or SIGTERM pauses as `experiment pause` does: the trial
+    # checkpoints where it stopped, so activate retrains nothing. Before, the workers were
+    # stopped at once and the trial resumed from its last periodic checkpoint (none here: it
+    # retrained from batch 0).
+    proc = _start_foreground(_slow_config(tmp_path))
+    _wait_for_batches(1, 6, proc)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out
+    assert "pausing experiment 1" in out
+    exp = describe(1)
+    assert exp["state"] == "PAUSED"
+    (trial,) = exp["trials"]
+    stopped_at = trial["total_batches"]
+    assert trial["state"] == "PAUSED" and 6 <= stopped_at < 24
+    assert max(c["total_batches"] for c in trial["checkpoints"]) == stopped_at
+    proc = cli("experiment", "activate", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"(batch {stopped_at})" in cli("experiment", "logs", "1", check=True).stdout
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED"
+    _assert_uninterrupted(exp["trials"][0])
+
+
+def test_pause_creates_no_trial_until_activate(tmp_path):
+    # Issue 16, item 6: a trial that finishes while the experiment is pausing must not make the
+    # searcher create (let alone start) the next ones; ASHA creates them on activate.
+    path = write_config(
+        tmp_path,
+        **{
+            "hyperparameters.sleep_s": 0.3,
+            "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02, 0.03]},
+            "searcher": {
+                "name": "adaptive_asha",
+                "metric": "val_loss",
+                "max_length": {"batches": 8},
+                "max_trials": 3,
+                "divisor": 2,
+                "max_rungs": 3,
+                "mode": "aggressive",
+                "max_concurrent_trials": 1,
+            },
+            "min_validation_period": None,
+            # The pause is seen at the next report: with reports every 100 batches, that is the
+            # end of the first rung (4 batches), so the trial completes its rung while pausing.
+            "scheduling_unit": 100,
+        },
+    )
+    proc = _start_foreground(path)
+    _wait_for_batches(1, 0, proc)
+    cli("experiment", "pause", "1", check=True)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out
+    exp = describe(1)
+    assert exp["state"] == "PAUSED" and len(exp["trials"]) == 1, out
+    assert exp["trials"][0]["total_batches"] == 4  # its rung was done when the pause took effect
+    proc = cli("experiment", "activate", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED" and len(exp["trials"]) == 3
+    assert all(t["state"] == "COMPLETED" for t in exp["trials"])

@@ -17,7 +17,7 @@ import torch
 
 from determined_lite import pytorch
 from tests.fixtures.linear import LinearTrial, expected_weights
-from tests.fixtures.loop_trials import CallbackStopTrial, LoopTrial
+from tests.fixtures.loop_trials import CallbackStopTrial, LoopTrial, ValidationStopTrial
 
 LR = 0.01
 SEED_CONF = {"reproducibility": {"experiment_seed": 1}}
@@ -363,6 +363,25 @@ def test_stop_requested_from_a_callback() -> None:
     assert result.total_batches == 5
     assert totals(result.checkpoints) == [5]
     assert len(trial.recorder.weights) == 5
+
+
+def test_stop_requested_during_validation_stops_at_the_validated_batch() -> None:
+    # Issue 16, item 7: a stop asked for in on_validation_end (early stopping) ends training at
+    # the validated batch: no extra batch is trained and the final checkpoint is the validated
+    # one. Before, batch 5 was trained and the checkpoint taken there.
+    trial, result = run(
+        ValidationStopTrial,
+        hparams={"stop_after_validations": 1},
+        max_length=pytorch.Batch(12),
+        validation_period=pytorch.Batch(4),
+    )
+    assert result.stopped_early is True
+    assert result.total_batches == 4
+    assert len(trial.recorder.weights) == 4
+    assert totals(result.validation_metrics) == [4]
+    assert totals(result.checkpoints) == [4]
+    with open(os.path.join(result.checkpoints[-1]["path"], "metadata.json")) as f:
+        assert json.load(f)["validation_metrics"] == result.validation_metrics[-1]["metrics"]
 
 
 @pytest.mark.parametrize("reporting, stop_done, reports", [(2, 3, [2, 3]), (4, 6, [4, 6])])
