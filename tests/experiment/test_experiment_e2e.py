@@ -93,7 +93,8 @@ def test_test_mode_runs_two_steps(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Model definition test succeeded" in proc.stdout
     # It says what it runs (it said "train to 12 batches" and ran one).
-    assert "starts: test of 2 optimizer steps (2 batches), 2 validation batches and a checkpoint" in proc.stdout
+    said = "starts: test of 2 optimizer steps (2 batches), 2 validation batches and a checkpoint"
+    assert said in proc.stdout
     (trial,) = describe(1)["trials"]
     assert trial["total_batches"] == 2
     assert [v["total_batches"] for v in trial["validation_metrics"]] == [2]
