@@ -31,6 +31,7 @@ from determined_lite.experiment._retention import RetentionPolicy, apply_retenti
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._failures import read_no_restart, remove_no_restart
 from determined_lite.launch._spec import progress_path
+from determined_lite.launch._watchdog import remove_heartbeats
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
 from determined_lite.searcher._ops import op_from_dict, op_to_dict
 from determined_lite.store._paths import (
@@ -349,6 +350,7 @@ class ExperimentRunner:
             if os.path.exists(stale):
                 os.unlink(stale)
         remove_no_restart(spec.result_path)
+        remove_heartbeats(spec.result_path)
         trial_id = request.trial_id
         process = launch(
             spec,
