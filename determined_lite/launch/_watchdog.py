@@ -6,10 +6,11 @@ core callback at every hook of the loop — attribute writes, nothing per batch 
 daemon thread (:class:`StallWatchdog`) writes it every few seconds to
 ``<result>.heartbeat.rank<N>.json`` and, when the worker's current hook is older than the
 timeout, names the rank that is furthest behind among the heartbeats it can read (the fewest
-hooks entered, then the oldest: the stuck one; the others went on to wait for it in a collective) and calls ``on_stall`` with the
-message — at once on the stuck rank, after a grace period on the others, so that the launcher
-reports the stuck rank's failure; the worker then records the failure for its launcher and exits, and the launcher stops
-the others. A hang in one process of a 1-slot trial is caught the same way.
+hooks entered, then the oldest: the stuck one; the others went on to wait for it in a
+collective) and calls ``on_stall`` with the message: at once on the stuck rank, after a grace
+period on the others, so that the launcher reports the stuck rank's failure. The worker then
+records the failure for its launcher and exits, and the launcher stops the others. A hang in
+the one process of a 1-slot trial is caught the same way.
 
 Horovod has no timeout of its own and torch.distributed's is 30 minutes and names rank 0;
 the default here (20 minutes) is below torch's, so the watchdog speaks first. Standard library

@@ -88,4 +88,5 @@ def test_a_hung_rank_ends_the_trial_and_is_named(tmp_path, slots, backend, hang_
     assert trial["state"] == "ERROR"
     logs = cli("trial", "logs", str(trial["id"]), check=True).stdout
     assert f"stalled: rank {hang_rank} in train_batch (batch 3) made no progress for" in logs, logs
-    assert f"trial {trial['id']} failed: rank {hang_rank}: StallError: stalled: rank {hang_rank}" in logs, logs
+    failed = f"trial {trial['id']} failed: rank {hang_rank}: StallError: stalled: rank {hang_rank}"
+    assert failed in logs, logs
