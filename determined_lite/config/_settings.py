@@ -20,6 +20,11 @@ from determined_lite.config.units import Batch, TrainUnit, length_from_config, l
 DEFAULT_SCHEDULING_UNIT = 100
 DEFAULT_SMALLER_IS_BETTER = True
 DEFAULT_REPORTING_PERIOD: TrainUnit = Batch(DEFAULT_SCHEDULING_UNIT)
+# `--test` (test mode) runs what the real run depends on at least twice, so that a metric whose
+# shape or type changes between batches fails here, not after the first epoch: two optimizer
+# steps of training, two validation batches (evaluate_batch), one checkpoint.
+TEST_MODE_STEPS = 2
+TEST_MODE_VALIDATION_BATCHES = 2
 
 
 class CheckpointPolicy(str, enum.Enum):

@@ -95,6 +95,10 @@ class DistributedContext(abc.ABC):
         """Whether ``error`` only says that another worker failed (so this one need not report it)."""
         return isinstance(error, PeerFailure)
 
+    def record_failure(self, error: BaseException) -> None:
+        """Record ``error`` where this engine's launcher looks for the error a worker failed
+        with (nothing for a single process: its result says it)."""
+
     def abort(self) -> None:
         """Tear down after an error on this worker so peers blocked in collectives fail fast."""
         self.close()

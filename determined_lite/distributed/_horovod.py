@@ -176,6 +176,10 @@ class HorovodContext(DistributedContext):
         self._closed = True
         self._hvd.shutdown()
 
+    def record_failure(self, error: BaseException) -> None:
+        """Record ``error`` for the horovodrun wrapper (``$DET_LITE_HOROVOD_FAILURE_PREFIX``)."""
+        record_failure(error, self.rank)
+
     def abort(self, grace_s: float = 10.0) -> None:
         """Shut Horovod down after an error so peers blocked in collectives fail at once.
 
@@ -188,7 +192,7 @@ class HorovodContext(DistributedContext):
         """
         error = sys.exc_info()[1]
         if error is not None and not is_peer_failure(error):
-            record_failure(error, self.rank)
+            self.record_failure(error)
         if self._closed:
             return
         self._closed = True

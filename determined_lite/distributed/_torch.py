@@ -379,6 +379,10 @@ class TorchDistributedContext(DistributedContext):
             gc.collect()
             dist.destroy_process_group()
 
+    def record_failure(self, error: BaseException) -> None:
+        """Write ``error`` to torchrun's error file for this worker."""
+        _record_error(error)
+
     def abort(self) -> None:
         """Tear down after an error on this worker without waiting on peers.
 
@@ -389,7 +393,7 @@ class TorchDistributedContext(DistributedContext):
         """
         error = sys.exc_info()[1]
         if error is not None and not is_peer_failure(error):
-            _record_error(error)
+            self.record_failure(error)
         timer = threading.Timer(ABORT_GRACE_S, os._exit, args=(1,))
         timer.daemon = True
         timer.start()

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from determined_lite._errors import ActionRequired
 from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
+from determined_lite.config._settings import TEST_MODE_STEPS, TEST_MODE_VALIDATION_BATCHES
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import Progress
@@ -30,6 +31,7 @@ from determined_lite.experiment._retention import RetentionPolicy, apply_retenti
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._failures import read_no_restart, remove_no_restart
 from determined_lite.launch._spec import progress_path
+from determined_lite.launch._watchdog import remove_heartbeats
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
 from determined_lite.searcher._ops import op_from_dict, op_to_dict
 from determined_lite.store._paths import (
@@ -348,6 +350,7 @@ class ExperimentRunner:
             if os.path.exists(stale):
                 os.unlink(stale)
         remove_no_restart(spec.result_path)
+        remove_heartbeats(spec.result_path)
         trial_id = request.trial_id
         process = launch(
             spec,
@@ -360,7 +363,15 @@ class ExperimentRunner:
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
         self.store.update_trial(trial_id, state=TrialState.ACTIVE)
         resumed = f" from checkpoint {latest['uuid']} (batch {latest['total_batches']})" if latest else ""
-        self._log(trial_id, f"trial {trial_id} starts: train to {request.pending} {self.unit}{resumed}")
+        if self.test_mode:
+            k = self.training_settings.aggregation_frequency
+            what = (
+                f"test of {TEST_MODE_STEPS} optimizer steps ({TEST_MODE_STEPS * k} batches), "
+                f"{TEST_MODE_VALIDATION_BATCHES} validation batches and a checkpoint"
+            )
+        else:
+            what = f"train to {request.pending} {self.unit}"
+        self._log(trial_id, f"trial {trial_id} starts: {what}{resumed}")
         self.progress.start(trial_id, request.hparams)
 
     def _worker_env(self) -> Dict[str, str]:

@@ -126,11 +126,11 @@ class WorkerFailure:
         return f"{who}: exited with code {self.exit_code}"
 
     def summary(self, where: str = "") -> str:
-        """The launcher's one line about a failed worker (``where``: `` on HOST``); the error's
-        text itself is already in the worker's traceback."""
+        """The launcher's one line about a failed worker (``where``: `` on HOST``); the error
+        itself is already above, in the worker's output (a traceback or det-lite's one line)."""
         if self.error:
             code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
-            what = f"failed{code}; its traceback is above"
+            what = f"failed{code}; its error is above"
         elif self.signal:
             what = f"was killed by {self.signal}"
         else:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import determined_lite
 from determined_lite._errors import DiskFullError, find_action_required, find_trial_check, is_disk_full
@@ -24,6 +24,7 @@ from determined_lite.config.units import length_from_config
 from determined_lite.launch._failures import FailureKind, NoRestart, record_no_restart
 from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.launch._watchdog import Heartbeat, StallWatchdog, stall_timeout
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.store._paths import restrict_umask
 
@@ -76,6 +77,75 @@ class ProgressWatch(PyTorchCallback):
         if self._context is None or self._first_batch is None:
             return False
         return bool(self._context.harness.state.batches_done > self._first_batch)
+
+
+class StallWatch(PyTorchCallback):
+    """A core callback keeping this worker's :class:`Heartbeat` at the hook it entered last
+    (attribute writes only; the watchdog thread reads them)."""
+
+    def __init__(self, heartbeat: Heartbeat) -> None:
+        self.beat = heartbeat
+
+    def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
+        self.beat.enter("on_trial_startup", first_batch_idx)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.beat.enter("train_batch", batch_idx)
+
+    def on_before_backward(self, loss: Any) -> None:
+        self.beat.enter("backward")
+
+    def on_after_backward(self, loss: Any) -> None:
+        self.beat.enter("train_batch after backward")
+
+    def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
+        self.beat.enter("the loop after train_batch (report, validation, checkpoint)", batch_idx)
+
+    def on_training_workload_end(self, avg_metrics: Dict[str, Any], batch_metrics: Any) -> None:
+        self.beat.enter("the loop after a report")
+
+    def on_validation_start(self) -> None:
+        self.beat.enter("validation")
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.beat.enter(f"evaluate_batch {batch_idx}")
+
+    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
+        self.beat.enter("the loop after validation")
+
+    def on_checkpoint_save_start(self, checkpoint: Dict[str, Any]) -> None:  # the chief only
+        self.beat.enter("checkpoint save", every_rank=False)
+
+    def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:  # the chief only
+        self.beat.enter("the loop after a checkpoint", every_rank=False)
+
+
+def _start_watchdog(spec: WorkerSpec, dist: Any) -> Tuple[Optional[StallWatchdog], List[Tuple[str, Any]]]:
+    """The stall watchdog of this worker and its core callback (none when switched off)."""
+    timeout = stall_timeout()
+    if timeout is None:
+        return None, []
+    beat = Heartbeat(rank=dist.rank)
+
+    def on_stall(message: str) -> None:
+        error = StallError(message)
+        sys.stderr.write(f"det-lite: {message}\n")
+        sys.stderr.flush()
+        dist.record_failure(error)  # the launcher names this error for the trial
+        if dist.is_chief:
+            result = WorkerResult(WorkerStatus.ERROR, error=f"rank {dist.rank}: StallError: {message}")
+            try:
+                _save_result(result, spec)
+            except OSError:
+                pass
+        os._exit(1)  # the main thread is stuck: no teardown; the launcher stops the others
+
+    watchdog = StallWatchdog(beat, spec.result_path, timeout, on_stall).start()
+    return watchdog, [("_stall_watch", StallWatch(beat))]
+
+
+class StallError(RuntimeError):
+    """A worker made no progress for ``$DET_LITE_STALL_TIMEOUT`` seconds."""
 
 
 def failure_kind(error: BaseException, progressed: bool) -> Optional[FailureKind]:
@@ -185,8 +255,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.chdir(spec.context_dir)  # as in Determined: the trial runs inside its context directory
     code = 0
     watch = ProgressWatch()
+    watchdog, stall_callbacks = _start_watchdog(spec, dist)
     try:
-        result = run(spec, dist, extra_callbacks=[("_progress_watch", watch)])
+        try:
+            result = run(spec, dist, extra_callbacks=[("_progress_watch", watch)] + stall_callbacks)
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
     except determined_lite.InvalidHP as e:
         logger.warning("trial raised InvalidHP: %s", e)
         result = WorkerResult(status=WorkerStatus.INVALID_HP, error=str(e) or type(e).__name__)

@@ -382,6 +382,12 @@ class PyTorchTrialContext:
         if not harness.state.is_step_batch():
             return
         opt = wrapped.optimizer
+        if not wrapped.has_gradients():
+            wrapped.warn_once(
+                "no_gradients",
+                f"step_optimizer() stepped {type(opt).__name__} with no gradients: call "
+                "context.backward(loss) before step_optimizer() in train_batch",
+            )
         self._distributed.synchronize(opt)
         precision.unscale(opt, scaler)
         average = k > 1 and harness.average_aggregated_gradients
@@ -394,8 +400,12 @@ class PyTorchTrialContext:
             if clip_grads is not None:
                 clip_grads(params)
             callbacks.call("on_before_optimizer_step", params)
-        with self._distributed.step_context(opt):
-            precision.step(opt, scaler)
+        wrapped.stepping = True
+        try:
+            with self._distributed.step_context(opt):
+                precision.step(opt, scaler)
+        finally:
+            wrapped.stepping = False
         callbacks.call("on_after_optimizer_step", opt)
         if auto_zero_grads:
             callbacks.call("on_before_optimizer_zero_grad", opt)

@@ -9,6 +9,7 @@ neither side reaches into the other's private attributes.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -20,6 +21,8 @@ from determined_lite.pytorch._lr_scheduler import LRScheduler, LRStepper
 from determined_lite.pytorch._precision import Precision
 from determined_lite.pytorch._reducer import WrappedReducer
 from determined_lite.pytorch._schedule import TrainingState
+
+logger = logging.getLogger("determined_lite")
 
 
 @dataclasses.dataclass
@@ -36,12 +39,37 @@ class TrialInfo:
 
 
 class WrappedOptimizer:
-    """Bookkeeping for one wrapped optimizer (the object the trial holds is ``optimizer``)."""
+    """Bookkeeping for one wrapped optimizer (the object the trial holds is ``optimizer``).
+
+    It also notices two mistakes, each said once per trial: a step with no gradients (no
+    ``backward`` before ``step_optimizer``), and ``optimizer.step()`` called by the trial itself
+    (the harness's aggregation, AMP, clipping and step counting then miss it).
+    """
 
     def __init__(self, optimizer: torch.optim.Optimizer, backward_passes_per_step: int) -> None:
         self.optimizer = optimizer
         self.backward_passes_per_step = backward_passes_per_step
         self.steps = 0
+        self.stepping = False  # inside step_optimizer
+        self._warned: set = set()
+        optimizer.register_step_post_hook(self._after_step)
+
+    def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.stepping:
+            self.warn_once(
+                "manual_step",
+                f"{type(optimizer).__name__}.step() was called outside context.step_optimizer(); "
+                "call context.step_optimizer(optimizer) instead, so that gradient aggregation, "
+                "AMP, clipping and LR scheduling see the step",
+            )
+
+    def has_gradients(self) -> bool:
+        return any(p.grad is not None for group in self.optimizer.param_groups for p in group["params"])
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)
 
     def parameters(self) -> List[torch.nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]

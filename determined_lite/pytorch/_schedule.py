@@ -12,6 +12,7 @@ import math
 from typing import Callable, Optional
 
 from determined_lite.config import CheckpointPolicy, Record, TrainUnit
+from determined_lite.config._settings import TEST_MODE_STEPS
 
 
 def is_step_batch(batch_idx: int, aggregation_frequency: int) -> bool:
@@ -57,7 +58,7 @@ class Plan:
     ) -> "Plan":
         """Lengths in batches; ``global_batch_size()`` is asked only for lengths in records.
 
-        ``test_mode``: one optimizer step, no periodic validation or checkpoint.
+        ``test_mode``: ``TEST_MODE_STEPS`` optimizer steps, no periodic validation or checkpoint.
         """
         k = aggregation_frequency
 
@@ -67,7 +68,7 @@ class Plan:
         def every(unit: Optional[TrainUnit]) -> Optional[int]:
             return None if unit is None else max(1, batches(unit))
 
-        requested = k if test_mode else batches(max_length)
+        requested = TEST_MODE_STEPS * k if test_mode else batches(max_length)
         return cls(
             max_batches=-(-requested // k) * k,
             requested_batches=requested,

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
 
 import torch
 
+from determined_lite.config._settings import TEST_MODE_VALIDATION_BATCHES
 from determined_lite.pytorch import _rng
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
@@ -60,7 +61,7 @@ def evaluation_mode(trial: PyTorchTrial) -> EvaluationMode:
 
 
 class Validation:
-    """Runs validations of one trial on one worker (``test_mode``: one batch only)."""
+    """Runs validations of one trial on one worker (``test_mode``: its first batches only)."""
 
     def __init__(
         self,
@@ -111,7 +112,7 @@ class Validation:
             loader = loader.sharding.validation_loader(
                 rank=self.dist.rank, num_replicas=self.dist.size, seed=seed
             )
-        limit = 1 if self.test_mode else None
+        limit = TEST_MODE_VALIDATION_BATCHES if self.test_mode else None
         outputs: List[Dict[str, Any]] = []
         lengths: List[int] = []
         cbs.call("on_validation_epoch_start")

@@ -209,7 +209,7 @@ def test_primary_failure_prefers_the_earliest_recorded_error():
     assert failure.describe() == "rank 1: ValueError: boom"
     assert (
         failure.summary()
-        == "det-lite: worker rank 1 failed; its traceback is above; stopped the other workers"
+        == "det-lite: worker rank 1 failed; its error is above; stopped the other workers"
     )
 
 

@@ -88,13 +88,16 @@ def test_create_describe_list_logs_export(tmp_path, _det_lite_home):
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tb))
 
 
-def test_test_mode_runs_one_batch(tmp_path):
+def test_test_mode_runs_two_steps(tmp_path):
     proc = cli("experiment", "create", os.path.join(LINEAR, "const.yaml"), LINEAR, "--test")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Model definition test succeeded" in proc.stdout
+    # It says what it runs (it said "train to 12 batches" and ran one).
+    said = "starts: test of 2 optimizer steps (2 batches), 2 validation batches and a checkpoint"
+    assert said in proc.stdout
     (trial,) = describe(1)["trials"]
-    assert trial["total_batches"] == 1
-    assert [v["total_batches"] for v in trial["validation_metrics"]] == [1]
+    assert trial["total_batches"] == 2
+    assert [v["total_batches"] for v in trial["validation_metrics"]] == [2]
     assert len(trial["checkpoints"]) == 1
 
 

@@ -220,11 +220,11 @@ def test_descriptions_and_summaries() -> None:
         "rank 0: exited with code 3",
     ]
     assert raised.summary(" on host-a") == (
-        "det-lite: worker rank 3 on host-a failed (exit code 1); its traceback is above; "
+        "det-lite: worker rank 3 on host-a failed (exit code 1); its error is above; "
         "stopped the other workers"
     )
     assert recorded.summary() == (
-        "det-lite: worker rank 1 failed; its traceback is above; stopped the other workers"
+        "det-lite: worker rank 1 failed; its error is above; stopped the other workers"
     )
     assert killed.summary() == "det-lite: worker rank 1 was killed by SIGKILL; stopped the other workers"
     assert exited.summary() == "det-lite: worker rank 0 exited with code 3; stopped the other workers"

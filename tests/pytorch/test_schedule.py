@@ -39,11 +39,11 @@ def test_plan_rounds_max_length_up_to_whole_optimizer_steps() -> None:
     assert (plan.requested_batches, plan.max_batches) == (10, 12)
 
 
-def test_test_mode_plans_one_optimizer_step_and_no_periodic_workloads() -> None:
+def test_test_mode_plans_two_optimizer_steps_and_no_periodic_workloads() -> None:
     plan = _plan(
         aggregation_frequency=3, validation_period=Batch(1), checkpoint_period=Batch(1), test_mode=True
     )
-    assert plan.max_batches == 3
+    assert plan.max_batches == 6
     assert plan.validation_every is None and plan.checkpoint_every is None
 
 

@@ -202,31 +202,48 @@ def test_epoch_lengths(epochs: int, k: int, n: int) -> None:
     assert_close_seq(trial.recorder.weights, expected)
 
 
-def test_test_mode_trains_one_batch_validates_one_batch_and_checkpoints_once() -> None:
+def test_test_mode_trains_two_steps_validates_two_batches_and_checkpoints_once() -> None:
+    # Issue 16, item 4: --test runs what the real run depends on twice (it ran one batch of each
+    # before, so a metric that changes between batches passed --test).
     trial, result = run(
         max_length=pytorch.Batch(50),
         validation_period=pytorch.Batch(1),
         checkpoint_period=pytorch.Batch(1),
         test_mode=True,
     )
-    assert result.total_batches == 1
-    assert_close_seq(trial.recorder.weights, expected_weights(0.0, LR, xs(1)))
-    w = trial.recorder.weights[0]
-    # One validation, on the first validation batch only (x = 1, 2), not all 5 records.
-    assert totals(result.validation_metrics) == [1]
+    assert result.total_batches == 2
+    assert_close_seq(trial.recorder.weights, expected_weights(0.0, LR, xs(2)))
+    w = trial.recorder.weights[-1]
+    # One validation, on the first two validation batches only (x = 1..4), not all 5 records.
+    assert totals(result.validation_metrics) == [2]
     val_loss = result.validation_metrics[0]["metrics"]["val_loss"]
-    assert math.isclose(val_loss, batch_loss(w, [1.0, 2.0]), rel_tol=1e-12)
-    assert totals(result.checkpoints) == [1]
+    assert math.isclose(val_loss, sum((w * x - 2 * x) ** 2 for x in range(1, 5)) / 4, rel_tol=1e-12)
+    assert totals(result.checkpoints) == [2]
     assert os.path.isfile(os.path.join(result.checkpoints[0]["path"], "state_dict.pth"))
 
 
-def test_test_mode_with_aggregation_completes_one_optimizer_step() -> None:
+def test_test_mode_with_aggregation_completes_two_optimizer_steps() -> None:
     trial, result = run(k=3, max_length=pytorch.Batch(50), test_mode=True)
-    assert result.total_batches == 3
-    assert_close_seq(trial.recorder.weights, expected_weights(0.0, LR, xs(3), aggregation=3))
+    assert result.total_batches == 6
+    assert_close_seq(trial.recorder.weights, expected_weights(0.0, LR, xs(6), aggregation=3))
     assert trial.recorder.weights[-1] != 0.0
-    assert totals(result.validation_metrics) == [3]
-    assert totals(result.checkpoints) == [3]
+    assert totals(result.validation_metrics) == [6]
+    assert totals(result.checkpoints) == [6]
+
+
+class _ShapeChangingTrial(LinearTrial):
+    """Its validation metric is a scalar on the first batch, a vector on the second."""
+
+    def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
+        x, y = batch
+        self.calls = getattr(self, "calls", 0) + 1
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        return {"val_loss": loss if self.calls == 1 else loss.repeat(3)}
+
+
+def test_test_mode_catches_a_metric_whose_shape_changes_between_batches() -> None:
+    with pytest.raises(Exception, match="val_loss"):
+        run(_ShapeChangingTrial, max_length=pytorch.Batch(50), test_mode=True)
 
 
 # --- validation and checkpoint periods ---------------------------------------------------------

@@ -1,0 +1,153 @@
+"""The stall watchdog: a worker that makes no progress for ``$DET_LITE_STALL_TIMEOUT`` seconds
+ends the trial, naming the stuck rank and the hook it entered last.
+
+Each worker keeps a :class:`Heartbeat` (the hook it entered last, the batch, when), updated by a
+core callback at every hook of the loop — attribute writes, nothing per batch beyond that. A
+daemon thread (:class:`StallWatchdog`) writes it every few seconds to
+``<result>.heartbeat.rank<N>.json`` and, when the worker's current hook is older than the
+timeout, names the rank that is furthest behind among the heartbeats it can read (the fewest
+hooks entered, then the oldest: the stuck one; the others went on to wait for it in a
+collective) and calls ``on_stall`` with the message: at once on the stuck rank, after a grace
+period on the others, so that the launcher reports the stuck rank's failure. The worker then
+records the failure for its launcher and exits, and the launcher stops the others. A hang in
+the one process of a 1-slot trial is caught the same way.
+
+Horovod has no timeout of its own and torch.distributed's is 30 minutes and names rank 0;
+the default here (20 minutes) is below torch's, so the watchdog speaks first. Standard library
+only: the runner removes stale heartbeat files before a trial starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import threading
+import time
+from typing import Callable, List, Optional
+
+STALL_TIMEOUT_ENV = "DET_LITE_STALL_TIMEOUT"
+DEFAULT_STALL_TIMEOUT_S = 1200.0
+_MAX_POLL_S = 5.0
+
+
+def stall_timeout() -> Optional[float]:
+    """``$DET_LITE_STALL_TIMEOUT`` in seconds (default 1200); None when it is 0 (no watchdog)."""
+    text = os.environ.get(STALL_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_STALL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"${STALL_TIMEOUT_ENV} must be a number of seconds (0: off), got {text!r}") from None
+    if value < 0 or value != value:
+        raise ValueError(f"${STALL_TIMEOUT_ENV} must be a number of seconds >= 0 (0: off), got {text!r}")
+    return value or None
+
+
+@dataclasses.dataclass
+class Heartbeat:
+    """Where one worker is: the hook it entered last, the batch, and when (epoch seconds)."""
+
+    rank: int
+    hook: str = "setup"
+    batch: Optional[int] = None
+    since: float = dataclasses.field(default_factory=time.time)
+    # Hooks every rank enters, counted: ranks run the same sequence, so the lowest count is the
+    # rank that is behind (the stuck one); the others wait for it in a collective.
+    position: int = 0
+
+    def enter(self, hook: str, batch: Optional[int] = None, every_rank: bool = True) -> None:
+        self.hook, self.since = hook, time.time()
+        if batch is not None:
+            self.batch = batch
+        if every_rank:
+            self.position += 1
+
+    def describe(self) -> str:
+        where = f" (batch {self.batch})" if self.batch is not None else ""
+        return f"rank {self.rank} in {self.hook}{where}"
+
+
+def heartbeat_file(result_path: str, rank: int) -> str:
+    return f"{result_path}.heartbeat.rank{rank}.json"
+
+
+def read_heartbeats(result_path: str) -> List[Heartbeat]:
+    """The heartbeats the workers of the current run wrote (unreadable ones passed over)."""
+    beats = []
+    for path in glob.glob(glob.escape(result_path) + ".heartbeat.rank*.json"):
+        try:
+            with open(path) as f:
+                beats.append(Heartbeat(**json.load(f)))
+        except (OSError, ValueError, TypeError):
+            continue
+    return beats
+
+
+def remove_heartbeats(result_path: str) -> None:
+    for path in glob.glob(glob.escape(result_path) + ".heartbeat.rank*.json*"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _write(path: str, beat: Heartbeat) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(dataclasses.asdict(beat), f)
+    os.replace(tmp, path)
+
+
+def stall_message(stuck: Heartbeat, timeout: float, now: float) -> str:
+    return (
+        f"stalled: {stuck.describe()} made no progress for {now - stuck.since:.0f} s "
+        f"(${STALL_TIMEOUT_ENV}={timeout:g}); stopping every worker of the trial"
+    )
+
+
+class StallWatchdog:
+    """Watches one worker's :class:`Heartbeat` on a daemon thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        heartbeat: Heartbeat,
+        result_path: str,
+        timeout: float,
+        on_stall: Callable[[str], None],
+    ) -> None:
+        self.heartbeat, self.result_path, self.timeout = heartbeat, result_path, timeout
+        self._on_stall = on_stall
+        self._poll = min(_MAX_POLL_S, max(0.05, timeout / 10))
+        # A rank waiting on the stuck one gives the stuck rank's watchdog this long to report
+        # first (so the launcher names it), then reports itself (the stuck rank may hold the GIL).
+        self._grace = max(2.0, 3 * self._poll)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="det-lite-stall-watchdog", daemon=True)
+
+    def start(self) -> "StallWatchdog":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        own = heartbeat_file(self.result_path, self.heartbeat.rank)
+        while not self._stop.wait(self._poll):
+            beat = dataclasses.replace(self.heartbeat)  # a consistent copy
+            try:
+                _write(own, beat)
+            except OSError:
+                pass  # the watchdog still works for this rank alone
+            now = time.time()
+            if now - beat.since < self.timeout:
+                continue
+            peers = [b for b in read_heartbeats(self.result_path) if b.rank != beat.rank] + [beat]
+            stuck = min(peers, key=lambda b: (b.position, b.since, b.rank))
+            if stuck.rank != beat.rank and self._stop.wait(self._grace):
+                return  # the stuck rank's own watchdog spoke first and the launcher stopped us
+            self._on_stall(stall_message(stuck, self.timeout, time.time()))
+            return
