@@ -21,6 +21,9 @@ def parse_host(entry: Any) -> Tuple[str, int]:
     raise ValueError(f"expected 'host:slots' with slots a positive int, got {describe(entry)}")
 
 
+# Where the launcher hands a trial's validated DDP options to its torch.distributed workers.
+DDP_OPTIONS_ENV = "DET_LITE_DDP_OPTIONS"
+
 class DDPOptions(Section):
     """``resources.ddp_options``: passed to torch's DistributedDataParallel (torch backend)."""
 

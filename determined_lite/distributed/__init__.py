@@ -8,13 +8,9 @@ set up (``horovodrun`` or ``torch.distributed.run``).
 
 from __future__ import annotations
 
-import os
-
+from determined_lite._timeouts import DEFAULT_TIMEOUT_S
 from determined_lite.distributed._base import DistributedContext, PeerFailure
 from determined_lite.distributed._single import SingleProcessContext
-
-# Seconds a worker may wait to join the group (collectives: $DET_LITE_COLLECTIVE_TIMEOUT, 1800).
-DEFAULT_TIMEOUT_S = float(os.environ.get("DET_LITE_DIST_TIMEOUT", "30"))
 
 
 def initialize(backend: str) -> DistributedContext:

@@ -76,7 +76,7 @@ def record_failure(error: BaseException, rank: int) -> None:
 def gloo_timeout_seconds() -> int:
     """Seconds Gloo waits for a peer (rendezvous and each operation): Horovod's env knob, else
     ``DET_LITE_DIST_TIMEOUT``."""
-    from determined_lite.distributed import DEFAULT_TIMEOUT_S
+    from determined_lite._timeouts import DEFAULT_TIMEOUT_S
 
     value = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS")
     return int(value) if value else max(1, math.ceil(DEFAULT_TIMEOUT_S))

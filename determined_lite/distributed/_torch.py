@@ -42,15 +42,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from determined_lite.config import check_ddp_options  # resources.ddp_options: the schema's DDPOptions
+from determined_lite._timeouts import COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT_S
+from determined_lite.config._resources import (  # resources.ddp_options: the schema's DDPOptions
+    DDP_OPTIONS_ENV,
+    check_ddp_options,
+)
 from determined_lite.distributed._base import DistributedContext, PeerFailure
 
 logger = logging.getLogger("determined_lite")
 
-DDP_OPTIONS_ENV = "DET_LITE_DDP_OPTIONS"
-
-COLLECTIVE_TIMEOUT_ENV = "DET_LITE_COLLECTIVE_TIMEOUT"
-DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0
 
 # Seconds a worker that failed may spend tearing down before it is forced out.
 ABORT_GRACE_S = 10.0
@@ -188,7 +188,7 @@ class TorchDistributedContext(DistributedContext):
         validation set or writes a checkpoint. A worker that dies or raises does not make its
         peers wait for it: torchrun stops them within a fraction of a second.
         """
-        from determined_lite.distributed import DEFAULT_TIMEOUT_S
+        from determined_lite._timeouts import DEFAULT_TIMEOUT_S
 
         if ddp_options is None and os.environ.get(DDP_OPTIONS_ENV):
             try:

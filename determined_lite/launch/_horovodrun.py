@@ -109,7 +109,7 @@ def _controller() -> str:
 
 def timeout_seconds() -> int:
     """Seconds for horovodrun's start and for each Gloo rendezvous/operation."""
-    from determined_lite.distributed import DEFAULT_TIMEOUT_S
+    from determined_lite._timeouts import DEFAULT_TIMEOUT_S
 
     return max(1, math.ceil(DEFAULT_TIMEOUT_S))
 

@@ -49,6 +49,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from determined_lite.launch._exit import exit_now
 from determined_lite.launch._failures import (
     WORKER_MODULE,
     WorkerFailure,
@@ -95,7 +96,7 @@ def free_port() -> int:
 def _engine_env(spec: WorkerSpec, procs_per_host: int, local: bool) -> Dict[str, str]:
     """Environment for the agents and their workers (``local``: every host is this machine)."""
     from determined_lite.config import check_ddp_options
-    from determined_lite.distributed._torch import DDP_OPTIONS_ENV
+    from determined_lite.config._resources import DDP_OPTIONS_ENV
 
     env: Dict[str, str] = {}
     lo = loopback_interface() if local else None
@@ -146,7 +147,7 @@ def torchrun_command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
 ) -> Tuple[List[str], Dict[str, str]]:
     """``(argv, env)`` of the process that runs the trial's workers under torchrun."""
-    from determined_lite.distributed import DEFAULT_TIMEOUT_S
+    from determined_lite._timeouts import DEFAULT_TIMEOUT_S
 
     spec_path = os.path.abspath(spec_path)
     join_timeout = int(max(DEFAULT_TIMEOUT_S, 60.0))  # remote agents may take a while to start
@@ -359,4 +360,4 @@ def _report(args: argparse.Namespace, failure: WorkerFailure) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # skips the slow teardown of torch and Gloo (see _exit.py)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import determined_lite
 from determined_lite._errors import DiskFullError, find_action_required, find_trial_check, is_disk_full
 from determined_lite.config.units import length_from_config
+from determined_lite.launch._exit import exit_now
 from determined_lite.launch._failures import FailureKind, NoRestart, record_no_restart
 from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
@@ -318,4 +319,4 @@ def _save_result(result: WorkerResult, spec: WorkerSpec, say_full: bool = True) 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # skips the slow teardown of torch and Gloo (see _exit.py)
