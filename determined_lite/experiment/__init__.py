@@ -153,8 +153,8 @@ def _run(experiment_id: int, *, test: bool, resume: bool, out: TextIO, lock: Any
     finally:
         lock.record(os.getpid(), RunnerPhase.STOPPING)
     print(runner.summary(), file=out)
-    state = runner.store.get_experiment(experiment_id)["state"]
-    print(f"experiment {experiment_id}: {state}", file=out)
+    if runner.final_line:
+        print(runner.final_line, file=out)
     if test and code == EXIT_OK:
         print("Model definition test succeeded", file=out)
     return code

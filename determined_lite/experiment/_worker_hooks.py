@@ -1,11 +1,12 @@
 """What a chief worker of an experiment trial adds to the loop: store writes and the stop poll.
 
 The chief writes every reported training and validation metric and every checkpoint to the
-experiment store as they happen (so other terminals see them live), and a small progress file
-the runner reads for its progress bar. Registering a checkpoint applies the experiment's
-retention policy to the trial (``_retention.register_checkpoint``): a running trial never holds
-more checkpoints than ``checkpoint_storage`` keeps. ``should_stop`` answers pause and kill requests, which
-the loop honours at the next optimizer-step boundary with a checkpoint.
+experiment store as they happen (so other terminals see them live), and its progress meter
+(``pytorch/_progress.py``) writes the small progress file the runner reads for its progress bar.
+Registering a checkpoint applies the experiment's retention policy to the trial
+(``_retention.register_checkpoint``): a running trial never holds more checkpoints than
+``checkpoint_storage`` keeps. ``should_stop`` answers pause and kill requests, which the loop
+honours at the next optimizer-step boundary with a checkpoint.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from determined_lite._progress import write_progress
 from determined_lite.experiment._retention import RetentionPolicy, register_checkpoint
-from determined_lite.launch._spec import WorkerSpec, _write_json_atomic, progress_path
+from determined_lite.launch._spec import WorkerSpec, progress_path
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._progress import ProgressMeter
 from determined_lite.pytorch._schedule import is_better
 
 
 class StoreReporter(PyTorchCallback):
-    """Chief-side callback: metrics, checkpoints and progress of one trial into the store."""
+    """Chief-side callback: metrics and checkpoints of one trial into the store."""
 
     def __init__(self, spec: WorkerSpec) -> None:
         from determined_lite.store import Store
@@ -33,7 +36,6 @@ class StoreReporter(PyTorchCallback):
         self._store = Store(spec.store_path)
         self._trial_id = spec.trial_id
         self._spec = spec
-        self._max_batches: Optional[int] = None
         self._context: Any = None
         self._written: Dict[str, str] = {}  # uuid -> directory, until flushed to disk
         settings = spec.training_settings()
@@ -54,20 +56,12 @@ class StoreReporter(PyTorchCallback):
         # the interrupted run are replaced by the ones this run reports.
         self._store.delete_metrics_after(self._trial_id, first_batch_idx)
 
-    def on_training_start(self) -> None:
-        # The loop's plan owns where training ends (max_length rounded up to whole optimizer
-        # steps; one step in test mode).
-        plan = self._harness().state.plan
-        self._max_batches = plan.max_batches if plan is not None else None
-        self._write_progress()
-
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
     ) -> None:
         done = self._harness().state.batches_done
         self._store.add_training_metrics(self._trial_id, done, avg_metrics)
         self._store.update_trial(self._trial_id, total_batches=done)
-        self._write_progress()
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
         self._store.add_validation_metrics(self._trial_id, self._harness().state.batches_done, metrics)
@@ -100,17 +94,12 @@ class StoreReporter(PyTorchCallback):
         }
         register_checkpoint(self._store, self._spec.experiment_id, self._retention, checkpoint)
 
-    def _write_progress(self) -> None:
-        _write_json_atomic(
-            progress_path(self._spec.result_path),
-            {"total_batches": self._harness().state.batches_done, "max_batches": self._max_batches},
-        )
-
 
 def worker_hooks(
     spec: WorkerSpec, is_chief: bool
 ) -> Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]:
-    """Core callbacks writing to the store (chief only) and ``should_stop`` for pause/kill.
+    """Core callbacks writing to the store and the progress file (chief only) and
+    ``should_stop`` for pause/kill.
 
     ``should_stop`` is asked on the chief only; the loop shares its answer with every rank.
     """
@@ -127,4 +116,7 @@ def worker_hooks(
     def should_stop() -> bool:
         return experiment_id is not None and store.pending_action(experiment_id) in stop_actions
 
-    return [("_core.store", reporter)], should_stop
+    path = progress_path(spec.result_path)
+    metric = spec.training_settings().searcher_metric
+    meter = ProgressMeter(lambda progress: write_progress(path, progress), metric)
+    return [("_core.store", reporter), ("_core.progress", meter)], should_stop
