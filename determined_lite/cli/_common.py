@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import click
 
 from determined_lite.experiment import EXIT_BAD_INPUT, EXIT_FAILED
-from determined_lite.store import ExperimentState, NotFoundError, Store, StoreError
+from determined_lite.store import ExperimentKind, ExperimentState, NotFoundError, Store, StoreError
 
 
 class BadInput(click.ClickException):
@@ -124,6 +124,12 @@ def format_mapping(mapping: Optional[Dict[str, Any]]) -> str:
     if not mapping:
         return ""
     return " ".join(f"{k}={format_value(mapping[k])}" for k in sorted(mapping))
+
+
+def display_name(exp: Dict[str, Any]) -> str:
+    """The experiment's name; ``(local)`` after a plain-Python ``Trainer.fit`` run's."""
+    name = exp.get("name") or ""
+    return f"{name} (local)" if exp.get("kind") == ExperimentKind.LOCAL else name
 
 
 def display_state(exp: Dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from determined_lite.cli._common import (
     AliasedGroup,
     BadInput,
     Failed,
+    display_name,
     display_state,
     echo_json,
     echo_table,
@@ -142,7 +143,7 @@ def list_experiments(show_all: bool, as_json: bool) -> None:
     rows = [
         (
             e["id"],
-            e["name"] or "",
+            display_name(e),
             display_state(e),
             e["num_trials"],
             format_time(e["created_at"]),
@@ -232,7 +233,7 @@ def describe(experiment_id: int, as_json: bool) -> None:
         [
             (
                 exp["id"],
-                exp["name"] or "",
+                display_name(exp),
                 display_state(exp),
                 (searcher or {}).get("name", "") if isinstance(searcher, dict) else "",
                 format_time(exp["created_at"]),

@@ -273,11 +273,17 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[
 
 def _activatable(store: Any, experiment_id: int) -> Dict[str, Any]:
     """The experiment, unless it is unknown (``NotFoundError``) or ended (``ActivationRefused``)."""
-    from determined_lite.store import TERMINAL_STATES, NotFoundError
+    from determined_lite.store import TERMINAL_STATES, ExperimentKind, NotFoundError
 
     experiment = store.get_experiment(experiment_id)
     if experiment is None:
         raise NotFoundError(f"experiment {experiment_id} not found")
+    if experiment.get("kind") == ExperimentKind.LOCAL:
+        raise ActivationRefused(
+            f"experiment {experiment_id} is a local run of Trainer.fit from Python; resume it there "
+            f"with Trainer.fit(latest_checkpoint=...) (its checkpoints: det-lite checkpoint list "
+            f"--experiment {experiment_id})"
+        )
     if experiment["state"] in TERMINAL_STATES:
         raise ActivationRefused(
             f"experiment {experiment_id} is {experiment['state']}; only a PAUSED experiment can be activated"

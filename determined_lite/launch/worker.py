@@ -98,6 +98,8 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
             reporting_period=settings.reporting_period,
             checkpoint_policy=settings.checkpoint_policy,
             step_zero_validation=settings.step_zero_validation,
+            progress=False,  # the runner draws the bars, from the chief's progress file
+            record=False,  # an experiment trial's chief writes to the store through its hooks
         )
     last = result.validation_metrics[-1]["metrics"] if result.validation_metrics else None
     return WorkerResult(

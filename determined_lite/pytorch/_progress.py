@@ -1,5 +1,6 @@
 """The chief's progress meter: batches done, throughput since the first batch, the latest loss
-and validation metric, handed to a sink (the runner's progress file, or a bar in this process).
+and validation metric, handed to a sink (the runner's progress file, or ``ProgressDisplay``:
+a plain-Python run's bar and metric lines in this process).
 
 Batch metrics stay tensors until a snapshot is taken (at most every ``interval_s``, and at
 validations and the end), so the meter adds no device synchronisation per batch.
@@ -8,10 +9,12 @@ validations and the end), so the meter adds no device synchronisation per batch.
 from __future__ import annotations
 
 import numbers
+import os
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, TextIO
 
 from determined_lite._progress import TrialProgress
+from determined_lite._terminal import BarBoard, fit, format_duration, in_notebook
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._schedule import TrainingState
 
@@ -115,3 +118,46 @@ class ProgressMeter(PyTorchCallback):
 
     def on_trial_shutdown(self) -> None:
         self._publish(force=True)
+
+
+# --- Trainer.fit's own display (plain Python) ---------------------------------------------------
+
+PROGRESS_ENV = "DET_LITE_PROGRESS"
+LOCAL_INTERVAL_S = 0.2
+
+
+def progress_by_default() -> bool:
+    """Whether a plain-Python ``Trainer.fit`` shows its bar and metric lines when not told:
+    yes, unless ``$DET_LITE_PROGRESS`` is ``0``, ``false``, ``no`` or ``off``."""
+    return os.environ.get(PROGRESS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class ProgressDisplay:
+    """A plain-Python run's bar and metric lines on ``out`` (stdout): the bar on a terminal or
+    in a notebook, the lines everywhere."""
+
+    def __init__(self, out: TextIO, label: str) -> None:
+        isatty = getattr(out, "isatty", None)
+        self.board = BarBoard(out, enabled=bool(isatty and isatty()) or in_notebook())
+        self.label = label
+        self._started = time.monotonic()
+        self._progress: Optional[TrialProgress] = None
+        self.board.update(label, self._line)
+
+    def _line(self, width: int) -> str:
+        elapsed = time.monotonic() - self._started
+        if self._progress is None:
+            return fit(f"{self.label}: starting [{format_duration(elapsed)}]", width)
+        return self._progress.line(self.label, width, elapsed)
+
+    def show(self, progress: TrialProgress) -> None:
+        self._progress = TrialProgress.from_json(progress.to_json())
+        self.board.refresh()
+
+    def write(self, line: str) -> None:
+        self.board.write(line)
+
+    def close(self) -> None:
+        """The bar's last state stays on the screen."""
+        self.board.remove(self.label, keep=self._progress is not None)
+        self.board.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import numbers
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from determined_lite._terminal import format_number
 from determined_lite.pytorch._callback import PyTorchCallback
@@ -25,21 +25,33 @@ def _fmt(metrics: Dict[str, Any]) -> str:
 
 
 class MetricLogger(PyTorchCallback):
-    """Logs reduced training and validation metrics once per report (chief only)."""
+    """One line per report of reduced training and validation metrics (chief only):
+    ``batch 23 validation: loss=0.1123 accuracy=0.975``. Logged (``determined_lite`` logger,
+    INFO), or given to ``printer`` (a plain-Python run's display)."""
 
-    def __init__(self, is_chief: bool, state: TrainingState) -> None:
+    def __init__(
+        self, is_chief: bool, state: TrainingState, printer: Optional[Callable[[str], None]] = None
+    ) -> None:
         self._enabled = is_chief
         self._state = state
+        self._printer = printer
+
+    def _say(self, kind: str, metrics: Dict[str, Any]) -> None:
+        if not self._enabled:
+            return
+        line = f"batch {self._state.batches_done} {kind}: {_fmt(metrics)}"
+        if self._printer is not None:
+            self._printer(line)
+        else:
+            logger.info("%s", line)
 
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
     ) -> None:
-        if self._enabled:
-            logger.info("batch %d training: %s", self._state.batches_done, _fmt(avg_metrics))
+        self._say("training", avg_metrics)
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
-        if self._enabled:
-            logger.info("batch %d validation: %s", self._state.batches_done, _fmt(metrics))
+        self._say("validation", metrics)
 
 
 class TensorBoardMetrics(PyTorchCallback):
