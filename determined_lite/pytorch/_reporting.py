@@ -55,12 +55,21 @@ class MetricLogger(PyTorchCallback):
 
 
 class TensorBoardMetrics(PyTorchCallback):
-    """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only)."""
+    """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only),
+    and the trial's hyperparameters for TensorBoard's HParams plugin (one row per trial
+    directory; ``TorchWriter.add_hparams_session``)."""
 
-    def __init__(self, path: Optional[str], is_chief: bool, state: TrainingState) -> None:
+    def __init__(
+        self,
+        path: Optional[str],
+        is_chief: bool,
+        state: TrainingState,
+        hparams: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self._path = path
         self._enabled = is_chief and path is not None
         self._state = state
+        self._hparams = dict(hparams or {})
         self._writer: Any = None
 
     def _write(self, prefix: str, metrics: Dict[str, Any]) -> None:
@@ -70,6 +79,7 @@ class TensorBoardMetrics(PyTorchCallback):
             from determined_lite.tensorboard.metric_writers.pytorch import TorchWriter
 
             self._writer = TorchWriter(self._path)
+            self._writer.add_hparams_session(self._hparams)
         step = self._state.batches_done
         for name, value in _scalars(metrics).items():
             self._writer.writer.add_scalar(f"{prefix}/{name}", value, step)

@@ -169,7 +169,10 @@ class Trainer:
         say: Callable[[str], None] = display.write if display is not None else logger.info
         run = self._record(root, code_source) if record and is_chief else None
         core: List[Tuple[str, PyTorchCallback]] = [
-            ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state)),
+            (
+                "_core.tensorboard",
+                TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state, ctx.get_hparams()),
+            ),
             ("_core.logger", MetricLogger(is_chief, state, display.write if display is not None else None)),
         ]
         if display is not None:

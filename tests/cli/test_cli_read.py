@@ -423,11 +423,11 @@ def test_tensorboard_command(filled):
             "--port",
             "7007",
             "--host",
-            "localhost",
+            "127.0.0.1",
         ],
     }
     plain = run("tensorboard", "1", "--no-launch").stdout.strip()
-    assert plain.endswith(f"--logdir {filled['tb']} --port 6006 --host localhost")
+    assert plain.endswith(f"--logdir {filled['tb']} --port 6006 --host 127.0.0.1")
 
 
 # --- create wiring --------------------------------------------------------------------------
