@@ -19,7 +19,7 @@ from typing import List, Sequence, Tuple
 
 import click
 
-from determined_lite.cli._common import echo_json, get_experiment, open_store
+from determined_lite.cli._common import echo_json, get_experiment, open_store, warn
 from determined_lite.store import tensorboard_dir
 
 DEFAULT_PORT = 6006
@@ -115,7 +115,7 @@ def tensorboard(
         return
     for eid, path in logdirs:
         if not os.path.isdir(path):
-            click.echo(f"Note: experiment {eid} has no TensorBoard files yet ({path}).", err=True)
+            warn(f"experiment {eid} has no TensorBoard files yet ({path})")
     url = serve(arguments, port, host)
     which = ", ".join(str(i) for i in ids)
     click.echo(f"TensorBoard for experiment{'s' if len(ids) > 1 else ''} {which} at {url} (Ctrl-C to stop)")

@@ -19,7 +19,7 @@ import traceback
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import determined_lite
-from determined_lite._errors import DiskFullError, find_action_required, is_disk_full
+from determined_lite._errors import DiskFullError, did_you_mean, find_action_required, is_disk_full
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
@@ -47,9 +47,23 @@ def import_entrypoint(entrypoint: str, context_dir: str) -> Any:
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ImportError(f"entrypoint {entrypoint!r}: module {module_name!r} has no attribute {attr!r}")
+            hint = did_you_mean(part, _trial_class_names(obj))
+            raise ImportError(
+                f"entrypoint {entrypoint!r}: module {module_name!r} has no attribute {attr!r}{hint}"
+            )
         obj = getattr(obj, part)
     return obj
+
+
+def _trial_class_names(namespace: Any) -> List[str]:
+    """Names of the ``PyTorchTrial`` subclasses in ``namespace`` (a module or class); all its
+    classes when it has none."""
+    from determined_lite.pytorch import PyTorchTrial
+
+    classes = {n: v for n, v in vars(namespace).items() if isinstance(v, type) and not n.startswith("_")}
+    trials = [n for n, v in classes.items() if issubclass(v, PyTorchTrial) and v is not PyTorchTrial]
+    return trials or list(classes)
+
 
 
 Hooks = Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]

@@ -123,4 +123,5 @@ def test_full_home_is_the_one_line_store_error(tmp_path: Path, in_namespace: Run
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout == ""
     (line,) = proc.stderr.splitlines()
-    assert line.startswith(f"Error: no space left on {home}: the det-lite store {home}/det-lite.db cannot be")
+    store = f"{home}/det-lite.db"
+    assert line.startswith(f"det-lite: error: no space left on {home}: the det-lite store {store} cannot be")
