@@ -150,7 +150,8 @@ def det_lite_times(
         ) as ctx:
             trial = BenchTrial(ctx)
             trial.extra_callbacks = dict(callbacks or {})
-            det.Trainer(trial, ctx).fit(max_length=det.Batch(batches))
+            # progress=False: the table (or --json) owns stdout
+            det.Trainer(trial, ctx).fit(max_length=det.Batch(batches), progress=False)
         return trial.timer.times
 
 

@@ -339,6 +339,7 @@ def worker(engine: str, out: str, records: int, validations: int) -> None:
                 max_length=det.Batch(validations),
                 validation_period=det.Batch(1),
                 checkpoint_policy="none",
+                progress=False,  # the table (or --json) owns stdout
             )
     mismatch = None
     for ours, base in zip(probe.det_metrics, probe.base_metrics):

@@ -1,4 +1,5 @@
-"""Errors a restart cannot fix, and the one rule for "the disk is full".
+"""Errors a restart cannot fix, the one rule for "the disk is full", and the one way det-lite's
+commands print an error or a warning (``det-lite: error: ...``).
 
 :class:`TrialCheckError`: det-lite's check of what the trial returned failed; the trial ends in
 ERROR at once, not restarted.
@@ -12,9 +13,30 @@ experiment, whose last complete checkpoint stays resumable with
 
 from __future__ import annotations
 
+import difflib
 import errno
 import shutil
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
+
+ERROR_PREFIX = "det-lite: error: "
+WARNING_PREFIX = "det-lite: warning: "
+
+
+def error_line(message: str) -> str:
+    """``det-lite: error: <message>``: how every det-lite command reports an error (stderr)."""
+    return ERROR_PREFIX + message
+
+
+def warning_line(message: str) -> str:
+    """``det-lite: warning: <message>``."""
+    return WARNING_PREFIX + message
+
+
+def did_you_mean(name: str, candidates: Sequence[str]) -> str:
+    """``; did you mean 'Trial'?`` for the closest of ``candidates`` to a mistyped ``name``, or ``""``."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
 
 # errno values meaning "no room left": a full volume, or the user's quota on it.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})

@@ -3,7 +3,8 @@
 ``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``,
 ``det-lite trial describe|logs``, ``det-lite checkpoint list|export|gc``,
 ``det-lite tensorboard EXPERIMENT_ID``; aliases ``e``, ``t``, ``c``, ``ls``.
-Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input. Read-only commands
+Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input; errors are one line,
+``det-lite: error: ...`` (``_common.show_error``). Read-only commands
 import only click and the standard library (never torch).
 """
 
@@ -15,7 +16,7 @@ import click
 
 from determined_lite import __version__
 from determined_lite.cli._checkpoint import checkpoint
-from determined_lite.cli._common import AliasedGroup
+from determined_lite.cli._common import CommandLine
 from determined_lite.cli._experiment import experiment
 from determined_lite.cli._tensorboard import tensorboard
 from determined_lite.cli._trial import trial
@@ -23,7 +24,7 @@ from determined_lite.cli._trial import trial
 
 @click.group(
     "det-lite",
-    cls=AliasedGroup,
+    cls=CommandLine,
     aliases={"e": "experiment", "t": "trial", "c": "checkpoint"},
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -15,9 +15,11 @@ from determined_lite.cli._common import (
     echo_table,
     format_mapping,
     format_time,
+    get_checkpoint,
     get_experiment,
     get_trial,
     open_store,
+    warn,
 )
 
 
@@ -67,15 +69,15 @@ def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_j
 def export(uuid: str, dest: str) -> None:
     """Copy checkpoint UUID's directory to DEST (created; an existing DEST must be empty).
 
+    UUID may be a unique prefix of at least 4 characters (as the tables show: the first 8).
     Determined calls this `checkpoint download`; that name works too.
     """
     import shutil
     import tempfile
 
     store = open_store()
-    found = store.get_checkpoint(uuid)
-    if found is None:
-        raise BadInput(f"checkpoint {uuid} not found")
+    found = get_checkpoint(store, uuid)
+    uuid = found["uuid"]
     source = found["path"]
     if not os.path.isdir(source):
         raise Failed(f"checkpoint {uuid}'s directory {source} is missing")
@@ -118,7 +120,7 @@ def gc(dry_run: bool) -> None:
     for line in report.lines():
         click.echo(line)
     for problem in report.problems:
-        click.echo(f"Warning: {problem}", err=True)
+        warn(problem)
     click.echo(report.summary())
     if report.problems:
         raise Failed("some directories could not be removed or registered")

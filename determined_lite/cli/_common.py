@@ -10,22 +10,46 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+import sys
+from typing import IO, Any, Dict, Iterable, List, Optional, Sequence
 
 import click
 
+from determined_lite._errors import error_line, warning_line
 from determined_lite.experiment import EXIT_BAD_INPUT, EXIT_FAILED
-from determined_lite.store import ExperimentState, NotFoundError, Store, StoreError
+from determined_lite.store import ExperimentKind, ExperimentState, NotFoundError, Store, StoreError
 
 
-class BadInput(click.ClickException):
-    """An error in what the user asked for: printed as ``Error: ...`` on stderr, exit 2."""
+def show_error(error: click.ClickException) -> None:
+    """The one way the CLI prints an error: the usage and help hint for a usage error, then
+    ``det-lite: error: <message>`` on stderr."""
+    if isinstance(error, click.UsageError) and error.ctx is not None:
+        ctx = error.ctx
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            hint = f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", err=True)
+    click.echo(error_line(error.format_message()), err=True)
+
+
+def warn(message: str) -> None:
+    """``det-lite: warning: <message>`` on stderr."""
+    click.echo(warning_line(message), err=True)
+
+
+class _CliError(click.ClickException):
+    def show(self, file: Optional[IO[Any]] = None) -> None:
+        show_error(self)
+
+
+class BadInput(_CliError):
+    """An error in what the user asked for: ``det-lite: error: ...`` on stderr, exit 2."""
 
     exit_code = EXIT_BAD_INPUT
 
 
-class Failed(click.ClickException):
-    """Something the user asked for could not be done: ``Error: ...`` on stderr, exit 1."""
+class Failed(_CliError):
+    """Something the user asked for could not be done: ``det-lite: error: ...``, exit 1."""
 
     exit_code = EXIT_FAILED
 
@@ -54,6 +78,31 @@ class AliasedGroup(click.Group):
             raise Failed(str(e)) from None
 
 
+class CommandLine(AliasedGroup):
+    """The root ``det-lite`` group: every error, click's own usage errors included, is printed by
+    ``show_error`` (``det-lite: error: ...``) with its exit code."""
+
+    def main(
+        self,
+        args: Optional[Sequence[str]] = None,
+        prog_name: Optional[str] = None,
+        complete_var: Optional[str] = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            show_error(e)
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(EXIT_FAILED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 def open_store() -> Store:
     """The store under ``$DET_LITE_HOME`` (created on first use)."""
     return Store()
@@ -71,6 +120,32 @@ def get_trial(store: Store, trial_id: int) -> Dict[str, Any]:
     if trial is None:
         raise BadInput(f"trial {trial_id} not found")
     return trial
+
+
+MIN_UUID_PREFIX = 4
+MAX_CANDIDATES = 10
+
+
+def get_checkpoint(store: Store, name: str) -> Dict[str, Any]:
+    """The checkpoint named by its uuid or a unique prefix of it (at least 4 characters);
+    ambiguous or unknown names are bad input, the candidates listed."""
+    found = store.get_checkpoint(name)
+    if found is not None:
+        return found
+    if len(name) < MIN_UUID_PREFIX:
+        needs = f"a uuid prefix needs at least {MIN_UUID_PREFIX} characters"
+        raise BadInput(f"checkpoint {name} not found ({needs})")
+    matches = store.checkpoints_by_prefix(name)
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise BadInput(f"checkpoint {name} not found")
+    shown = "; ".join(
+        f"{c['uuid']} (experiment {c['experiment_id']}, trial {c['trial_id']}, batch {c['total_batches']})"
+        for c in matches[:MAX_CANDIDATES]
+    )
+    more = f"; and {len(matches) - MAX_CANDIDATES} more" if len(matches) > MAX_CANDIDATES else ""
+    raise BadInput(f"checkpoint prefix {name} is ambiguous: {len(matches)} checkpoints match: {shown}{more}")
 
 
 def experiment_finished(store: Store, experiment_id: int) -> bool:
@@ -124,6 +199,12 @@ def format_mapping(mapping: Optional[Dict[str, Any]]) -> str:
     if not mapping:
         return ""
     return " ".join(f"{k}={format_value(mapping[k])}" for k in sorted(mapping))
+
+
+def display_name(exp: Dict[str, Any]) -> str:
+    """The experiment's name; ``(local)`` after a plain-Python ``Trainer.fit`` run's."""
+    name = exp.get("name") or ""
+    return f"{name} (local)" if exp.get("kind") == ExperimentKind.LOCAL else name
 
 
 def display_state(exp: Dict[str, Any]) -> str:

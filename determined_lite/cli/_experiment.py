@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, NoReturn, Sequence, Tuple, Type
+from typing import Callable, List, NoReturn, Optional, Sequence, Tuple, Type
 
 import click
 
@@ -12,15 +12,23 @@ from determined_lite.cli._common import (
     AliasedGroup,
     BadInput,
     Failed,
+    display_name,
     display_state,
     echo_json,
     echo_table,
     experiment_finished,
-    format_mapping,
     format_time,
-    format_value,
     get_experiment,
     open_store,
+    warn,
+)
+from determined_lite.cli._describe import (
+    check_output_options,
+    emit,
+    experiment_table,
+    output_options,
+    trials_table,
+    workloads_table,
 )
 from determined_lite.cli._logs import print_logs
 from determined_lite.store import Action, ActionOutcome, ExperimentState, det_lite_home
@@ -142,7 +150,7 @@ def list_experiments(show_all: bool, as_json: bool) -> None:
     rows = [
         (
             e["id"],
-            e["name"] or "",
+            display_name(e),
             display_state(e),
             e["num_trials"],
             format_time(e["created_at"]),
@@ -157,67 +165,13 @@ def list_experiments(show_all: bool, as_json: bool) -> None:
             click.echo(f"(the newest {limit} of {total} experiments; --all lists every one)", err=True)
 
 
-def _workload_rows(trial: Dict[str, Any]) -> List[Tuple[Any, ...]]:
-    """One row per reported batch count: training metrics, validation metrics, checkpoint."""
-    by_batch: Dict[int, Dict[str, Any]] = {}
-    for key in ("training_metrics", "validation_metrics"):
-        for entry in trial[key]:
-            by_batch.setdefault(entry["total_batches"], {})[key] = entry["metrics"]
-    for ckpt in trial["checkpoints"]:
-        by_batch.setdefault(ckpt["total_batches"], {}).setdefault("checkpoint", []).append(ckpt["uuid"])
-    return [
-        (
-            trial["id"],
-            batches,
-            format_mapping(row.get("training_metrics")),
-            format_mapping(row.get("validation_metrics")),
-            " ".join(row.get("checkpoint", [])),
-        )
-        for batches, row in sorted(by_batch.items())
-    ]
-
-
-WORKLOAD_HEADERS = ["Trial ID", "# of Batches", "Training Metrics", "Validation Metrics", "Checkpoint"]
-TRIAL_HEADERS = [
-    "Trial ID",
-    "State",
-    "H-Params",
-    "Seed",
-    "Batches",
-    "Restarts",
-    "Best Validation",
-    "Latest Checkpoint",
-    "Start Time",
-    "End Time",
-]
-
-
-def trial_row(trial: Dict[str, Any]) -> Tuple[Any, ...]:
-    return (
-        trial["id"],
-        trial["state"],
-        format_mapping(trial["hparams"]),
-        trial["seed"],
-        trial["total_batches"],
-        trial["restarts"],
-        format_value(trial["best_validation"]),
-        trial["latest_checkpoint"] or "",
-        format_time(trial["created_at"]),
-        format_time(trial["ended_at"]),
-    )
-
-
-def echo_workloads(trials: Sequence[Dict[str, Any]]) -> None:
-    rows = [row for trial in trials for row in _workload_rows(trial)]
-    click.echo("Workloads:")
-    echo_table(WORKLOAD_HEADERS, rows)
-
-
 @experiment.command("describe", short_help="Show trials, metrics, checkpoints.")
 @click.argument("experiment_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
-def describe(experiment_id: int, as_json: bool) -> None:
+@output_options
+def describe(experiment_id: int, as_json: bool, metrics: bool, as_csv: bool, outdir: Optional[str]) -> None:
     """Show an experiment, its trials and their metrics and checkpoints."""
+    check_output_options(as_json, as_csv, outdir)
     store = open_store()
     exp = store.describe_experiment(experiment_id)
     if exp is None:
@@ -225,26 +179,8 @@ def describe(experiment_id: int, as_json: bool) -> None:
     if as_json:
         echo_json(exp)
         return
-    searcher = (exp["config"] or {}).get("searcher") if isinstance(exp["config"], dict) else None
-    click.echo("Experiment:")
-    echo_table(
-        ["ID", "Name", "State", "Searcher", "Start Time", "End Time", "Context Directory"],
-        [
-            (
-                exp["id"],
-                exp["name"] or "",
-                display_state(exp),
-                (searcher or {}).get("name", "") if isinstance(searcher, dict) else "",
-                format_time(exp["created_at"]),
-                format_time(exp["ended_at"]),
-                exp["context_dir"] or "",
-            )
-        ],
-    )
-    click.echo("\nTrials:")
-    echo_table(TRIAL_HEADERS, [trial_row(t) for t in exp["trials"]])
-    click.echo()
-    echo_workloads(exp["trials"])
+    tables = [experiment_table(exp), trials_table(exp["trials"]), workloads_table(exp["trials"], metrics)]
+    emit(tables, as_csv, outdir)
 
 
 @experiment.command("logs", short_help="Print an experiment's logs.")
@@ -328,10 +264,10 @@ def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
     checkpoints = store.delete_experiment(experiment_id)
     report = delete_experiment_files(store, exp, checkpoints)
     for problem in report.notes + report.problems:
-        click.echo(f"Warning: {problem}", err=True)
+        warn(problem)
     for fate, path, why in report.actions:
         if fate == Fate.BUSY:
-            click.echo(f"Warning: left {path} ({why}); `det-lite checkpoint gc` removes it later", err=True)
+            warn(f"left {path} ({why}); `det-lite checkpoint gc` removes it later")
     click.echo(f"Deleted experiment {experiment_id} ({len(checkpoints)} checkpoint(s)).")
     if report.problems:
         ctx.exit(EXIT_FAILED)

@@ -1,58 +1,126 @@
-"""``det-lite tensorboard EXPERIMENT_ID``: TensorBoard on an experiment's event files."""
+"""``det-lite tensorboard EXPERIMENT_ID...``: TensorBoard on one or several experiments' event files.
+
+TensorBoard runs in this process (``tensorboard.program``), so the URL is printed once the port
+is bound: a taken port gives way to the next free one (up to ten above it, then any). With
+several experiments, runs are named ``experiment_<id>/trial_<id>``. Every trial directory is a
+session of the HParams plugin (``TorchWriter.add_hparams_session``): its table and parallel
+coordinates compare the trials by hyperparameters and metrics.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
+import socket
 import sys
-from typing import List
+import time
+from typing import List, Sequence, Tuple
 
 import click
 
-from determined_lite.cli._common import echo_json, get_experiment, open_store
+from determined_lite.cli._common import echo_json, get_experiment, open_store, warn
 from determined_lite.store import tensorboard_dir
 
+DEFAULT_PORT = 6006
+DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise
+PORT_TRIES = 10
 
-def tensorboard_command(logdir: str, port: int, host: str) -> List[str]:
-    """The TensorBoard command line, run with this interpreter."""
-    return [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), "--host", host]
+
+def logdir_arguments(logdirs: Sequence[Tuple[int, str]]) -> List[str]:
+    """``--logdir DIR`` for one experiment; ``--logdir_spec experiment_1:DIR,...`` for several."""
+    if len(logdirs) == 1:
+        return ["--logdir", logdirs[0][1]]
+    return ["--logdir_spec", ",".join(f"experiment_{eid}:{path}" for eid, path in logdirs)]
 
 
-@click.command("tensorboard", short_help="Start TensorBoard on an experiment.")
-@click.argument("experiment_id", type=int)
-@click.option("--port", type=click.IntRange(1, 65535), default=6006, show_default=True)
-@click.option("--host", default="localhost", show_default=True, help="Address to bind.")
+def tensorboard_command(arguments: Sequence[str], port: int, host: str) -> List[str]:
+    """The TensorBoard command line (for ``--no-launch``), run with this interpreter."""
+    return [sys.executable, "-m", "tensorboard.main", *arguments, "--port", str(port), "--host", host]
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def _first_free_port(host: str, port: int) -> int:
+    """``port`` or one of the next ``PORT_TRIES - 1`` when free; 0 (any) when none is."""
+    for candidate in range(port, min(port + PORT_TRIES, 65536)):
+        if candidate and _port_free(host, candidate):
+            return candidate
+    return 0
+
+
+def serve(arguments: Sequence[str], port: int, host: str) -> str:
+    """Start TensorBoard's server in this process on ``port`` (or a free one); returns its URL
+    once bound. The server runs on a daemon thread until the process exits."""
+    from tensorboard import program
+
+    def launch(chosen: int) -> str:
+        board = program.TensorBoard()
+        board.configure(argv=[None, *arguments, "--port", str(chosen), "--host", host])
+        return str(board.launch())
+
+    try:
+        return launch(_first_free_port(host, port))
+    except program.TensorBoardPortInUseError:  # taken since it was probed
+        return launch(0)
+
+
+@click.command("tensorboard", short_help="Start TensorBoard on experiments.")
+@click.argument("experiment_ids", metavar="EXPERIMENT_ID...", type=int, nargs=-1, required=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port to serve on; when taken, the next free one (0: any free port).",
+)
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to bind.")
 @click.option("--no-launch", is_flag=True, help="Print the command instead of running it.")
-@click.option("--json", "as_json", is_flag=True, help="With --no-launch: print {logdir, command} as JSON.")
-@click.pass_context
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="With --no-launch: print {logdir, command} as JSON (several experiments: logdir by name).",
+)
 def tensorboard(
-    ctx: click.Context, experiment_id: int, port: int, host: str, no_launch: bool, as_json: bool
+    experiment_ids: Tuple[int, ...], port: int, host: str, no_launch: bool, as_json: bool
 ) -> None:
-    """Start TensorBoard on EXPERIMENT_ID's trials (stop it with Ctrl-C)."""
-    import subprocess
+    """Start TensorBoard on the trials of EXPERIMENT_ID... (stop it with Ctrl-C).
 
+    Its HParams tab compares the trials: one row per trial, its hyperparameters and metrics.
+    """
     store = open_store()
-    get_experiment(store, experiment_id)
-    logdir = tensorboard_dir(experiment_id, store.home)
-    command = tensorboard_command(logdir, port, host)
+    ids = list(dict.fromkeys(experiment_ids))
+    for experiment_id in ids:
+        get_experiment(store, experiment_id)
+    logdirs = [(eid, tensorboard_dir(eid, store.home)) for eid in ids]
+    arguments = logdir_arguments(logdirs)
     if no_launch:
+        command = tensorboard_command(arguments, port, host)
         if as_json:
+            logdir = logdirs[0][1] if len(ids) == 1 else {f"experiment_{eid}": path for eid, path in logdirs}
             echo_json({"logdir": logdir, "command": command})
         else:
             click.echo(shlex.join(command))
         return
-    if not os.path.isdir(logdir):
-        click.echo(f"Note: experiment {experiment_id} has no TensorBoard files yet ({logdir}).", err=True)
-    click.echo(f"TensorBoard for experiment {experiment_id}: http://{host}:{port}/", err=True)
-    child = subprocess.Popen(command)
+    for eid, path in logdirs:
+        if not os.path.isdir(path):
+            warn(f"experiment {eid} has no TensorBoard files yet ({path})")
+    url = serve(arguments, port, host)
+    which = ", ".join(str(i) for i in ids)
+    click.echo(f"TensorBoard for experiment{'s' if len(ids) > 1 else ''} {which} at {url} (Ctrl-C to stop)")
     try:
-        code = child.wait()
+        while True:
+            time.sleep(3600)
     except KeyboardInterrupt:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        code = 0
-    ctx.exit(code)
+        return

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import click
 
 from determined_lite.cli._common import (
     AliasedGroup,
     BadInput,
     echo_json,
-    echo_table,
     experiment_finished,
     get_trial,
     open_store,
 )
-from determined_lite.cli._experiment import TRIAL_HEADERS, echo_workloads, trial_row
+from determined_lite.cli._describe import (
+    check_output_options,
+    emit,
+    output_options,
+    trials_table,
+    workloads_table,
+)
 from determined_lite.cli._logs import print_logs
 from determined_lite.store import TrialState
 
@@ -26,8 +33,10 @@ def trial() -> None:
 @trial.command("describe", short_help="Show a trial's metrics and checkpoints.")
 @click.argument("trial_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
-def describe(trial_id: int, as_json: bool) -> None:
+@output_options
+def describe(trial_id: int, as_json: bool, metrics: bool, as_csv: bool, outdir: Optional[str]) -> None:
     """Show a trial: hyperparameters, progress, metrics and checkpoints."""
+    check_output_options(as_json, as_csv, outdir)
     store = open_store()
     found = store.describe_trial(trial_id)
     if found is None:
@@ -35,10 +44,9 @@ def describe(trial_id: int, as_json: bool) -> None:
     if as_json:
         echo_json(found)
         return
-    click.echo(f"Trial {trial_id} of experiment {found['experiment_id']}:")
-    echo_table(TRIAL_HEADERS, [trial_row(found)])
-    click.echo()
-    echo_workloads([found])
+    table = trials_table([found])
+    table.title = f"Trial {trial_id} of experiment {found['experiment_id']}"
+    emit([table, workloads_table([found], metrics)], as_csv, outdir)
 
 
 @trial.command("logs", short_help="Print a trial's logs.")

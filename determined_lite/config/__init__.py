@@ -14,7 +14,7 @@ from typing import Sequence
 
 from determined_lite.config._determined import unused_fields_warning
 from determined_lite.config._errors import ConfigError
-from determined_lite.config._hparams import constant_values, iter_leaves
+from determined_lite.config._hparams import constant_values, iter_leaves, searched_paths
 from determined_lite.config._resources import check_ddp_options, parse_host
 from determined_lite.config._schema import (
     SEARCHERS,
@@ -64,6 +64,7 @@ __all__ = [
     "load_config",
     "new_experiment_seed",
     "parse_host",
+    "searched_paths",
     "unused_fields_warning",
     "validate_config",
     "validate_searcher",

@@ -178,6 +178,16 @@ def iter_leaves(
     return leaves
 
 
+def searched_paths(hparams: Dict[str, Any]) -> List[Tuple[str, ...]]:
+    """Paths of the leaves a searcher varies: every typed leaf but ``const`` and one-value
+    ``categorical`` (what tells one trial from another in progress bars and summaries)."""
+    return [
+        path
+        for path, leaf in iter_leaves(hparams)
+        if leaf["type"] != "const" and not (leaf["type"] == "categorical" and len(leaf["vals"]) < 2)
+    ]
+
+
 def constant_values(hparams: Dict[str, Any], prefix: str = "hyperparameters") -> Dict[str, Any]:
     """Plain values of a normalised mapping whose leaves are all ``const`` (nested like it).
 

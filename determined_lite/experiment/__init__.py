@@ -5,7 +5,7 @@
 experiment COMPLETED, 1 when it failed or stopped before completing, 2 for bad input).
 ``activate_experiment`` raises ``NotFoundError`` (store) for an unknown id and
 ``ActivationRefused`` when the experiment's state does not allow it; the CLI prints both as
-``Error: ...`` and exits 2. Importing this package imports only the standard library.
+``det-lite: error: ...`` and exits 2. Importing this package imports only the standard library.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
+from determined_lite._errors import did_you_mean
+
 # Process exit codes (the CLI's too): success, the experiment or a trial failed, bad input.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -27,7 +29,9 @@ class ActivationRefused(ValueError):
 
 
 def _error(message: str) -> int:
-    print(f"det-lite: error: {message}", file=sys.stderr)
+    from determined_lite._errors import error_line
+
+    print(error_line(message), file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
@@ -38,7 +42,9 @@ def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
         return f"entrypoint: expected 'module:Class', got {entrypoint!r}"
     spec = _find_module(module_name, [context_dir] + sys.path)
     if spec is None:
-        return f"entrypoint {entrypoint!r}: no module {module_name!r} in context directory {context_dir}"
+        hint = did_you_mean(module_name, _module_names(context_dir))
+        where = f"in context directory {context_dir}{hint}"
+        return f"entrypoint {entrypoint!r}: no module {module_name!r} {where}"
     origin = spec.origin
     if origin and origin.endswith(".py") and "." not in attr:
         try:
@@ -47,8 +53,39 @@ def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
         except (OSError, SyntaxError) as e:
             return f"entrypoint {entrypoint!r}: cannot read module {module_name!r} ({origin}): {e}"
         if attr not in _top_level_names(tree):
-            return f"entrypoint {entrypoint!r}: module {module_name!r} ({origin}) defines no {attr!r}"
+            trials = _trial_classes(tree)
+            hint = did_you_mean(attr, trials or [n.name for n in tree.body if isinstance(n, ast.ClassDef)])
+            if not hint and trials:
+                hint = f" (its trial classes: {', '.join(trials)})"
+            return f"entrypoint {entrypoint!r}: module {module_name!r} ({origin}) defines no {attr!r}{hint}"
     return None
+
+
+
+def _module_names(context_dir: str) -> List[str]:
+    """Top-level modules and packages of a context directory (for did-you-mean)."""
+    try:
+        entries = os.listdir(context_dir)
+    except OSError:
+        return []
+    names = [e[:-3] for e in entries if e.endswith(".py")]
+    names += [e for e in entries if os.path.isfile(os.path.join(context_dir, e, "__init__.py"))]
+    return sorted(names)
+
+
+def _trial_classes(tree: ast.Module) -> List[str]:
+    """Top-level classes of a module deriving from ``PyTorchTrial`` (by base name, also through
+    classes of the same module), in definition order."""
+    trials: List[str] = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for base in node.bases:
+            base_name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+            if base_name == "PyTorchTrial" or base_name in trials:
+                trials.append(node.name)
+                break
+    return trials
 
 
 def _find_module(name: str, path: List[str]) -> Optional[importlib.machinery.ModuleSpec]:
@@ -153,8 +190,8 @@ def _run(experiment_id: int, *, test: bool, resume: bool, out: TextIO, lock: Any
     finally:
         lock.record(os.getpid(), RunnerPhase.STOPPING)
     print(runner.summary(), file=out)
-    state = runner.store.get_experiment(experiment_id)["state"]
-    print(f"experiment {experiment_id}: {state}", file=out)
+    if runner.final_line:
+        print(runner.final_line, file=out)
     if test and code == EXIT_OK:
         print("Model definition test succeeded", file=out)
     return code
@@ -183,11 +220,10 @@ def create_experiment(
     context_dir = os.path.abspath(context_dir)
     config = load_config(config_path, overrides)  # ConfigError → the CLI exits 2
     if config.unused_fields:
+        from determined_lite._errors import warning_line
         from determined_lite.config import unused_fields_warning
 
-        print(
-            "det-lite: warning: " + unused_fields_warning(config.unused_fields, config_path), file=sys.stderr
-        )
+        print(warning_line(unused_fields_warning(config.unused_fields, config_path)), file=sys.stderr)
     raw: Dict[str, Any] = config.to_dict()
     resources = raw["resources"]
     problem = engine_problem(resources["distributed_backend"], resources["slots_per_trial"])
@@ -273,11 +309,17 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[
 
 def _activatable(store: Any, experiment_id: int) -> Dict[str, Any]:
     """The experiment, unless it is unknown (``NotFoundError``) or ended (``ActivationRefused``)."""
-    from determined_lite.store import TERMINAL_STATES, NotFoundError
+    from determined_lite.store import TERMINAL_STATES, ExperimentKind, NotFoundError
 
     experiment = store.get_experiment(experiment_id)
     if experiment is None:
         raise NotFoundError(f"experiment {experiment_id} not found")
+    if experiment.get("kind") == ExperimentKind.LOCAL:
+        raise ActivationRefused(
+            f"experiment {experiment_id} is a local run of Trainer.fit from Python; resume it there "
+            f"with Trainer.fit(latest_checkpoint=...) (its checkpoints: det-lite checkpoint list "
+            f"--experiment {experiment_id})"
+        )
     if experiment["state"] in TERMINAL_STATES:
         raise ActivationRefused(
             f"experiment {experiment_id} is {experiment['state']}; only a PAUSED experiment can be activated"

@@ -1,93 +1,170 @@
-"""What a foreground experiment shows: one progress bar per running trial, a summary at the end."""
+"""What a foreground experiment shows: a progress bar per running trial, and a summary at the end.
+
+A bar is labelled by its trial id and the hyperparameters the searcher varies (constants say
+nothing about which trial is which) and shows the chief's measurements (``_progress.py``):
+batches, throughput since the first batch, ETA, latest loss and searcher metric. The summary
+lists the trials best first by the searcher metric, each with its best checkpoint.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any, Dict, List, Optional, TextIO
+import math
+import re
+import time
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, TextIO, Tuple
+
+from determined_lite._progress import TrialProgress
+from determined_lite._terminal import BarBoard, fit, format_duration, format_number
+from determined_lite.experiment._retention import best_checkpoints
+
+Path = Tuple[str, ...]
+SHORT_UUID = 8  # characters of a checkpoint uuid shown in tables (any unique prefix resolves)
+ASHA_STOPPED = "ASHA-stopped"
+
+# det-lite's own INFO lines from a worker carry the time and logger name for `experiment logs`;
+# on the terminal, above the bars, the message alone reads better.
+_OWN_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO determined_lite: ")
 
 
-def _short(hparams: Dict[str, Any], width: int = 40) -> str:
-    text = json.dumps(hparams, sort_keys=True, separators=(",", ":"))
-    return text if len(text) <= width else text[: width - 1] + "…"
+def compact_log_line(line: str) -> str:
+    """``[trial 1] 2026-01-01 10:00:00,123 INFO determined_lite: batch 23 ...`` becomes
+    ``[trial 1] batch 23 ...``; other lines are left as they are."""
+    head, sep, rest = line.rpartition("] ")
+    if sep:
+        return head + sep + _OWN_LOG_PREFIX.sub("", rest)
+    return _OWN_LOG_PREFIX.sub("", line)
+
+
+def _lookup(hparams: Dict[str, Any], path: Path) -> Any:
+    node: Any = hparams
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def hparam_text(hparams: Dict[str, Any], varying: Sequence[Path]) -> str:
+    """``lr=0.01 layers.width=64``: the varying hyperparameters of one trial."""
+    return " ".join(f"{'.'.join(p)}={format_number(_lookup(hparams, p))}" for p in varying)
 
 
 class Progress:
-    """tqdm bars keyed by trial id; log lines are written above them."""
+    """One bar per running trial at the bottom of ``out``; log lines are written above them."""
 
-    def __init__(self, enabled: bool, out: TextIO) -> None:
-        self.enabled = enabled
-        self.out = out
-        self._bars: Dict[int, Any] = {}
-        self._positions: Dict[int, int] = {}
+    def __init__(self, enabled: bool, out: TextIO, varying: Sequence[Path] = ()) -> None:
+        self.board = BarBoard(out, enabled=enabled)
+        self.varying = list(varying)
+        self._bars: Dict[int, Tuple[str, float]] = {}  # trial id -> (label, start time)
+        self._progress: Dict[int, TrialProgress] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.board.enabled
 
     def start(self, trial_id: int, hparams: Dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        from tqdm import tqdm
+        label = " ".join(filter(None, [f"trial {trial_id}", hparam_text(hparams, self.varying)]))
+        self._bars[trial_id] = (label, time.monotonic())
+        self._progress.pop(trial_id, None)
+        self.board.update(trial_id, lambda width: self._line(trial_id, width))
+        self.board.refresh(force=True)
 
-        used = set(self._positions.values())
-        position = next(i for i in range(len(used) + 1) if i not in used)
-        self._positions[trial_id] = position
-        self._bars[trial_id] = tqdm(
-            total=None,
-            desc=f"trial {trial_id}",
-            unit="batch",
-            position=position,
-            leave=False,
-            file=self.out,
-            dynamic_ncols=True,
-            postfix=_short(hparams),
-        )
+    def _line(self, trial_id: int, width: int) -> str:
+        label, started = self._bars[trial_id]
+        elapsed = time.monotonic() - started
+        progress = self._progress.get(trial_id)
+        if progress is None:
+            return fit(f"{label}: starting [{format_duration(elapsed)}]", width)
+        return progress.line(label, width, elapsed)
 
-    def update(self, trial_id: int, progress: Optional[Dict[str, Any]]) -> None:
-        bar = self._bars.get(trial_id)
-        if bar is None or not progress:
-            return
-        if progress.get("max_batches") and bar.total != progress["max_batches"]:
-            bar.total = progress["max_batches"]
-        done = progress.get("total_batches") or 0
-        if done != bar.n:
-            bar.n = done
-            bar.refresh()
+    def update(self, trial_id: int, progress: Optional[TrialProgress]) -> None:
+        if trial_id in self._bars and progress is not None:
+            self._progress[trial_id] = progress
+        self.board.refresh()
 
     def stop(self, trial_id: int) -> None:
-        bar = self._bars.pop(trial_id, None)
-        self._positions.pop(trial_id, None)
-        if bar is not None:
-            bar.close()
+        """The trial's run ended: its bar's last state stays on the screen as a line."""
+        self.board.remove(trial_id, keep=trial_id in self._progress)
+        self._bars.pop(trial_id, None)
+        self._progress.pop(trial_id, None)
 
     def write(self, line: str) -> None:
-        if self.enabled and self._bars:
-            from tqdm import tqdm
-
-            tqdm.write(line, file=self.out)
-        else:
-            self.out.write(line + "\n")
-            self.out.flush()
+        self.board.write(compact_log_line(line) if self.enabled else line)
 
     def close(self) -> None:
         for trial_id in list(self._bars):
             self.stop(trial_id)
+        self.board.close()
 
-    @staticmethod
-    def summary(description: Dict[str, Any], metric: str) -> str:
-        """Trial, state, hparams, best searcher metric and its kept checkpoint, as a table."""
-        rows: List[List[str]] = [["trial", "state", "batches", f"best {metric}", "checkpoint", "hparams"]]
-        for t in description["trials"]:
-            best = t.get("best_validation")
-            kept = sorted(t.get("checkpoints") or [], key=lambda c: c["total_batches"])
-            rows.append(
-                [
-                    str(t["id"]),
-                    t["state"],
-                    str(t.get("total_batches", 0)),
-                    "" if best is None else f"{best:.6g}",
-                    kept[-1]["uuid"] if kept else "",
-                    json.dumps(t["hparams"], sort_keys=True),
-                ]
-            )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        lines = []
-        for r in rows:
-            lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-        return "\n".join(lines)
+
+# --- the summary ----------------------------------------------------------------------------
+
+
+def _best_checkpoint(trial: Dict[str, Any], metric: str, smaller_is_better: bool) -> Optional[Dict[str, Any]]:
+    """The trial's checkpoint with the best searcher metric; the latest when none has it."""
+    checkpoints = trial.get("checkpoints") or []
+    best = best_checkpoints(checkpoints, 1, metric, smaller_is_better)
+    if best:
+        return next(c for c in checkpoints if c["uuid"] == best[0])
+    return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
+
+
+def _order(trial: Dict[str, Any], smaller_is_better: bool) -> Tuple[bool, float, int]:
+    best = trial.get("best_validation")
+    if best is None or math.isnan(best):
+        return True, 0.0, trial["id"]
+    return False, (best if smaller_is_better else -best), trial["id"]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> List[str]:
+    """Columns two spaces apart, numbers right-aligned, no padding after the last column."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str], right: Sequence[bool]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
+
+    return [line(headers, numeric)] + [line(r, numeric) for r in rows]
+
+
+def summary(
+    description: Dict[str, Any],
+    *,
+    metric: str,
+    smaller_is_better: bool,
+    varying: Sequence[Path] = (),
+    stopped_early: AbstractSet[int] = frozenset(),
+) -> str:
+    """The trials best first by ``metric``: state (``ASHA-stopped`` for trials the searcher ended
+    early), batches, best metric, best checkpoint and the varying hyperparameters; then the
+    best trial and its checkpoint."""
+    trials = sorted(description["trials"], key=lambda t: _order(t, smaller_is_better))
+    names = [".".join(p) for p in varying]
+    headers = ["trial", "state", "batches", f"best {metric}", "checkpoint", *names]
+    numeric = [True, False, True, True, False] + [
+        all(isinstance(_lookup(t["hparams"], p), (int, float)) for t in trials) for p in varying
+    ]
+    rows = []
+    for t in trials:
+        checkpoint = _best_checkpoint(t, metric, smaller_is_better)
+        rows.append(
+            [
+                str(t["id"]),
+                ASHA_STOPPED if t["id"] in stopped_early else str(t["state"]),
+                str(t.get("total_batches") or 0),
+                format_number(t.get("best_validation")),
+                checkpoint["uuid"][:SHORT_UUID] if checkpoint else "",
+                *[format_number(_lookup(t["hparams"], p)) for p in varying],
+            ]
+        )
+    lines = _table(headers, rows, numeric) if rows else ["no trials"]
+    best = trials[0] if trials and not _order(trials[0], smaller_is_better)[0] else None
+    if best is not None:
+        hparams = hparam_text(best["hparams"], varying)
+        lines.append(
+            f"best trial: {best['id']}{f' ({hparams})' if hparams else ''}, "
+            f"{metric} = {format_number(best['best_validation'], 6)}"
+        )
+        checkpoint = _best_checkpoint(best, metric, smaller_is_better)
+        if checkpoint is not None:
+            lines.append(f"best checkpoint: {checkpoint['uuid']} (batch {checkpoint['total_batches']})")
+    return "\n".join(lines)

@@ -31,7 +31,11 @@ def _metric(checkpoint: Dict[str, Any], metric: Optional[str]) -> Optional[float
     return float(value)
 
 
-def _best(checkpoints: Iterable[Dict[str, Any]], n: int, metric: Optional[str], smaller: bool) -> List[str]:
+def best_checkpoints(
+    checkpoints: Iterable[Dict[str, Any]], n: int, metric: Optional[str], smaller: bool
+) -> List[str]:
+    """UUIDs of the ``n`` checkpoints with the best ``metric`` (ties: the later one); checkpoints
+    without a number for it are never best."""
     scored = [
         (v, c["total_batches"], c["uuid"]) for c in checkpoints if (v := _metric(c, metric)) is not None
     ]
@@ -61,9 +65,9 @@ def checkpoints_to_keep(
         ordered = sorted(checkpoints, key=lambda c: c["total_batches"], reverse=True)
         latest = max(save_trial_latest, 1 if trial_id in unfinished else 0)
         keep.update(c["uuid"] for c in ordered[:latest])
-        keep.update(_best(checkpoints, save_trial_best, metric, smaller_is_better))
+        keep.update(best_checkpoints(checkpoints, save_trial_best, metric, smaller_is_better))
     every = [c for cs in by_trial.values() for c in cs]
-    keep.update(_best(every, save_experiment_best, metric, smaller_is_better))
+    keep.update(best_checkpoints(every, save_experiment_best, metric, smaller_is_better))
     return keep
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import signal
@@ -22,11 +21,12 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from determined_lite._errors import ActionRequired
-from determined_lite.config import TrainingSettings, environment_variables, validate_searcher
+from determined_lite._progress import read_progress
+from determined_lite.config import TrainingSettings, environment_variables, searched_paths, validate_searcher
 from determined_lite.config._settings import TEST_MODE_STEPS, TEST_MODE_VALIDATION_BATCHES
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
-from determined_lite.experiment._progress import Progress
+from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
 from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._failures import read_no_restart, remove_no_restart
@@ -72,6 +72,7 @@ class _Request:
     closed: bool = False
     finished: bool = False  # the trial's state is final
     restarts: int = 0
+    stopped_early: bool = False  # the searcher closed it before max_length (ASHA)
 
 
 @dataclasses.dataclass
@@ -110,6 +111,7 @@ class ExperimentRunner:
         self.out = out
         self.echo_logs = echo_logs
         searcher_settings = validate_searcher(self.config["searcher"])
+        self.searcher_settings = searcher_settings
         self.metric: str = searcher_settings.metric
         self.smaller_is_better: bool = searcher_settings.smaller_is_better
         self.retention = RetentionPolicy.from_config(self.config, self.metric, self.smaller_is_better)
@@ -135,7 +137,9 @@ class ExperimentRunner:
         self.run_dir = experiment_dir(experiment_id)
         self._log_lock = threading.Lock()
         self._log_buffer: List[tuple] = []
-        self.progress = Progress(enabled=show_progress, out=out)
+        self.varying = searched_paths(self.config.get("hyperparameters") or {})
+        self.progress = Progress(enabled=show_progress, out=out, varying=self.varying)
+        self.final_line: Optional[str] = None  # how the run ended, printed after the summary
 
     # --- state ------------------------------------------------------------------------------
     def _experiment_seed(self) -> int:
@@ -191,6 +195,8 @@ class ExperimentRunner:
                 if op.request_id in self.running:
                     self.running.pop(op.request_id).process.stop()
                 if not request.finished:
+                    full = self.searcher_settings.max_length
+                    request.stopped_early = not self.test_mode and request.trained < full
                     self._finish(request, TrialState.COMPLETED)
             elif isinstance(op, Shutdown):
                 self.shutdown = True
@@ -362,7 +368,9 @@ class ExperimentRunner:
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
         self.store.update_trial(trial_id, state=TrialState.ACTIVE)
-        resumed = f" from checkpoint {latest['uuid']} (batch {latest['total_batches']})" if latest else ""
+        resumed = ""
+        if latest:
+            resumed = f" from checkpoint {latest['uuid'][:SHORT_UUID]} (batch {latest['total_batches']})"
         if self.test_mode:
             k = self.training_settings.aggregation_frequency
             what = (
@@ -387,8 +395,9 @@ class ExperimentRunner:
 
     def _poll_running(self, pausing: bool) -> None:
         for rid, run in list(self.running.items()):
-            self.progress.update(run.request.trial_id, _read_progress(run.spec.result_path))
             code = run.process.poll()
+            # Read after the poll: a run that exited has written its last progress.
+            self.progress.update(run.request.trial_id, read_progress(progress_path(run.spec.result_path)))
             if code is None:
                 continue
             run.process.wait()
@@ -498,7 +507,7 @@ class ExperimentRunner:
                 self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
         self._apply_retention()
         self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
-        self._log(None, f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
+        self._final(f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
     def _end(self, state: ExperimentState, trial_state: TrialState) -> None:
         self._stopping()
@@ -509,7 +518,7 @@ class ExperimentRunner:
         self._apply_retention()
         self.store.set_experiment_state(self.id, state)
         self._save_state()
-        self._log(None, f"experiment {self.id} {state}")
+        self._final(f"experiment {self.id} {state}")
 
     def _complete(self) -> int:
         trials = self.store.list_trials(self.id)
@@ -536,11 +545,17 @@ class ExperimentRunner:
             except ValueError:
                 pass
         with self._log_lock:
-            self._log_buffer.append((trial_id, rank, line))
+            self._log_buffer.append((trial_id, rank, line, True))
 
-    def _log(self, trial_id: Optional[int], text: str) -> None:
+    def _log(self, trial_id: Optional[int], text: str, echo: bool = True) -> None:
         with self._log_lock:
-            self._log_buffer.append((trial_id, None, text))
+            self._log_buffer.append((trial_id, None, text, echo))
+
+    def _final(self, text: str) -> None:
+        """How the run ended: into the experiment's logs now, on the terminal once, after the
+        summary (``final_line``)."""
+        self.final_line = text
+        self._log(None, text, echo=False)
 
     def _flush_logs(self) -> None:
         with self._log_lock:
@@ -548,9 +563,9 @@ class ExperimentRunner:
         if not batch:
             return
         by_trial: Dict[Optional[int], List[tuple]] = {}
-        for trial_id, rank, text in batch:
+        for trial_id, rank, text, echo in batch:
             by_trial.setdefault(trial_id, []).append((rank, text))
-            if self.echo_logs:
+            if self.echo_logs and echo:
                 where = f"[trial {trial_id}] " if trial_id is not None else ""
                 who = f"[rank {rank}] " if rank is not None else ""
                 self.progress.write(f"{where}{who}{text}")
@@ -559,13 +574,11 @@ class ExperimentRunner:
 
     # --- summary ----------------------------------------------------------------------------
     def summary(self) -> str:
-        """A table of the experiment's trials: hparams, best metric, kept checkpoint."""
-        return self.progress.summary(self.store.describe_experiment(self.id), self.metric)
-
-
-def _read_progress(result_path: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(progress_path(result_path)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+        """The trials best first by the searcher metric, their best checkpoints, the best trial."""
+        return summary(
+            self.store.describe_experiment(self.id),
+            metric=self.metric,
+            smaller_is_better=self.smaller_is_better,
+            varying=self.varying,
+            stopped_early={r.trial_id for r in self.requests.values() if r.stopped_early},
+        )

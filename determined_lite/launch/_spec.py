@@ -119,7 +119,7 @@ class WorkerResult:
 
 
 def progress_path(result_path: str) -> str:
-    """Where the chief reports ``{"total_batches", "max_batches"}`` for the runner's progress bar."""
+    """Where the chief reports its ``TrialProgress`` (``_progress.py``) for the runner's progress bar."""
     return result_path + ".progress"
 
 

@@ -19,7 +19,13 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import determined_lite
-from determined_lite._errors import DiskFullError, find_action_required, find_trial_check, is_disk_full
+from determined_lite._errors import (
+    DiskFullError,
+    did_you_mean,
+    find_action_required,
+    find_trial_check,
+    is_disk_full,
+)
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._exit import exit_now
 from determined_lite.launch._failures import FailureKind, NoRestart, record_no_restart
@@ -51,9 +57,23 @@ def import_entrypoint(entrypoint: str, context_dir: str) -> Any:
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ImportError(f"entrypoint {entrypoint!r}: module {module_name!r} has no attribute {attr!r}")
+            hint = did_you_mean(part, _trial_class_names(obj))
+            raise ImportError(
+                f"entrypoint {entrypoint!r}: module {module_name!r} has no attribute {attr!r}{hint}"
+            )
         obj = getattr(obj, part)
     return obj
+
+
+def _trial_class_names(namespace: Any) -> List[str]:
+    """Names of the ``PyTorchTrial`` subclasses in ``namespace`` (a module or class); all its
+    classes when it has none."""
+    from determined_lite.pytorch import PyTorchTrial
+
+    classes = {n: v for n, v in vars(namespace).items() if isinstance(v, type) and not n.startswith("_")}
+    trials = [n for n, v in classes.items() if issubclass(v, PyTorchTrial) and v is not PyTorchTrial]
+    return trials or list(classes)
+
 
 
 Hooks = Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]
@@ -201,6 +221,8 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
             reporting_period=settings.reporting_period,
             checkpoint_policy=settings.checkpoint_policy,
             step_zero_validation=settings.step_zero_validation,
+            progress=False,  # the runner draws the bars, from the chief's progress file
+            record=False,  # an experiment trial's chief writes to the store through its hooks
         )
     last = result.validation_metrics[-1]["metrics"] if result.validation_metrics else None
     return WorkerResult(

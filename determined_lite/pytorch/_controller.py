@@ -434,9 +434,10 @@ class TrialController:
         path = uuid = None
         if self.dist.is_chief:
             self.callbacks.call("on_checkpoint_save_start", state)
+            info = self.harness.trial_info  # the store's ids (a plain-Python run's local record too)
             metadata = {
-                "trial_id": ctx.get_trial_id(),
-                "experiment_id": ctx.get_experiment_id(),
+                "trial_id": info.trial_id,
+                "experiment_id": info.experiment_id,
                 "total_batches": done,
                 "epochs": done / self.plan.epoch_length,
                 "framework": f"torch-{torch.__version__}",
@@ -448,7 +449,7 @@ class TrialController:
                 "aggregation_frequency": self.plan.aggregation_frequency,
                 "validation_metrics": metrics,
                 "created": time.time(),
-                STORE_KEY: self.harness.trial_info.store_path,
+                STORE_KEY: info.store_path,
             }
             # Written complete and renamed into place now; flushed to disk while training goes on,
             # and announced with on_checkpoint_upload_end at the next report, checkpoint or end.

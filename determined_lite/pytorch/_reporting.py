@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import numbers
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
+from determined_lite._terminal import format_number
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._schedule import TrainingState
 
@@ -19,34 +20,56 @@ def _scalars(metrics: Dict[str, Any]) -> Dict[str, float]:
 
 
 def _fmt(metrics: Dict[str, Any]) -> str:
-    return " ".join(f"{k}={v:.6g}" for k, v in _scalars(metrics).items())
+    """``loss=0.04135 accuracy=0.975``: scalars, 4 significant digits (full values are in the store)."""
+    return " ".join(f"{k}={format_number(v)}" for k, v in _scalars(metrics).items())
 
 
 class MetricLogger(PyTorchCallback):
-    """Logs reduced training and validation metrics once per report (chief only)."""
+    """One line per report of reduced training and validation metrics (chief only):
+    ``batch 23 validation: loss=0.1123 accuracy=0.975``. Logged (``determined_lite`` logger,
+    INFO), or given to ``printer`` (a plain-Python run's display)."""
 
-    def __init__(self, is_chief: bool, state: TrainingState) -> None:
+    def __init__(
+        self, is_chief: bool, state: TrainingState, printer: Optional[Callable[[str], None]] = None
+    ) -> None:
         self._enabled = is_chief
         self._state = state
+        self._printer = printer
+
+    def _say(self, kind: str, metrics: Dict[str, Any]) -> None:
+        if not self._enabled:
+            return
+        line = f"batch {self._state.batches_done} {kind}: {_fmt(metrics)}"
+        if self._printer is not None:
+            self._printer(line)
+        else:
+            logger.info("%s", line)
 
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
     ) -> None:
-        if self._enabled:
-            logger.info("batch %d training: %s", self._state.batches_done, _fmt(avg_metrics))
+        self._say("training", avg_metrics)
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
-        if self._enabled:
-            logger.info("batch %d validation: %s", self._state.batches_done, _fmt(metrics))
+        self._say("validation", metrics)
 
 
 class TensorBoardMetrics(PyTorchCallback):
-    """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only)."""
+    """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only),
+    and the trial's hyperparameters for TensorBoard's HParams plugin (one row per trial
+    directory; ``TorchWriter.add_hparams_session``)."""
 
-    def __init__(self, path: Optional[str], is_chief: bool, state: TrainingState) -> None:
+    def __init__(
+        self,
+        path: Optional[str],
+        is_chief: bool,
+        state: TrainingState,
+        hparams: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self._path = path
         self._enabled = is_chief and path is not None
         self._state = state
+        self._hparams = dict(hparams or {})
         self._writer: Any = None
 
     def _write(self, prefix: str, metrics: Dict[str, Any]) -> None:
@@ -56,6 +79,7 @@ class TensorBoardMetrics(PyTorchCallback):
             from determined_lite.tensorboard.metric_writers.pytorch import TorchWriter
 
             self._writer = TorchWriter(self._path)
+            self._writer.add_hparams_session(self._hparams)
         step = self._state.batches_done
         for name, value in _scalars(metrics).items():
             self._writer.writer.add_scalar(f"{prefix}/{name}", value, step)

@@ -1,12 +1,21 @@
-"""Run a trial from plain Python: ``init()`` builds the context, ``Trainer.fit()`` trains."""
+"""Run a trial from plain Python: ``init()`` builds the context, ``Trainer.fit()`` trains.
+
+A plain-Python run (no experiment ids in its ``TrialInfo``) shows a progress bar and one line
+per report on stdout (``progress=False`` or ``$DET_LITE_PROGRESS=0``: quiet) and is recorded
+in the store as a ``local`` experiment (``experiment/_local.py``), so its checkpoints are listed
+and kept by the retention policy like any experiment's.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import logging
+import os
 import random
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Union
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from determined_lite import tensorboard
 from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainingSettings, TrainUnit
@@ -15,6 +24,12 @@ from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
 from determined_lite.pytorch._harness import TrialInfo
+from determined_lite.pytorch._progress import (
+    LOCAL_INTERVAL_S,
+    ProgressDisplay,
+    ProgressMeter,
+    progress_by_default,
+)
 from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._rng import seed_everything
 from determined_lite.pytorch._trial import PyTorchTrial
@@ -104,6 +119,8 @@ class Trainer:
         step_zero_validation: bool = False,
         test_mode: bool = False,
         *,
+        progress: Optional[bool] = None,
+        record: Optional[bool] = None,
         should_stop: Optional[Callable[[], bool]] = None,
         core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
     ) -> TrainResult:
@@ -114,7 +131,15 @@ class Trainer:
         validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``. Without a
         searcher metric (``searcher.metric`` of ``exp_conf``), as in Determined's local training
         mode, ``"best"`` falls back to ``"all"`` with a warning.
-        Returns the reported metrics and the checkpoints written.
+
+        From plain Python (no experiment ids in ``init``'s ``trial_info``), the run is recorded
+        in the store as a ``local`` experiment: its checkpoints are listed by ``det-lite
+        checkpoint list`` and the ``checkpoint_storage`` retention policy (Determined's defaults:
+        the best and the latest) removes the others; ``record=False`` keeps it out of the store
+        (nothing listed, nothing removed). ``progress``: the bar and metric lines on stdout;
+        default on for such runs unless ``$DET_LITE_PROGRESS=0``.
+        Returns the reported metrics and the checkpoints written (retention may have removed
+        some of them since).
         """
         ctx = self.context
         settings, info = ctx.harness.settings, ctx.harness.trial_info
@@ -132,6 +157,38 @@ class Trainer:
                 "followed by a checkpoint ('all')"
             )
             checkpoint_policy = CheckpointPolicy.ALL
+        is_chief, state = ctx.distributed.is_chief, ctx.harness.state
+        root = info.checkpoint_root or checkpoint_root(ctx.get_experiment_config())
+        code_source = _code_source(self.trial, info)
+        local = info.experiment_id is None and info.trial_id is None
+        if progress is None:
+            progress = local and progress_by_default()
+        if record is None:
+            record = local
+        display = ProgressDisplay(sys.stdout, type(self.trial).__name__) if progress and is_chief else None
+        say: Callable[[str], None] = display.write if display is not None else logger.info
+        run = self._record(root, code_source) if record and is_chief else None
+        core: List[Tuple[str, PyTorchCallback]] = [
+            (
+                "_core.tensorboard",
+                TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state, ctx.get_hparams()),
+            ),
+            ("_core.logger", MetricLogger(is_chief, state, display.write if display is not None else None)),
+        ]
+        if display is not None:
+            meter = ProgressMeter(
+                display.show, settings.searcher_metric, state=state, interval_s=LOCAL_INTERVAL_S
+            )
+            core.append(("_core.progress", meter))
+        if run is not None:
+            core += run.callbacks(ctx)
+            stop = should_stop
+            should_stop = lambda: (stop is not None and stop()) or run.should_stop()  # noqa: E731
+            ctx.harness.trial_info = dataclasses.replace(
+                info, experiment_id=run.experiment_id, trial_id=run.trial_id, store_path=run.store_path
+            )
+            eid = run.experiment_id
+            say(f"recorded as local experiment {eid}: det-lite experiment describe {eid}")
         spec = RunSpec(
             max_length=max_length,
             validation_period=validation_period,
@@ -141,16 +198,59 @@ class Trainer:
             latest_checkpoint=latest_checkpoint,
             step_zero_validation=step_zero_validation,
             test_mode=test_mode,
-            checkpoint_root=info.checkpoint_root or checkpoint_root(ctx.get_experiment_config()),
-            code_source=_code_source(self.trial, info),
+            checkpoint_root=root,
+            code_source=code_source,
             searcher_metric=settings.searcher_metric,
             smaller_is_better=settings.smaller_is_better,
             should_stop=should_stop,
         )
-        is_chief, state = ctx.distributed.is_chief, ctx.harness.state
-        core = [
-            ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state)),
-            ("_core.logger", MetricLogger(is_chief, state)),
-        ] + list(core_callbacks)
-        return TrialController(self.trial, ctx, spec, core).run()
+        try:
+            result = TrialController(self.trial, ctx, spec, core + list(core_callbacks)).run()
+        except BaseException as e:
+            if run is not None:
+                _finish(run, False, e)
+            raise
+        finally:
+            ctx.harness.trial_info = info
+            if display is not None:
+                display.close()
+        if run is not None:
+            ended = _finish(run, result.stopped_early, None)
+            if ended is not None:
+                say(
+                    f"local experiment {run.experiment_id} {ended}: det-lite checkpoint list "
+                    f"--experiment {run.experiment_id}"
+                )
+        return result
 
+    def _record(self, root: str, code_source: Optional[str]) -> Any:
+        """The store's record of this plain-Python run (``experiment/_local.py``), or None."""
+        from determined_lite.experiment._local import LocalRun
+
+        ctx = self.context
+        settings, conf = ctx.harness.settings, ctx.get_experiment_config()
+        name = type(self.trial).__name__
+        context_dir = (
+            code_source if code_source is None or os.path.isdir(code_source) else os.path.dirname(code_source)
+        )
+        return LocalRun.record(
+            name=conf.get("name") or name,
+            exp_conf=conf,
+            hparams=ctx.get_hparams(),
+            seed=ctx.get_trial_seed(),
+            context_dir=context_dir,
+            checkpoint_root=root,
+            metric=settings.searcher_metric,
+            smaller_is_better=settings.smaller_is_better,
+        )
+
+
+def _finish(run: Any, stopped_early: bool, error: Optional[BaseException]) -> Optional[str]:
+    """Record the end of a local run; a store that fails now costs a warning, not the result."""
+    from determined_lite.store import StoreError
+
+    try:
+        return str(run.finish(stopped_early, error))
+    except (StoreError, OSError) as e:
+        logger.warning("could not record the end of local experiment %s: %s", run.experiment_id, e)
+        return None

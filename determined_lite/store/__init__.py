@@ -25,6 +25,7 @@ from determined_lite.store._states import (
     TERMINAL_STATES,
     Action,
     ActionOutcome,
+    ExperimentKind,
     ExperimentState,
     TrialState,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "TERMINAL_STATES",
     "Action",
     "ActionOutcome",
+    "ExperimentKind",
     "ExperimentState",
     "NotFoundError",
     "Store",

@@ -152,6 +152,12 @@ class TrialRecords(Database):
         found = self._read(lambda conn: checkpoint_rows(conn, "c.uuid = ?", (str(uuid),)))
         return found[0] if found else None
 
+    def checkpoints_by_prefix(self, prefix: str) -> List[Dict[str, Any]]:
+        """Checkpoints whose uuid starts with ``prefix`` (ASCII letters in any case)."""
+        escaped = str(prefix).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        where = "c.uuid LIKE ? ESCAPE '\\'"
+        return self._read(lambda conn: checkpoint_rows(conn, where, (escaped + "%",)))
+
     def list_checkpoints(
         self, experiment_id: Optional[int] = None, trial_id: Optional[int] = None
     ) -> List[Dict[str, Any]]:

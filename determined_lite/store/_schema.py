@@ -88,4 +88,9 @@ _V1_STATEMENTS = [
     "CREATE INDEX logs_by_trial ON logs(trial_id, id)",
 ]
 
-MIGRATIONS: List[Migration] = [_v1]
+def _v2(conn: sqlite3.Connection) -> None:
+    """``experiments.kind``: ``experiment`` (the CLI's) or ``local`` (a ``Trainer.fit`` from Python)."""
+    conn.execute("ALTER TABLE experiments ADD COLUMN kind TEXT NOT NULL DEFAULT 'experiment'")
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2]

@@ -36,6 +36,15 @@ class TrialState(TextEnum):
 TERMINAL_STATES = frozenset({ExperimentState.COMPLETED, ExperimentState.CANCELED, ExperimentState.ERROR})
 
 
+class ExperimentKind(TextEnum):
+    """What recorded an experiment: ``det-lite experiment create`` (run by det-lite's runner,
+    resumable with ``activate``) or a plain-Python ``Trainer.fit`` (one trial; its checkpoints
+    are listed and kept by the retention policy like any other, but only Python resumes it)."""
+
+    EXPERIMENT = "experiment"
+    LOCAL = "local"
+
+
 class Action(TextEnum):
     """A request to an experiment's processes (``requested_action``), read at the next
     scheduling-unit boundary. A kill replaces a pending pause, never the other way round."""

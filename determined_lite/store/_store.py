@@ -18,6 +18,7 @@ from determined_lite.store._states import (
     TERMINAL_STATES,
     Action,
     ActionOutcome,
+    ExperimentKind,
     ExperimentState,
     TextEnum,
     TrialState,
@@ -25,7 +26,7 @@ from determined_lite.store._states import (
 
 _TRIAL_FIELDS = ("state", "total_batches", "restarts", "best_validation", "latest_checkpoint")
 _EXPERIMENT_COLUMNS = (
-    "id, name, state, context_dir, config_path, pid, pid_token, requested_action, created_at, ended_at"
+    "id, name, kind, state, context_dir, config_path, pid, pid_token, requested_action, created_at, ended_at"
 )
 _TRIAL_COLUMNS = (
     "id, experiment_id, request_id, state, hparams, seed, total_batches, restarts, best_validation,"
@@ -59,11 +60,14 @@ class Store(TrialRecords):
         name: Optional[str] = None,
         state: str = ExperimentState.ACTIVE,
         pid: Optional[int] = None,
+        kind: str = ExperimentKind.EXPERIMENT,
     ) -> int:
         """Record a new experiment (default state ACTIVE); returns its id (1, 2, ...).
 
-        ``pid``: the process that will run it, recorded at once (as ``set_experiment_pid``)."""
+        ``pid``: the process that will run it, recorded at once (as ``set_experiment_pid``);
+        ``kind``: ``ExperimentKind`` (``local`` for a plain-Python ``Trainer.fit``)."""
         state = _check(state, ExperimentState, "experiment state")
+        kind = _check(kind, ExperimentKind, "experiment kind")
         token = process_token(pid) if pid else None
         if name is None and isinstance(config, dict) and isinstance(config.get("name"), str):
             name = config["name"]
@@ -73,9 +77,9 @@ class Store(TrialRecords):
 
         def body(conn: sqlite3.Connection) -> int:
             cursor = conn.execute(
-                "INSERT INTO experiments (name, state, config, context_dir, config_path, created_at,"
-                " ended_at, pid, pid_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, state, config_text, context_dir, config_path, now, ended, pid, token),
+                "INSERT INTO experiments (name, kind, state, config, context_dir, config_path, created_at,"
+                " ended_at, pid, pid_token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, kind, state, config_text, context_dir, config_path, now, ended, pid, token),
             )
             assert cursor.lastrowid is not None  # set by every INSERT
             return int(cursor.lastrowid)
@@ -88,6 +92,7 @@ class Store(TrialRecords):
         exp = {
             "id": row["id"],
             "name": row["name"],
+            "kind": row["kind"],
             "state": row["state"],
             "context_dir": row["context_dir"],
             "config_path": row["config_path"],
@@ -112,7 +117,7 @@ class Store(TrialRecords):
         return row
 
     def get_experiment(self, experiment_id: int) -> Optional[Dict[str, Any]]:
-        """The experiment as a dict (``id, name, state, config, context_dir, config_path, pid,
+        """The experiment as a dict (``id, name, kind, state, config, context_dir, config_path, pid,
         requested_action, created_at, ended_at, running``), or None. ``running``: the process
         recorded with ``set_experiment_pid`` is alive."""
 

@@ -282,9 +282,9 @@ def test_checkpoint_list_bad_filters(filled):
     assert both.exit_code == 2
     assert "give --experiment or --trial, not both" in both.stderr
     unknown = run("checkpoint", "list", "--experiment", "9")
-    assert (unknown.exit_code, unknown.stderr.strip()) == (2, "Error: experiment 9 not found")
+    assert (unknown.exit_code, unknown.stderr.strip()) == (2, "det-lite: error: experiment 9 not found")
     unknown = run("checkpoint", "list", "--trial", "9")
-    assert (unknown.exit_code, unknown.stderr.strip()) == (2, "Error: trial 9 not found")
+    assert (unknown.exit_code, unknown.stderr.strip()) == (2, "det-lite: error: trial 9 not found")
 
 
 def test_checkpoint_export_copies_the_directory(filled, tmp_path):
@@ -306,7 +306,8 @@ def test_checkpoint_export_copies_the_directory(filled, tmp_path):
 
 def test_checkpoint_export_errors(filled, store, tmp_path):
     unknown = run("checkpoint", "export", "no-such-uuid", str(tmp_path / "x"))
-    assert (unknown.exit_code, unknown.stderr.strip()) == (2, "Error: checkpoint no-such-uuid not found")
+    message = "det-lite: error: checkpoint no-such-uuid not found"
+    assert (unknown.exit_code, unknown.stderr.strip()) == (2, message)
     store.add_checkpoint(filled["trials"][1], "uuid-gone", str(tmp_path / "gone"), 30)
     missing = run("checkpoint", "export", "uuid-gone", str(tmp_path / "y"))
     assert missing.exit_code == 1
@@ -349,7 +350,7 @@ def test_pause_and_kill_with_a_running_process_write_requests(filled, store):
     again = run("experiment", "activate", "1")
     assert again.exit_code == 2
     assert again.stderr.strip() == (
-        f"Error: experiment 1 is already running in process {os.getpid()}; "
+        f"det-lite: error: experiment 1 is already running in process {os.getpid()}; "
         "pause or kill it first (det-lite experiment pause 1)"
     )
     run("experiment", "kill", "1")
@@ -423,11 +424,11 @@ def test_tensorboard_command(filled):
             "--port",
             "7007",
             "--host",
-            "localhost",
+            "127.0.0.1",
         ],
     }
     plain = run("tensorboard", "1", "--no-launch").stdout.strip()
-    assert plain.endswith(f"--logdir {filled['tb']} --port 6006 --host localhost")
+    assert plain.endswith(f"--logdir {filled['tb']} --port 6006 --host 127.0.0.1")
 
 
 # --- create wiring --------------------------------------------------------------------------
@@ -470,7 +471,7 @@ def test_create_maps_config_errors_to_exit_2(tmp_path, monkeypatch):
     assert failed.exit_code == 1
     bad = run("e", "create", str(config), str(tmp_path), "--config", "searcher.metric=3", "--detach")
     assert bad.exit_code == 2
-    assert bad.stderr.strip() == f"Error: {error}"
+    assert bad.stderr.strip() == f"det-lite: error: {error}"
     assert "expected a string, got 3" in bad.stderr and "Traceback" not in bad.output
     assert calls == [
         (str(config), str(tmp_path), [], False, True),
@@ -498,7 +499,7 @@ def test_create_maps_config_errors_to_exit_2(tmp_path, monkeypatch):
 def test_unknown_ids_exit_2(filled, args, message):
     result = run(*args)
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"Error: {message}"
+    assert result.stderr.strip() == f"det-lite: error: {message}"
 
 
 @pytest.mark.parametrize(
@@ -556,4 +557,4 @@ def test_module_entry_point_exit_codes(filled):
         text=True,
         timeout=120,
     )
-    assert (missing.returncode, missing.stderr.strip()) == (2, "Error: experiment 7 not found")
+    assert (missing.returncode, missing.stderr.strip()) == (2, "det-lite: error: experiment 7 not found")

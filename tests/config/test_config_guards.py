@@ -94,7 +94,7 @@ def test_a_fifo_as_the_config_file_exits_2_without_waiting(tmp_path) -> None:
     proc = cli("experiment", "create", str(fifo), LINEAR, timeout=60)  # opening it would block
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"Error: {fifo}: not a regular file; expected an experiment config (YAML) file"
+        f"det-lite: error: {fifo}: not a regular file; expected an experiment config (YAML) file"
     ]
     from determined_lite.store import Store
 

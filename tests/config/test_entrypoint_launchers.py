@@ -208,7 +208,7 @@ def test_unsupported_entrypoint_exits_2_through_the_cli(tmp_path, entrypoint, wo
     proc = cli("experiment", "create", path, FIXTURE)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ": entrypoint: " in ln]
-    assert line.startswith("Error: ") or line.startswith("det-lite: error: "), line
+    assert line.startswith("det-lite: error: "), line
     assert f"{path}: entrypoint: " in line and words in line and SUPPORTED in line
     assert "Traceback" not in proc.stderr and "Created experiment" not in proc.stdout
     listed = cli("experiment", "list", "--all", "--json")

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("sklearn", reason="examples need scikit-learn (pip install -e '.[test]')")
 
+from determined_lite.store import Store  # noqa: E402
 from examples.digits import train  # noqa: E402
 from examples.digits.model_def import load_splits  # noqa: E402
 
@@ -50,10 +51,16 @@ def test_digits_experiment_reaches_95_percent(tmp_path, monkeypatch) -> None:
     assert final["accuracy"] == pytest.approx(np.trace(matrix) / matrix.sum(), abs=1e-6)
     assert 0.95 <= final["balanced_accuracy"] <= 1.0
 
-    # checkpoints land under $DET_LITE_HOME/checkpoints/<uuid>/
+    # checkpoints land under $DET_LITE_HOME/checkpoints/<uuid>/; the run is recorded as a local
+    # experiment whose retention policy (Determined's default) keeps the best and the latest
     assert result.checkpoint_dirs
+    assert {pathlib.Path(p).parent for p in result.checkpoint_dirs} == {tmp_path / "checkpoints"}
+    kept = Store().list_checkpoints()
+    assert [c["path"] for c in kept] == [p for p in result.checkpoint_dirs if p in {c["path"] for c in kept}]
+    best = max(kept, key=lambda c: c["metrics"]["accuracy"])
+    assert best["metrics"]["accuracy"] == max(v["accuracy"] for v in validations if "accuracy" in v)
+    assert kept[-1]["path"] == result.checkpoint_dirs[-1] and len(kept) <= 2
     for path in result.checkpoint_dirs:
         ckpt = pathlib.Path(path)
-        assert ckpt.parent == tmp_path / "checkpoints"
-        assert (ckpt / "state_dict.pth").is_file()
-        assert (ckpt / "metadata.json").is_file()
+        on_disk = (ckpt / "state_dict.pth").is_file() and (ckpt / "metadata.json").is_file()
+        assert on_disk == (path in {c["path"] for c in kept})

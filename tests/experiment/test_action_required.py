@@ -165,6 +165,6 @@ def test_full_store_is_one_line(monkeypatch: pytest.MonkeyPatch, _det_lite_home:
     db = _det_lite_home / "det-lite.db"
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert result.output == (
-        f"Error: no space left on {_det_lite_home}: the det-lite store {db} cannot be written "
+        f"det-lite: error: no space left on {_det_lite_home}: the det-lite store {db} cannot be written "
         "(database or disk is full)\n"
     )

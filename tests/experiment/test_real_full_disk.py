@@ -128,4 +128,4 @@ def test_full_home_is_the_one_line_store_error(tmp_path: Path, in_namespace: Run
     assert proc.stdout == ""
     (line,) = proc.stderr.splitlines()
     # The first thing `create` writes is the context snapshot (before the store's row).
-    assert line == f"Error: no space left on {home}: cannot snapshot the context directory {LINEAR}"
+    assert line == f"det-lite: error: no space left on {home}: cannot snapshot the context directory {LINEAR}"

@@ -96,7 +96,7 @@ def test_two_activates_at_once_start_one_runner(tmp_path):
     (winner,) = [p for p, _, _ in results if p.returncode == 0]
     (refused,) = [err for p, _, err in results if p.returncode == 2]
     assert refused.strip() == (
-        f"Error: experiment 1 is already running in process {winner.pid}; "
+        f"det-lite: error: experiment 1 is already running in process {winner.pid}; "
         "pause or kill it first (det-lite experiment pause 1)"
     )
     assert _starts() == 1
@@ -147,7 +147,7 @@ def test_activate_gives_up_when_the_previous_run_does_not_exit(tmp_path, monkeyp
     lock = os.path.join(os.environ["DET_LITE_HOME"], "experiments", "1", "runner.lock")
     assert refused.returncode == 2
     assert refused.stderr == (
-        f"Error: experiment 1: its previous run has not exited after 1 s (process(es) {holder.pid} "
+        f"det-lite: error: experiment 1: its previous run has not exited after 1 s (process(es) {holder.pid} "
         f"still hold {lock}); stop them, or wait longer with DET_LITE_ACTIVATE_WAIT=SECONDS\n"
     )
     assert describe(1)["state"] == "PAUSED" and describe(1)["trials"] == []

@@ -43,7 +43,12 @@ def _run(
     searcher_metric: Optional[str] = None,
 ) -> Tuple[ResumeMLPTrial, pytorch.TrainResult]:
     hparams = {"lr": 0.05, "global_batch_size": 4, "lr_step_mode": mode, **(extra_hparams or {})}
-    exp_conf: Dict[str, Any] = {"reproducibility": {"experiment_seed": seed}}
+    # Every checkpoint stays (tests resume from earlier ones): a plain-Python run applies the
+    # retention policy, whose default keeps only the best and the latest.
+    exp_conf: Dict[str, Any] = {
+        "reproducibility": {"experiment_seed": seed},
+        "checkpoint_storage": {"save_trial_latest": 100},
+    }
     if searcher_metric:
         exp_conf["searcher"] = {"metric": searcher_metric, "smaller_is_better": True}
     with pytorch.init(

@@ -21,6 +21,9 @@ from tests.fixtures.loop_trials import CallbackStopTrial, LoopTrial, ValidationS
 
 LR = 0.01
 SEED_CONF = {"reproducibility": {"experiment_seed": 1}}
+# A plain-Python run applies the retention policy (Determined's default keeps the best and the
+# latest checkpoint); tests that open every checkpoint written keep them all.
+KEEP_EVERY_CHECKPOINT = {"checkpoint_storage": {"save_trial_latest": 100}}
 
 
 def run(
@@ -276,6 +279,7 @@ def test_checkpoints_wait_for_the_optimizer_step_boundary() -> None:
     # Checkpoint due at 4 and 8, but k = 3: written at 6 and 9 (never mid-window); end at 12.
     _, result = run(
         k=3,
+        exp_conf=KEEP_EVERY_CHECKPOINT,
         max_length=pytorch.Batch(12),
         checkpoint_period=pytorch.Batch(4),
         checkpoint_policy="none",
@@ -312,7 +316,10 @@ def test_checkpoint_policy(policy: str, smaller_is_better: bool, expected: List[
     _, result = run(
         LoopTrial,
         hparams={"val_seq": val_seq, "val_size": 2, "val_batch_size": 2},
-        exp_conf={"searcher": {"metric": "val_loss", "smaller_is_better": smaller_is_better}},
+        exp_conf={
+            "searcher": {"metric": "val_loss", "smaller_is_better": smaller_is_better},
+            **KEEP_EVERY_CHECKPOINT,
+        },
         max_length=pytorch.Batch(8),
         validation_period=pytorch.Batch(2),
         checkpoint_policy=policy,

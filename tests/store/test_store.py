@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from determined_lite.store import (
+    ExperimentKind,
     NotFoundError,
     Store,
     StoreError,
@@ -79,6 +80,7 @@ def test_experiment_round_trip(store):
     assert _strip_times(exp) == {
         "id": 1,
         "name": "digits",
+        "kind": "experiment",
         "state": "ACTIVE",
         "config": CONFIG,
         "context_dir": "/ctx",
@@ -177,6 +179,7 @@ def test_describe_experiment_exact_shape(store):
     assert _strip_times(described) == {
         "id": exp_id,
         "name": "digits",
+        "kind": "experiment",
         "state": "ACTIVE",
         "config": CONFIG,
         "context_dir": "/ctx",
@@ -484,9 +487,9 @@ def test_newer_schema_is_refused(tmp_path):
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA user_version = 99")
     conn.close()
-    with pytest.raises(
-        StoreError, match=r"schema version 99, newer than the 1 this determined_lite understands"
-    ):
+    known = len(_schema.MIGRATIONS)
+    message = rf"schema version 99, newer than the {known} this determined_lite understands"
+    with pytest.raises(StoreError, match=message):
         Store(path)
 
 
@@ -496,14 +499,14 @@ def test_forward_migration_keeps_data(tmp_path, monkeypatch):
     exp_id = old.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
     old.close()
 
-    def v2(conn):
+    def later(conn):
         conn.execute("ALTER TABLE experiments ADD COLUMN description TEXT DEFAULT 'none yet'")
 
-    monkeypatch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS + [v2])
+    monkeypatch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS + [later])
     new = Store(path)
     assert new.get_experiment(exp_id)["config"] == CONFIG
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == len(_schema.MIGRATIONS)
     assert conn.execute("SELECT description FROM experiments").fetchall() == [("none yet",)]
     conn.close()
     new.close()
@@ -517,14 +520,37 @@ def test_failed_migration_leaves_the_old_version(tmp_path, monkeypatch):
         conn.execute("ALTER TABLE experiments ADD COLUMN half_done TEXT")
         raise RuntimeError("migration bug")
 
+    current = len(_schema.MIGRATIONS)
     monkeypatch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS + [broken])
     with pytest.raises(RuntimeError, match="migration bug"):
         Store(path)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == current
     columns = [r[1] for r in conn.execute("PRAGMA table_info(experiments)")]
     assert "half_done" not in columns
     conn.close()
+
+
+def test_version_1_store_gains_the_experiment_kind(tmp_path, monkeypatch):
+    path = str(tmp_path / "det-lite.db")
+    monkeypatch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:1])
+    Store(path).close()
+    monkeypatch.undo()
+    conn = sqlite3.connect(path)
+    with conn:  # a version-1 row, as a det-lite of that version wrote it
+        conn.execute(
+            "INSERT INTO experiments (name, state, config, created_at) VALUES ('old', 'COMPLETED', '{}', 0)"
+        )
+    conn.close()
+    exp_id = 1
+    new = Store(path)
+    assert new.get_experiment(exp_id)["kind"] == ExperimentKind.EXPERIMENT
+    local = new.create_experiment({}, None, None, name="MyTrial", kind=ExperimentKind.LOCAL)
+    assert new.get_experiment(local)["kind"] == "local"
+    assert [e["kind"] for e in new.list_experiments()] == ["experiment", "local"]
+    with pytest.raises(ValueError, match="experiment kind must be one of experiment, local"):
+        new.create_experiment({}, None, None, kind="cluster")
+    new.close()
 
 
 def test_not_a_database_is_a_clear_error(tmp_path):

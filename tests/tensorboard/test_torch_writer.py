@@ -156,3 +156,17 @@ def test_torch_writer_explicit_log_dir(tmp_path: Path) -> None:
     writer.flush()
     assert _scalars(str(target)) == {"a": [(1, 3.0), (2, 4.5)]}
     writer.close()
+
+
+def test_flat_hparams_names_nested_values_with_dots():
+    from determined_lite.tensorboard.metric_writers.pytorch import flat_hparams
+
+    opt = {"name": "sgd", "betas": [0.9, 0.99], "nesterov": True}
+    hparams = {"lr": 0.1, "opt": opt, "skip": None, "n": 3}
+    assert flat_hparams(hparams) == {
+        "lr": 0.1,
+        "opt.name": "sgd",
+        "opt.betas": "[0.9, 0.99]",
+        "opt.nesterov": True,
+        "n": 3,
+    }

@@ -1,0 +1,190 @@
+"""The tables of ``experiment describe`` and ``trial describe``: the experiment, its trials and
+their workloads, as text tables or CSV (Determined's ``--metrics``, ``--csv``, ``--outdir``).
+
+Workloads have one row per reported batch count of a trial. Without ``--metrics`` their
+training and validation metrics are one ``name=value`` column each; with it, one column per
+scalar metric (``Training Metric: loss``, ``Validation Metric: accuracy``), full precision in
+CSV, so ``pandas.read_csv`` gets numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import numbers
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+import click
+
+from determined_lite.cli._common import display_name, display_state, echo_table, format_mapping, format_time
+
+
+@dataclasses.dataclass
+class Table:
+    title: str  # printed above the table ("Trials")
+    filename: str  # its file with --outdir ("trials.csv")
+    headers: List[str]
+    rows: List[List[Any]]  # raw values: numbers, strings, None, mappings
+
+
+TRIAL_HEADERS = [
+    "Trial ID",
+    "State",
+    "H-Params",
+    "Seed",
+    "Batches",
+    "Restarts",
+    "Best Validation",
+    "Latest Checkpoint",
+    "Start Time",
+    "End Time",
+]
+
+
+def experiment_table(exp: Dict[str, Any]) -> Table:
+    config = exp.get("config")
+    searcher = config.get("searcher") if isinstance(config, dict) else None
+    row = [
+        exp["id"],
+        display_name(exp),
+        display_state(exp),
+        searcher.get("name", "") if isinstance(searcher, dict) else "",
+        format_time(exp["created_at"]),
+        format_time(exp["ended_at"]),
+        exp["context_dir"] or "",
+    ]
+    headers = ["ID", "Name", "State", "Searcher", "Start Time", "End Time", "Context Directory"]
+    return Table("Experiment", "experiments.csv", headers, [row])
+
+
+def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
+    rows = [
+        [
+            t["id"],
+            t["state"],
+            t["hparams"],
+            t["seed"],
+            t["total_batches"],
+            t["restarts"],
+            t["best_validation"],
+            t["latest_checkpoint"] or "",
+            format_time(t["created_at"]),
+            format_time(t["ended_at"]),
+        ]
+        for t in trials
+    ]
+    return Table("Trials", "trials.csv", list(TRIAL_HEADERS), rows)
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _scalar_names(trials: Sequence[Dict[str, Any]], key: str) -> List[str]:
+    names = {
+        name
+        for t in trials
+        for entry in t[key]
+        for name, value in (entry["metrics"] or {}).items()
+        if _is_scalar(value) or value is None
+    }
+    return sorted(names)
+
+
+def workloads_table(trials: Sequence[Dict[str, Any]], metrics: bool) -> Table:
+    """One row per trial and reported batch count: metrics and the checkpoints taken there."""
+    training = _scalar_names(trials, "training_metrics") if metrics else []
+    validation = _scalar_names(trials, "validation_metrics") if metrics else []
+    if metrics:
+        headers = (
+            ["Trial ID", "# of Batches"]
+            + [f"Training Metric: {n}" for n in training]
+            + [f"Validation Metric: {n}" for n in validation]
+            + ["Checkpoint"]
+        )
+    else:
+        headers = ["Trial ID", "# of Batches", "Training Metrics", "Validation Metrics", "Checkpoint"]
+    rows: List[List[Any]] = []
+    for t in trials:
+        by_batch: Dict[int, Dict[str, Any]] = {}
+        for key in ("training_metrics", "validation_metrics"):
+            for entry in t[key]:
+                by_batch.setdefault(entry["total_batches"], {})[key] = entry["metrics"] or {}
+        for ckpt in t["checkpoints"]:
+            by_batch.setdefault(ckpt["total_batches"], {}).setdefault("checkpoint", []).append(ckpt["uuid"])
+        for batches, found in sorted(by_batch.items()):
+            train, val = found.get("training_metrics"), found.get("validation_metrics")
+            if metrics:
+                cells = [(train or {}).get(n) for n in training] + [(val or {}).get(n) for n in validation]
+            else:
+                cells = [train, val]
+            rows.append([t["id"], batches, *cells, " ".join(found.get("checkpoint", []))])
+    return Table("Workloads", "workloads.csv", headers, rows)
+
+
+def _text_cell(value: Any) -> Any:
+    if isinstance(value, dict):
+        return format_mapping(value)
+    return value  # render_table formats numbers (6 significant digits) and aligns them
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def to_csv(table: Table) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.headers)
+    writer.writerows([[_csv_cell(v) for v in row] for row in table.rows])
+    return out.getvalue()
+
+
+def emit(tables: Sequence[Table], as_csv: bool, outdir: Optional[str]) -> None:
+    """Print the tables (``as_csv``: as CSV, each under its title), or write one CSV file per
+    table into ``outdir`` (created) and say where."""
+    if outdir is not None:
+        os.makedirs(outdir, exist_ok=True)
+        for table in tables:
+            path = os.path.join(outdir, table.filename)
+            with open(path, "w", newline="") as f:
+                f.write(to_csv(table))
+            click.echo(f"Wrote {path}")
+        return
+    for i, table in enumerate(tables):
+        click.echo(("\n" if i else "") + f"{table.title}:")
+        if as_csv:
+            click.echo(to_csv(table), nl=False)
+        else:
+            echo_table(table.headers, [[_text_cell(v) for v in row] for row in table.rows])
+
+
+def output_options(command: Any) -> Any:
+    """``--metrics``, ``--csv`` and ``--outdir`` (Determined's), for the describe commands."""
+    command = click.option(
+        "--outdir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Write experiments.csv, trials.csv and workloads.csv into this directory.",
+    )(command)
+    command = click.option("--csv", "as_csv", is_flag=True, help="Print the tables as CSV.")(command)
+    return click.option(
+        "--metrics", is_flag=True, help="One column per scalar training and validation metric."
+    )(command)
+
+
+def check_output_options(as_json: bool, as_csv: bool, outdir: Optional[str]) -> None:
+    if as_json and (as_csv or outdir):
+        raise click.UsageError("--json cannot be combined with --csv or --outdir")

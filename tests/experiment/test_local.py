@@ -1,0 +1,151 @@
+"""A plain-Python ``Trainer.fit`` is recorded in the store as a local experiment: its
+checkpoints are listed, the retention policy removes the others, pause/kill stop it, and
+``activate`` refuses it.
+
+The linear trial with lr = 0.03 validates (every 2 batches) to val_loss 1.355, 5.331, 0.2407,
+0.9472: with ``checkpoint_policy: best`` it checkpoints at batches 2 and 6 (improvements) and
+8 (the end); Determined's default policy keeps the best (6) and the latest (8).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+import pytest
+
+from determined_lite import pytorch
+from determined_lite.store import Action, Store
+from tests.cli_helpers import cli
+from tests.fixtures.experiments.linear.model_def import LinearTrial, closed_form, val_loss
+
+HPARAMS = {"global_batch_size": 2, "lr": 0.03, "dataset_size": 8, "val_size": 4}
+CONF = {
+    "searcher": {"metric": "val_loss", "smaller_is_better": True},
+    "reproducibility": {"experiment_seed": 3},
+}
+
+
+def _fit(exp_conf: Optional[Dict[str, Any]] = None, trial_cls: type = LinearTrial, **kw: Any) -> Any:
+    with pytorch.init(hparams=HPARAMS, exp_conf={**CONF, **(exp_conf or {})}) as ctx:
+        return pytorch.Trainer(trial_cls(ctx), ctx).fit(
+            max_length=pytorch.Batch(8), validation_period=pytorch.Batch(2), progress=False, **kw
+        )
+
+
+def test_checkpoints_are_listed_and_retention_keeps_the_best_and_the_latest(_det_lite_home):
+    result = _fit()
+    assert [c["total_batches"] for c in result.checkpoints] == [2, 6, 8]  # written
+    listed = json.loads(cli("checkpoint", "list", "--json", check=True).stdout)
+    assert [(c["experiment_id"], c["total_batches"]) for c in listed] == [(1, 6), (1, 8)]
+    kept = {c["uuid"] for c in listed}
+    root = _det_lite_home / "checkpoints"
+    assert set(os.listdir(root)) == kept  # batch 2's directory is gone too
+    for c in listed:
+        w = closed_form(0.03, c["total_batches"], 2, 8)[-1]
+        assert c["metrics"]["val_loss"] == pytest.approx(val_loss(w, 4), rel=1e-9)
+        meta = json.loads((root / c["uuid"] / "metadata.json").read_text())
+        assert (meta["experiment_id"], meta["trial_id"]) == (1, c["trial_id"])
+        assert meta["store"] == os.path.realpath(Store().path)
+
+    exp = json.loads(cli("experiment", "describe", "1", "--json", check=True).stdout)
+    assert (exp["kind"], exp["state"], exp["name"]) == ("local", "COMPLETED", "LinearTrial")
+    (trial,) = exp["trials"]
+    assert trial["hparams"] == HPARAMS and trial["state"] == "COMPLETED" and trial["total_batches"] == 8
+    assert [v["total_batches"] for v in trial["validation_metrics"]] == [2, 4, 6, 8]
+    assert trial["best_validation"] == pytest.approx(val_loss(closed_form(0.03, 6, 2, 8)[-1], 4), rel=1e-9)
+    assert "LinearTrial (local)" in cli("experiment", "list", check=True).stdout
+    # Nothing for gc to do: the store and the disk agree.
+    gc = cli("checkpoint", "gc", "--dry-run", check=True).stdout
+    assert gc.strip() == "checkpoint gc (dry run): 0 in use, 0 registered, 0 removed, 0 forgotten"
+
+
+def test_retention_follows_the_exp_conf(_det_lite_home):
+    _fit({"checkpoint_storage": {"save_trial_best": 0, "save_trial_latest": 1}})
+    (only,) = Store().list_checkpoints()
+    assert only["total_batches"] == 8
+    assert os.listdir(_det_lite_home / "checkpoints") == [only["uuid"]]
+
+
+def test_activate_refuses_a_local_run(_det_lite_home):
+    _fit()
+    Store().set_experiment_state(1, "PAUSED")
+    proc = cli("experiment", "activate", "1")
+    assert proc.returncode == 2
+    assert "experiment 1 is a local run of Trainer.fit from Python" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+class _PauseAt(pytorch.PyTorchCallback):
+    """Asks the store for a pause after ``n`` batches, as `det-lite experiment pause` would."""
+
+    def __init__(self, n: int, action: str) -> None:
+        self.n, self.action = n, action
+
+    def on_training_workload_end(self, avg_metrics, batch_metrics):
+        store = Store()
+        if store.get_trial(1)["total_batches"] >= self.n:
+            store.request_action(1, self.action)
+
+
+class _Stopped(LinearTrial):
+    def __init__(self, context, action: str = Action.PAUSE) -> None:
+        super().__init__(context)
+        self.stopper = _PauseAt(4, action)
+
+    def build_callbacks(self):
+        return {"stopper": self.stopper}
+
+
+@pytest.mark.parametrize("action, state", [(Action.PAUSE, "PAUSED"), (Action.KILL, "CANCELED")])
+def test_pause_and_kill_from_another_terminal_stop_the_run(_det_lite_home, action, state):
+    result = _fit(trial_cls=lambda ctx: _Stopped(ctx, action), reporting_period=pytorch.Batch(2))
+    # Asked after the report at batch 4; seen at the next report (6), as from another terminal.
+    assert result.stopped_early and result.total_batches == 6
+    exp = Store().describe_experiment(1)
+    assert exp["state"] == state and exp["trials"][0]["state"] == state
+    assert exp["requested_action"] is None and not exp["running"]
+    # The run stopped with a checkpoint at batch 6; it stays for resuming from Python.
+    assert 6 in [c["total_batches"] for c in exp["trials"][0]["checkpoints"]]
+
+
+class _Broken(LinearTrial):
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        if batch_idx == 3:
+            raise RuntimeError("boom")
+        return super().train_batch(batch, epoch_idx, batch_idx)
+
+
+def test_an_error_leaves_the_run_in_error(_det_lite_home):
+    with pytest.raises(RuntimeError, match="boom"):
+        _fit(trial_cls=_Broken)
+    exp = Store().describe_experiment(1)
+    assert exp["state"] == "ERROR" and exp["trials"][0]["state"] == "ERROR"
+    assert exp["pid"] is None
+
+
+def test_a_store_that_cannot_be_written_costs_a_warning_not_the_run(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("DET_LITE_HOME", str(blocker / "home"))  # under a file: cannot be created
+    info = pytorch.TrialInfo(checkpoint_root=str(tmp_path / "ckpts"))
+    with pytorch.init(
+        hparams=HPARAMS, exp_conf=CONF, trial_info=info, enable_tensorboard_logging=False
+    ) as ctx:
+        result = pytorch.Trainer(LinearTrial(ctx), ctx).fit(max_length=pytorch.Batch(4), progress=False)
+    assert result.total_batches == 4 and result.checkpoints
+    assert "this run is not recorded in the det-lite store" in caplog.text
+
+
+def test_record_false_keeps_the_run_out_of_the_store(_det_lite_home):
+    result = _fit(record=False)
+    assert Store().list_experiments() == []
+    assert sorted(os.listdir(_det_lite_home / "checkpoints")) == sorted(c["uuid"] for c in result.checkpoints)
+
+
+def test_runs_with_experiment_ids_are_not_recorded(_det_lite_home):
+    info = pytorch.TrialInfo(trial_id=7, experiment_id=3)
+    with pytorch.init(hparams=HPARAMS, exp_conf=CONF, trial_info=info) as ctx:
+        pytorch.Trainer(LinearTrial(ctx), ctx).fit(max_length=pytorch.Batch(2), progress=False)
+    assert Store().list_experiments() == []
