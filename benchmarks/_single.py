@@ -23,7 +23,9 @@ from typing import Dict, List, Optional, Tuple
 
 from _common import Row, lockstep_row, log
 
-GOAL = 1.02
+# The MLP step is overhead-bound: det-lite reads a TensorDataset a batch at a time where the
+# plain loop's torch DataLoader reads item by item, so det-lite must beat the plain loop.
+GOALS = {"mlp": 0.90, "cnn": 1.02}
 # mode -> [(kind, cnn width, batches per repeat, warm-up batches, repeats)]
 SIZES: Dict[str, List[Tuple[str, int, int, int, int]]] = {
     "smoke": [("mlp", 32, 40, 5, 1)],
@@ -51,6 +53,6 @@ def run(mode: str, repeats: Optional[int] = None, threads: int = 1) -> List[Row]
         extra = {"threads": threads, "batches": batches}
         if kind == "mlp":
             aa = [lockstep_aa(lambda: PlainLoop("mlp"), batches, warmup) for _ in range(reps // 2 + 1)]
-            extra["aa_ratio"] = lockstep_row("aa", aa, GOAL)["ratio"]
-        rows.append(lockstep_row(name, results, GOAL, **extra))
+            extra["aa_ratio"] = lockstep_row("aa", aa, GOALS[kind])["ratio"]
+        rows.append(lockstep_row(name, results, GOALS[kind], **extra))
     return rows
