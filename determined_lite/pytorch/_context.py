@@ -341,12 +341,16 @@ class PyTorchTrialContext:
         retain_graph: bool = False,
         create_graph: bool = False,
     ) -> None:
-        """Compute gradients of ``loss`` (scaled for AMP when ``use_amp`` is on)."""
+        """Compute gradients of ``loss`` (scaled for AMP when ``use_amp`` is on).
+
+        A callback's ``on_before_backward`` may return the tensor to backpropagate instead
+        (e.g. a scaled loss); ``loss`` itself, and so the metric the trial returns, is unchanged.
+        """
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward() needs a torch.Tensor loss, got {type(loss).__name__}")
         callbacks = self.harness.callbacks
-        callbacks.call("on_before_backward", loss)
-        self.harness.precision.scale(loss).backward(
+        target = callbacks.call_chain("on_before_backward", loss)
+        self.harness.precision.scale(target).backward(
             gradient=gradient, retain_graph=retain_graph, create_graph=create_graph
         )
         callbacks.call("on_after_backward", loss)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Uni
 from determined_lite import tensorboard
 from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainingSettings, TrainUnit
 from determined_lite.distributed import DistributedContext
-from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._callback import Callbacks, PyTorchCallback, name_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
 from determined_lite.pytorch._harness import TrialInfo
@@ -87,11 +87,19 @@ def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
 
 
 class Trainer:
-    """Trains one trial with its context: ``Trainer(trial, context).fit(max_length=Epoch(3))``."""
+    """Trains one trial with its context: ``Trainer(trial, context).fit(max_length=Epoch(3))``.
 
-    def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
+    ``callbacks`` (det-lite's addition): a list of callbacks (named by class, ``#2`` for a
+    repeat) or a dict of names to callbacks, run after the trial's ``build_callbacks()`` and
+    before global callbacks in every ``fit``; their state is checkpointed under those names.
+    """
+
+    def __init__(
+        self, trial: PyTorchTrial, context: PyTorchTrialContext, callbacks: Optional[Callbacks] = None
+    ) -> None:
         self.trial = trial
         self.context = context
+        self.callbacks = name_callbacks(callbacks or [], "")
 
     def fit(
         self,
@@ -106,6 +114,7 @@ class Trainer:
         *,
         should_stop: Optional[Callable[[], bool]] = None,
         core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
+        callbacks: Optional[Callbacks] = None,
     ) -> TrainResult:
         """Train to ``max_length``, validating and checkpointing on the given periods.
 
@@ -114,6 +123,8 @@ class Trainer:
         validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``. Without a
         searcher metric (``searcher.metric`` of ``exp_conf``), as in Determined's local training
         mode, ``"best"`` falls back to ``"all"`` with a warning.
+        ``callbacks`` (det-lite's addition) run for this ``fit`` only, after those given to the
+        ``Trainer``; same forms and names.
         Returns the reported metrics and the checkpoints written.
         """
         ctx = self.context
@@ -152,5 +163,6 @@ class Trainer:
             ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state)),
             ("_core.logger", MetricLogger(is_chief, state)),
         ] + list(core_callbacks)
-        return TrialController(self.trial, ctx, spec, core).run()
+        user = self.callbacks + name_callbacks(callbacks or [], "")
+        return TrialController(self.trial, ctx, spec, core, user).run()
 
