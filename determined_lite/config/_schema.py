@@ -272,6 +272,27 @@ class CheckpointStorageConfig(Section):
         return self
 
 
+class ProfilingConfig(Section):
+    """Determined's ``profiling``: det-lite runs its ``Profiler`` callback (``torch.profiler``)
+    over batches ``begin_on_batch``..``end_after_batch`` when ``enabled``."""
+
+    label: ClassVar[str] = "profiling"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("profiling",)))
+
+    enabled: StrictBool = False
+    begin_on_batch: NonNegativeInt = 0
+    end_after_batch: Optional[NonNegativeInt] = None
+
+    @model_validator(mode="after")
+    def _range(self) -> "ProfilingConfig":
+        if self.end_after_batch is not None and self.end_after_batch < self.begin_on_batch:
+            raise FieldError(
+                ("end_after_batch",),
+                f"must be >= begin_on_batch ({self.begin_on_batch}), got {self.end_after_batch}",
+            )
+        return self
+
+
 def new_experiment_seed() -> int:
     """A fresh experiment seed (OS randomness; the clock would collide for same-second experiments)."""
     return random.SystemRandom().randrange(2**31)
@@ -354,6 +375,7 @@ class ExperimentConfig(Section):
     checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
     reproducibility: ReproducibilityConfig = Field(default_factory=ReproducibilityConfig)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
     data: Annotated[Dict[str, Any], PlainValidator(_json_mapping)] = Field(default_factory=dict)
 
     _unused_fields: List[str] = PrivateAttr(default_factory=list)

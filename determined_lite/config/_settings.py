@@ -69,6 +69,9 @@ class TrainingSettings:
     average_aggregated_gradients: bool = True  # optimizations.average_aggregated_gradients
     average_training_metrics: bool = True  # optimizations.average_training_metrics
     experiment_seed: Optional[int] = None  # reproducibility.experiment_seed
+    profiling_enabled: bool = False  # profiling.enabled: det-lite's Profiler callback
+    profiling_begin_on_batch: int = 0  # profiling.begin_on_batch
+    profiling_end_after_batch: Optional[int] = None  # profiling.end_after_batch
 
     @classmethod
     def from_config(cls, exp_conf: Mapping[str, Any]) -> "TrainingSettings":
@@ -100,6 +103,9 @@ class TrainingSettings:
                 _get(exp_conf, "optimizations", "average_training_metrics"), d.average_training_metrics
             ),
             experiment_seed=_get(exp_conf, "reproducibility", "experiment_seed"),
+            profiling_enabled=bool(_get(exp_conf, "profiling", "enabled")),
+            profiling_begin_on_batch=_or(_get(exp_conf, "profiling", "begin_on_batch"), 0),
+            profiling_end_after_batch=_get(exp_conf, "profiling", "end_after_batch"),
         )
 
     def to_json(self) -> Dict[str, Any]:

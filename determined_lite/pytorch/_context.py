@@ -305,6 +305,22 @@ class PyTorchTrialContext:
         self.harness.reducers.append(wrapped)
         return wrapped.reducer
 
+    def set_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Profile training with ``torch.profiler.profile(**kwargs)`` (Determined's API).
+
+        As in Determined, ``on_trace_ready`` is the trial's TensorBoard directory and the harness
+        steps the profiler after every training batch (from this run's first batch, which is
+        what a ``schedule`` counts). Runs det-lite's ``callbacks.Profiler``.
+        """
+        if args:
+            raise TypeError(
+                "set_profiler() takes the keyword arguments of torch.profiler.profile "
+                "(activities=..., schedule=..., record_shapes=..., ...), got positional arguments"
+            )
+        from determined_lite.pytorch.callbacks import Profiler
+
+        self.harness.profiler = Profiler(**kwargs)
+
     def configure_apex_amp(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             "configure_apex_amp() needs NVIDIA apex, which determined_lite does not support; "

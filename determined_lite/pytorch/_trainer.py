@@ -86,6 +86,19 @@ def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
         return None
 
 
+def _profiler(ctx: PyTorchTrialContext, settings: TrainingSettings) -> Optional[PyTorchCallback]:
+    """The trial's ``context.set_profiler``, else the config's ``profiling`` section, else None."""
+    if ctx.harness.profiler is not None:
+        if settings.profiling_enabled:
+            logger.info("profiling: the trial called context.set_profiler(); the config's section is unused")
+        return ctx.harness.profiler
+    if not settings.profiling_enabled:
+        return None
+    from determined_lite.pytorch.callbacks import Profiler
+
+    return Profiler(settings.profiling_begin_on_batch, settings.profiling_end_after_batch)
+
+
 class Trainer:
     """Trains one trial with its context: ``Trainer(trial, context).fit(max_length=Epoch(3))``.
 
@@ -163,6 +176,9 @@ class Trainer:
             ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state)),
             ("_core.logger", MetricLogger(is_chief, state)),
         ] + list(core_callbacks)
+        profiler = _profiler(ctx, settings)
+        if profiler is not None:
+            core.append(("_core.profiler", profiler))
         user = self.callbacks + name_callbacks(callbacks or [], "")
         return TrialController(self.trial, ctx, spec, core, user).run()
 

@@ -16,16 +16,8 @@ from determined_lite import pytorch
 from determined_lite.pytorch import _checkpoint
 from determined_lite.pytorch._callback import HOOK_TABLE, HOOKS, CallbackList, PyTorchCallback
 from determined_lite.pytorch._forward_hooks import ForwardHooks
-from tests.fixtures.cb_trial import AllHooksRecorder, Recorder, fit_cb_trial
+from tests.fixtures.cb_trial import GAMMA, LR, W0, AllHooksRecorder, Recorder, batch_xs, fit_cb_trial
 from tests.fixtures.linear import expected_weights
-
-# CbTrial: x = 1..16 in batches of 4, y = 2x, w0 = 0.5, SGD lr 0.001 decayed by 0.9 every step.
-W0, LR, GAMMA = 0.5, 0.001, 0.9
-
-
-def cb_trial_xs(batches: int, dataset_size: int = 16) -> List[List[float]]:
-    per_epoch = dataset_size // 4
-    return [[4.0 * (i % per_epoch) + j for j in (1, 2, 3, 4)] for i in range(batches)]
 
 
 class Weights(pytorch.PyTorchCallback):
@@ -207,7 +199,7 @@ def test_forward_hooks_fire_for_each_forward_in_training_and_validation() -> Non
     assert len(fw.before) == len(fw.after) == 6
     assert all(model is trial.model for model, _, _ in fw.before + fw.after)  # type: ignore[operator]
     xs = [args[0].flatten().tolist() for _, args, _ in fw.before]
-    assert xs == cb_trial_xs(4) + [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0]]
+    assert xs == batch_xs(4) + [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0]]
     assert all(kwargs == {} for _, _, kwargs in fw.before)
     assert [training for _, training, _ in fw.after] == [True] * 4 + [False] * 2
     # Batch 0 runs with the initial weight: output = 0.5 x exactly.
@@ -263,7 +255,7 @@ def test_a_replaced_loss_is_backpropagated_and_the_reported_loss_is_unchanged() 
     )
     # Loss × 6 under SGD is learning rate × 6.
     lrs = [6 * LR * GAMMA**i for i in range(4)]
-    assert weights.values == pytest.approx(expected_weights(W0, lrs, cb_trial_xs(4)), rel=1e-12)
+    assert weights.values == pytest.approx(expected_weights(W0, lrs, batch_xs(4)), rel=1e-12)
     # Batch 0: w = 0.5, x = 1..4: loss = mean((1.5 x)^2) = 2.25 * 7.5, reported unscaled.
     losses = [m["loss"].item() for m, _ in after.args("on_train_batch_end")]
     assert losses[0] == pytest.approx(16.875, rel=1e-12)
