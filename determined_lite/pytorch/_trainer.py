@@ -12,6 +12,7 @@ from determined_lite import tensorboard
 from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainingSettings, TrainUnit
 from determined_lite.distributed import DistributedContext
 from determined_lite.pytorch._callback import Callbacks, PyTorchCallback, name_callbacks
+from determined_lite.pytorch._callback_modules import import_callback_modules
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
 from determined_lite.pytorch._harness import TrialInfo
@@ -171,6 +172,7 @@ class Trainer:
             smaller_is_better=settings.smaller_is_better,
             should_stop=should_stop,
         )
+        import_callback_modules(settings.callback_modules)  # their import registers global callbacks
         is_chief, state = ctx.distributed.is_chief, ctx.harness.state
         core = [
             ("_core.tensorboard", TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state)),

@@ -111,6 +111,7 @@ def test_defaults_are_determineds():
         "reproducibility": {"experiment_seed": 1},
         "environment": {"environment_variables": {"cpu": [], "cuda": [], "rocm": []}},
         "profiling": {"enabled": False, "begin_on_batch": 0, "end_after_batch": None},
+        "det_lite": {"callback_modules": []},
         "data": {},
     }
     json.dumps(conf)  # plain JSON
@@ -682,6 +683,10 @@ BROKEN = [
     ),
     ({"profiling.begin_on_batch": -1}, "profiling.begin_on_batch", ">= 0"),
     ({"profiling.enabled": "yes"}, "profiling.enabled", "expected true or false"),
+    ({"det_lite.callback_modules": "cbs"}, "det_lite.callback_modules", "expected a list of Python module"),
+    ({"det_lite.callback_modules": ["ok", "my-cbs"]}, "det_lite.callback_modules[1]", "got 'my-cbs'"),
+    ({"det_lite.callback_modules": ["cbs:Early"]}, "det_lite.callback_modules[0]", "'pkg.callbacks'"),
+    ({"det_lite.callbacks": ["cbs"]}, "det_lite.callbacks", "did you mean 'callback_modules'"),
     ({"data": [1]}, "data", "expected a mapping, got [1]"),
     ({"data": {"when": datetime.date(2024, 1, 2)}}, "data.when", "quote it to make it a string"),
     ({"bogus": 1}, "bogus", "unknown field; experiment config fields are: name, description, entrypoint"),

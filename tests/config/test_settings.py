@@ -45,6 +45,8 @@ profiling:
   enabled: true
   begin_on_batch: 3
   end_after_batch: 4
+det_lite:
+  callback_modules: [my_callbacks, pkg.more]
 """
 
 MINIMAL = {
@@ -73,6 +75,7 @@ def test_training_settings_from_a_yaml(tmp_path):
         profiling_enabled=True,
         profiling_begin_on_batch=3,
         profiling_end_after_batch=4,
+        callback_modules=("my_callbacks", "pkg.more"),
     )
     assert TrainingSettings.from_json(settings.to_json()) == settings
 
