@@ -199,8 +199,10 @@ _FORWARD = "_forward_hooks"
 _EVAL = "_validation.Validation._evaluate_batches"
 
 # Every hook, in the order a run first calls them (a resumed run that validates and checkpoints;
-# tests/pytorch/test_callbacks.py checks this order against a real run). Hooks that are not
-# chief_only run on every worker, the same number of times on each.
+# tests/pytorch/test_callback_hooks.py and tests/distributed/test_hooks.py check this order
+# against real runs). Hooks that are not chief_only run on every worker, the same number of
+# times on each, except those of validation batches and forwards in validation: they follow
+# each worker's share of the validation data (evaluate_full_dataset runs on the chief only).
 HOOK_TABLE: Tuple[Hook, ...] = (
     Hook("setup", _SETUP, "once, first; before the data loaders are built and a checkpoint is read"),
     Hook("on_before_load_checkpoint", _RESTORE, "resuming: before the checkpoint directory is read"),

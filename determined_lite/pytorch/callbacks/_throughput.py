@@ -23,7 +23,8 @@ class Throughput(PyTorchCallback):
     Excluded: the first ``warmup_batches`` batches of every run (start-up: lazy initialisation,
     allocator and kernel warm-up, the first collective), and time spent in validation and in
     writing checkpoints. Data loading and the reports' communication count. Samples are the
-    chief's batch length (``data_length``) times the number of workers. Each measurement is kept
+    chief's batch length (``data_length``) times the number of workers (a batch without a tensor
+    to count gives batches/s only). Each measurement is kept
     in ``history`` as ``(batches, {tag: value})``. ``clock`` is for tests.
     """
 
@@ -44,7 +45,7 @@ class Throughput(PyTorchCallback):
         self._excluded = 0.0
         self._batches = 0
         self._samples = 0
-        self._batch_samples = 0
+        self._batch_samples: Optional[int] = 0
 
     def setup(self, context: Any) -> None:
         self._context = context
@@ -63,7 +64,13 @@ class Throughput(PyTorchCallback):
         self._batches = self._samples = 0
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        self._batch_samples = data_length(batch) * self._workers
+        if self._batch_samples is None:
+            return  # batches without a tensor to count: batches/s only
+        try:
+            self._batch_samples = data_length(batch) * self._workers
+        except ValueError as e:
+            logger.warning("Throughput: reporting batches/s only: %s", e)
+            self._batch_samples = None
 
     def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
         self._seen += 1
@@ -72,7 +79,7 @@ class Throughput(PyTorchCallback):
                 self._restart()  # the window starts after the warm-up batches
             return
         self._batches += 1
-        self._samples += self._batch_samples
+        self._samples += self._batch_samples or 0
 
     # Time not spent training: validation and checkpoints.
     def _pause(self) -> None:
@@ -101,15 +108,16 @@ class Throughput(PyTorchCallback):
         elapsed = self._clock() - self._since - self._excluded
         if elapsed > 0:
             step = self._context.harness.state.batches_done
-            rates = {SAMPLES_PER_SECOND: self._samples / elapsed, BATCHES_PER_SECOND: self._batches / elapsed}
+            rates = {BATCHES_PER_SECOND: self._batches / elapsed}
+            if self._batch_samples is not None:
+                rates[SAMPLES_PER_SECOND] = self._samples / elapsed
             self.history.append((step, rates))
             self._writer.write(rates, step)
             if self._context.distributed.is_chief:
                 logger.info(
-                    "batch %d throughput: %.1f samples/s, %.2f batches/s",
+                    "batch %d throughput: %s",
                     step,
-                    rates[SAMPLES_PER_SECOND],
-                    rates[BATCHES_PER_SECOND],
+                    ", ".join(f"{value:.4g} {tag.split('/')[-1]}" for tag, value in rates.items()),
                 )
         self._restart()
 

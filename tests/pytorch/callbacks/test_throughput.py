@@ -83,3 +83,31 @@ def test_a_report_inside_the_warmup_has_no_rate() -> None:
 def test_bad_warmup() -> None:
     with pytest.raises(ValueError, match="warmup_batches"):
         Throughput(warmup_batches=-1)
+
+
+def test_batches_without_a_tensor_give_batches_per_second_only() -> None:
+    clock = Clock()
+    meter = Throughput(clock=clock)
+    cb = Tick(clock)
+    meter.setup(FakeContext())
+    meter.on_training_start()
+    for i in range(3):
+        cb.on_train_batch_start(None, i)
+        meter.on_train_batch_start({"text": ["a", "b"]}, i)
+        meter.on_train_batch_end({}, i)
+    meter.on_training_workload_end({}, [])
+    assert meter.history == [(3, {BATCHES_PER_SECOND: 2.0})]
+
+
+class FakeContext:
+    """What Throughput reads of a context."""
+
+    class distributed:  # noqa: N801 -- mirrors context.distributed
+        size, is_chief = 1, True
+
+    class harness:  # noqa: N801
+        class state:  # noqa: N801
+            batches_done = 3
+
+    def get_tensorboard_path(self) -> None:
+        return None
