@@ -1,8 +1,8 @@
 """Determined config fields that det-lite accepts but does not use locally.
 
 A config written for a Determined cluster should run unchanged: cluster-only fields (container
-image, pod spec, resource pool, priority, bind mounts, profiling, workspace/project, log
-policies, ...) are removed before validation and reported as dotted paths, so the CLI can print
+image, pod spec, resource pool, priority, bind mounts, profiling.sync_timings, workspace/project,
+log policies, ...) are removed before validation and reported as dotted paths, so the CLI can print
 one warning line. Fields Determined does not know either stay in and fail validation.
 
 ``checkpoint_storage`` of type ``s3``, ``gcs``, ``azure`` or ``directory``: det-lite keeps
@@ -30,7 +30,6 @@ _UNUSED: Dict[Tuple[str, ...], FrozenSet[str]] = {
             "log_policies",
             "pbs",
             "preemption_timeout",
-            "profiling",
             "project",
             "retention_policy",
             "security",
@@ -76,6 +75,7 @@ _UNUSED: Dict[Tuple[str, ...], FrozenSet[str]] = {
         }
     ),
     ("searcher",): frozenset({"bracket_rungs"}),
+    ("profiling",): frozenset({"sync_timings"}),
     ("checkpoint_storage",): frozenset(
         {"checkpoint_path", "container_path", "propagation", "tensorboard_path"}
     ),

@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import re
 from typing import (
     TYPE_CHECKING,
     Annotated,
@@ -272,6 +273,55 @@ class CheckpointStorageConfig(Section):
         return self
 
 
+class ProfilingConfig(Section):
+    """Determined's ``profiling``: det-lite runs its ``Profiler`` callback (``torch.profiler``)
+    over batches ``begin_on_batch``..``end_after_batch`` when ``enabled``."""
+
+    label: ClassVar[str] = "profiling"
+    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("profiling",)))
+
+    enabled: StrictBool = False
+    begin_on_batch: NonNegativeInt = 0
+    end_after_batch: Optional[NonNegativeInt] = None
+
+    @model_validator(mode="after")
+    def _range(self) -> "ProfilingConfig":
+        if self.end_after_batch is not None and self.end_after_batch < self.begin_on_batch:
+            raise FieldError(
+                ("end_after_batch",),
+                f"must be >= begin_on_batch ({self.begin_on_batch}), got {self.end_after_batch}",
+            )
+        return self
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _module_names(value: Any) -> List[str]:
+    if not isinstance(value, list):
+        raise FieldError((), f"expected a list of Python module names, got {describe(value)}")
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+            raise FieldError(
+                (i,),
+                f"expected a module name such as 'my_callbacks' or 'pkg.callbacks', got {describe(name)}",
+            )
+    return list(value)
+
+
+class DetLiteConfig(Section):
+    """det-lite's own settings (no Determined equivalent).
+
+    ``callback_modules``: modules every worker imports before training (from the context
+    directory, then the environment); importing one registers global callbacks
+    (``register_global_callback``), which then run in every trial of the experiment.
+    """
+
+    label: ClassVar[str] = "det_lite"
+
+    callback_modules: Annotated[List[str], PlainValidator(_module_names)] = Field(default_factory=list)
+
+
 def new_experiment_seed() -> int:
     """A fresh experiment seed (OS randomness; the clock would collide for same-second experiments)."""
     return random.SystemRandom().randrange(2**31)
@@ -354,6 +404,8 @@ class ExperimentConfig(Section):
     checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
     reproducibility: ReproducibilityConfig = Field(default_factory=ReproducibilityConfig)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
+    det_lite: DetLiteConfig = Field(default_factory=DetLiteConfig)
     data: Annotated[Dict[str, Any], PlainValidator(_json_mapping)] = Field(default_factory=dict)
 
     _unused_fields: List[str] = PrivateAttr(default_factory=list)

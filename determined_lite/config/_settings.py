@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from determined_lite.config.units import Batch, TrainUnit, length_from_config, length_to_config
 
@@ -69,6 +69,10 @@ class TrainingSettings:
     average_aggregated_gradients: bool = True  # optimizations.average_aggregated_gradients
     average_training_metrics: bool = True  # optimizations.average_training_metrics
     experiment_seed: Optional[int] = None  # reproducibility.experiment_seed
+    profiling_enabled: bool = False  # profiling.enabled: det-lite's Profiler callback
+    profiling_begin_on_batch: int = 0  # profiling.begin_on_batch
+    profiling_end_after_batch: Optional[int] = None  # profiling.end_after_batch
+    callback_modules: Tuple[str, ...] = ()  # det_lite.callback_modules (det-lite's own)
 
     @classmethod
     def from_config(cls, exp_conf: Mapping[str, Any]) -> "TrainingSettings":
@@ -100,6 +104,10 @@ class TrainingSettings:
                 _get(exp_conf, "optimizations", "average_training_metrics"), d.average_training_metrics
             ),
             experiment_seed=_get(exp_conf, "reproducibility", "experiment_seed"),
+            profiling_enabled=bool(_get(exp_conf, "profiling", "enabled")),
+            profiling_begin_on_batch=_or(_get(exp_conf, "profiling", "begin_on_batch"), 0),
+            profiling_end_after_batch=_get(exp_conf, "profiling", "end_after_batch"),
+            callback_modules=tuple(_get(exp_conf, "det_lite", "callback_modules") or ()),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -111,6 +119,8 @@ class TrainingSettings:
                 value = length_to_config(value)
             elif isinstance(value, CheckpointPolicy):
                 value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
             out[field.name] = value
         return out
 
@@ -122,6 +132,8 @@ class TrainingSettings:
                 values[name] = length_from_config(values[name], name)
         if "checkpoint_policy" in values:
             values["checkpoint_policy"] = CheckpointPolicy(values["checkpoint_policy"])
+        if "callback_modules" in values:
+            values["callback_modules"] = tuple(values["callback_modules"])
         return cls(**values)
 
 

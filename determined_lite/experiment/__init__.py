@@ -88,6 +88,19 @@ def _trial_classes(tree: ast.Module) -> List[str]:
     return trials
 
 
+def check_callback_modules(modules: Sequence[str], context_dir: str) -> Optional[str]:
+    """Why a module of ``det_lite.callback_modules`` cannot be found (None when all can), without
+    importing it: workers import them from the context directory, then the environment."""
+    for i, name in enumerate(modules):
+        if _find_module(name, [context_dir] + sys.path) is None:
+            hint = f" (a module name, not a file: {name[:-3]!r}?)" if name.endswith(".py") else ""
+            return (
+                f"det_lite.callback_modules[{i}]: no module {name!r} in context directory {context_dir} "
+                f"or the Python environment{hint}"
+            )
+    return None
+
+
 def _find_module(name: str, path: List[str]) -> Optional[importlib.machinery.ModuleSpec]:
     """Where ``name`` would be imported from with ``path`` as sys.path, ignoring modules already
     imported in this process (``importlib.util.find_spec`` would return those)."""
@@ -241,6 +254,9 @@ def create_experiment(
             if check_entrypoint(raw["entrypoint"], context_dir) is None:
                 problem += f" (excluded by {DETIGNORE} or det-lite's default patterns)"
             return _error(f"{config_path}: {problem}")
+        problem = check_callback_modules(raw["det_lite"]["callback_modules"], snapshot)
+        if problem:
+            return _error(f"{config_path}: {problem.replace(snapshot, context_dir)}")
         _print_determined_notice(raw, snapshot)
         store = Store()
         # Recorded as run by this process from the start: `activate` never starts a second runner.

@@ -1,10 +1,12 @@
 """Determined's ``determined.pytorch`` trial API, run locally.
 
 Subclass :class:`PyTorchTrial`, wrap models/optimizers/schedulers with the
-:class:`PyTorchTrialContext`, and train with ``init()`` + ``Trainer(...).fit()``.
+:class:`PyTorchTrialContext`, and train with ``init()`` + ``Trainer(...).fit()``. Ready-made
+callbacks (det-lite's own): :mod:`determined_lite.pytorch.callbacks`.
 """
 
 from determined_lite.config.units import Batch, Epoch, Record
+from determined_lite.pytorch import callbacks as callbacks  # det-lite's, kept out of __all__ (*)
 from determined_lite.pytorch import samplers
 from determined_lite.pytorch._callback import (
     CallbackError,
@@ -22,6 +24,7 @@ from determined_lite.pytorch._reducer import MetricReducer, Reducer
 from determined_lite.pytorch._trainer import Trainer, init
 from determined_lite.pytorch._trial import PyTorchTrial, data_length
 
+# (*) The `determined` alias mirrors __all__: Determined has no ready-made callbacks.
 __all__ = [
     "Batch",
     "CallbackError",

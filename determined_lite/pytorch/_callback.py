@@ -1,11 +1,16 @@
-"""PyTorchCallback, global callback registration, and the one place hooks are dispatched from."""
+"""PyTorchCallback, the hook table, global callback registration, and the one place hooks are
+dispatched from."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from determined_lite.pytorch._context import PyTorchTrialContext
 
 logger = logging.getLogger("determined_lite")
 
@@ -13,8 +18,10 @@ logger = logging.getLogger("determined_lite")
 class PyTorchCallback:
     """Base class of callbacks run during a trial's life; override the hooks you need.
 
-    Hooks run in this order on every callback: the harness's own callbacks, then the trial's
-    ``build_callbacks()`` in insertion order, then global callbacks in registration order.
+    Each hook runs on every callback in this order: the harness's own (core) callbacks, then the
+    trial's ``build_callbacks()`` in insertion order, then those given to ``Trainer(...,
+    callbacks=)`` and ``fit(callbacks=)``, then global callbacks in registration order. Where
+    and when each hook fires, and whether only the chief runs it: ``HOOK_TABLE``.
     Stateful callbacks override ``state_dict``/``load_state_dict``; their state is saved in
     every checkpoint under the callback's name and restored on resume.
 
@@ -22,11 +29,25 @@ class PyTorchCallback:
     """
 
     # --- trial life -------------------------------------------------------------------------
+    def setup(self, context: "PyTorchTrialContext") -> None:
+        """Once, before anything else: the trial is built, its loaders and checkpoint are not.
+
+        ``context`` is the trial's context (models, optimizers, distributed, TensorBoard path,
+        ``set_stop_requested``); ready-made callbacks keep it for their other hooks.
+        """
+
+    def on_before_load_checkpoint(self, ckpt_path: str) -> None:
+        """Before the checkpoint directory ``ckpt_path`` is read (resuming); every worker."""
+
     def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
         """Before training begins; ``checkpoint_uuid`` is the checkpoint resumed from, if any."""
 
     def on_trial_shutdown(self) -> None:
         """After the trial finished or failed (always called once startup ran)."""
+
+    def on_training_end(self) -> None:
+        """Once training ended without an exception (``max_length`` reached or a stop was
+        honoured), after its final checkpoint is on disk; not called when training raised."""
 
     # --- training ---------------------------------------------------------------------------
     def on_training_start(self) -> None:
@@ -44,11 +65,23 @@ class PyTorchCallback:
     def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
         """After ``train_batch``, with the metrics it returned (unreduced)."""
 
-    def on_before_backward(self, loss: Any) -> None:
-        """Before ``context.backward(loss)`` computes gradients."""
+    def on_before_forward(self, model: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        """Before a model passed to ``wrap_model`` runs forward (training and validation; the
+        model is in eval mode in validation), with its positional and keyword arguments."""
+
+    def on_after_forward(self, model: Any, output: Any) -> None:
+        """After a model passed to ``wrap_model`` ran forward, with what it returned."""
+
+    def on_before_backward(self, loss: Any) -> Optional[Any]:
+        """Before ``context.backward(loss)`` computes gradients.
+
+        May return a tensor to backpropagate instead of ``loss`` (e.g. a scaled loss); the
+        next callback receives it. The trial's returned metrics keep the original loss.
+        """
+        return None
 
     def on_after_backward(self, loss: Any) -> None:
-        """After ``context.backward(loss)`` computed gradients."""
+        """After ``context.backward(loss)`` computed gradients (``loss`` as the trial passed it)."""
 
     def on_before_optimizer_step(self, parameters: Iterator) -> None:
         """Before ``optimizer.step()``, after gradients were communicated and averaged.
@@ -141,22 +174,79 @@ class PyTorchCallback:
         self.__handle.remove()
 
 
-CHIEF_ONLY_HOOKS = frozenset(
-    {
-        "on_checkpoint_save_start",
-        "on_checkpoint_write_end",
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    """One hook: the code that calls it (``where``), when, and whether only the chief runs it."""
+
+    name: str
+    where: str
+    when: str
+    chief_only: bool = False
+    alias_of: Optional[str] = None  # a deprecated name, called right after the hook it aliases
+
+
+# Where: the code that calls the hook (module[.Class.method] under determined_lite/pytorch/).
+_SETUP = "_controller.TrialController.run"
+_RUN = "_controller.TrialController._run"
+_TRAIN = "_controller.TrialController._train"
+_RESTORE = "_controller.TrialController._restore"
+_VALIDATE = "_controller.TrialController._validate"
+_SAVE = "_controller.TrialController._save_checkpoint"
+_BACKWARD = "_context.PyTorchTrialContext.backward"
+_STEP = "_context.PyTorchTrialContext.step_optimizer"
+_LR = "_lr_scheduler.LRStepper"
+_FORWARD = "_forward_hooks"
+_EVAL = "_validation.Validation._evaluate_batches"
+
+# Every hook, in the order a run first calls them (a resumed run that validates and checkpoints;
+# tests/pytorch/test_callback_hooks.py and tests/distributed/test_hooks.py check this order
+# against real runs). Hooks that are not chief_only run on every worker, the same number of
+# times on each, except those of validation batches and forwards in validation: they follow
+# each worker's share of the validation data (evaluate_full_dataset runs on the chief only).
+HOOK_TABLE: Tuple[Hook, ...] = (
+    Hook("setup", _SETUP, "once, first; before the data loaders are built and a checkpoint is read"),
+    Hook("on_before_load_checkpoint", _RESTORE, "resuming: before the checkpoint directory is read"),
+    Hook("on_checkpoint_load_start", _RESTORE, "resuming: checkpoint read, trial state not restored yet"),
+    Hook("on_trial_startup", _RUN, "once, after restoring and broadcasting the initial state"),
+    Hook("on_training_start", _TRAIN, "once, before the first batch of this run"),
+    Hook("on_training_epoch_start", _TRAIN, "before the first batch of each epoch"),
+    Hook("on_train_batch_start", _TRAIN, "each batch, before train_batch (batch on the device)"),
+    Hook("on_before_forward", _FORWARD, "each forward of a wrapped model, training and validation"),
+    Hook("on_after_forward", _FORWARD, "each forward of a wrapped model, training and validation"),
+    Hook("on_before_backward", _BACKWARD, "each context.backward, before gradients; may replace the loss"),
+    Hook("on_after_backward", _BACKWARD, "each context.backward, after gradients"),
+    Hook("on_before_optimizer_step", _STEP, "optimizer-step batches: gradients averaged and clipped"),
+    Hook("on_after_optimizer_step", _STEP, "optimizer-step batches: after optimizer.step()"),
+    Hook("on_before_optimizer_zero_grad", _STEP, "after each step, unless auto_zero_grads=False"),
+    Hook("on_after_optimizer_zero_grad", _STEP, "after each step, unless auto_zero_grads=False"),
+    Hook("on_before_scheduler_step", _LR, "before each automatic step of a wrapped LR scheduler"),
+    Hook("on_after_scheduler_step", _LR, "after each automatic step of a wrapped LR scheduler"),
+    Hook("on_train_batch_end", _TRAIN, "each batch, after train_batch and its LR steps"),
+    Hook("on_training_epoch_end", _TRAIN, "after the last batch of each epoch"),
+    Hook("on_training_workload_end", "_controller.TrialController._flush_training", "each report"),
+    Hook("on_validation_start", _VALIDATE, "each validation, first"),
+    Hook("on_validation_step_start", _VALIDATE, "each validation", alias_of="on_validation_start"),
+    Hook("on_validation_epoch_start", _EVAL, "each evaluate_batch validation, before its first batch"),
+    Hook("on_validation_batch_start", _EVAL, "each validation batch, before evaluate_batch"),
+    Hook("on_validation_batch_end", _EVAL, "each validation batch, after evaluate_batch"),
+    Hook("on_validation_epoch_end", _EVAL, "each evaluate_batch validation, after its last batch"),
+    Hook("on_validation_end", _VALIDATE, "each validation, last: the reduced metrics"),
+    Hook("on_validation_step_end", _VALIDATE, "each validation", alias_of="on_validation_end"),
+    Hook("on_checkpoint_save_start", _SAVE, "each checkpoint, before it is written", chief_only=True),
+    Hook("on_checkpoint_write_end", _SAVE, "each checkpoint, complete under its name", chief_only=True),
+    Hook("on_checkpoint_end", _SAVE, "each checkpoint", chief_only=True, alias_of="on_checkpoint_write_end"),
+    Hook(
         "on_checkpoint_upload_end",
-        "on_checkpoint_end",
-    }
+        "_controller.TrialController._checkpoint_on_disk",
+        "a checkpoint is flushed to disk: at the next report, checkpoint or the end",
+        chief_only=True,
+    ),
+    Hook("on_training_end", _RUN, "once, training ended without an exception; final checkpoint on disk"),
+    Hook("on_trial_shutdown", _RUN, "once, last; also after an error (once on_trial_startup ran)"),
 )
-_DEPRECATED_HOOKS = {
-    "on_checkpoint_end": "on_checkpoint_write_end",
-    "on_validation_step_start": "on_validation_start",
-    "on_validation_step_end": "on_validation_end",
-}
-HOOKS = tuple(
-    name for name, value in vars(PyTorchCallback).items() if name.startswith("on_") and callable(value)
-)
+HOOKS = tuple(hook.name for hook in HOOK_TABLE)
+CHIEF_ONLY_HOOKS = frozenset(hook.name for hook in HOOK_TABLE if hook.chief_only)
+_DEPRECATED_HOOKS = {hook.name: hook.alias_of for hook in HOOK_TABLE if hook.alias_of}
 
 
 # --- global callbacks -----------------------------------------------------------------------
@@ -201,6 +291,27 @@ def global_callbacks() -> List[PyTorchCallback]:
     """The globally registered callbacks, in registration order."""
     with _global_lock:
         return [cb for _, cb in _global_callbacks]
+
+
+Callbacks = Union[Sequence[PyTorchCallback], Mapping[str, PyTorchCallback]]
+
+
+def name_callbacks(callbacks: Callbacks, prefix: str) -> List[Tuple[str, PyTorchCallback]]:
+    """Name callbacks for dispatch and checkpoint state: a mapping keeps its names (prefixed), a
+    sequence is named by class, ``#2``, ``#3`` ... for repeats (stable for the same list)."""
+    if isinstance(callbacks, Mapping):
+        return [(f"{prefix}{name}", cb) for name, cb in callbacks.items()]
+    if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Sequence):
+        raise TypeError(
+            f"callbacks must be a list or a dict of names to PyTorchCallbacks, got {type(callbacks).__name__}"
+        )
+    seen: Dict[str, int] = {}
+    named = []
+    for cb in callbacks:
+        base = f"{prefix}{type(cb).__qualname__}"
+        seen[base] = seen.get(base, 0) + 1
+        named.append((base if seen[base] == 1 else f"{base}#{seen[base]}", cb))
+    return named
 
 
 # --- dispatch -------------------------------------------------------------------------------
@@ -259,6 +370,26 @@ class CallbackList:
                 raise CallbackError(
                     f"callback {name!r} ({type(cb).__qualname__}) raised in {hook}: {type(e).__name__}: {e}"
                 ) from e
+
+    def call_chain(self, hook: str, value: Any, *args: Any) -> Any:
+        """Run ``hook(value, *args)`` on each callback; one that returns something other than
+        None replaces ``value`` for the next callbacks and the caller (``on_before_backward``)."""
+        for name, cb in self._by_hook[hook]:
+            try:
+                result = getattr(cb, hook)(value, *args)
+            except Exception as e:
+                raise CallbackError(
+                    f"callback {name!r} ({type(cb).__qualname__}) raised in {hook}: {type(e).__name__}: {e}"
+                ) from e
+            if result is not None:
+                if not isinstance(result, type(value)):
+                    raise CallbackError(
+                        f"callback {name!r} ({type(cb).__qualname__}) returned a "
+                        f"{type(result).__name__} from {hook}; return a {type(value).__name__} "
+                        "to replace it, or None"
+                    )
+                value = result
+        return value
 
     def state_dict(self) -> Dict[str, Any]:
         return {name: cb.state_dict() for name, cb in self._named}

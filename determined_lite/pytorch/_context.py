@@ -305,6 +305,22 @@ class PyTorchTrialContext:
         self.harness.reducers.append(wrapped)
         return wrapped.reducer
 
+    def set_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Profile training with ``torch.profiler.profile(**kwargs)`` (Determined's API).
+
+        As in Determined, ``on_trace_ready`` is the trial's TensorBoard directory and the harness
+        steps the profiler after every training batch (from this run's first batch, which is
+        what a ``schedule`` counts). Runs det-lite's ``callbacks.Profiler``.
+        """
+        if args:
+            raise TypeError(
+                "set_profiler() takes the keyword arguments of torch.profiler.profile "
+                "(activities=..., schedule=..., record_shapes=..., ...), got positional arguments"
+            )
+        from determined_lite.pytorch.callbacks import Profiler
+
+        self.harness.profiler = Profiler(**kwargs)
+
     def configure_apex_amp(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             "configure_apex_amp() needs NVIDIA apex, which determined_lite does not support; "
@@ -341,12 +357,16 @@ class PyTorchTrialContext:
         retain_graph: bool = False,
         create_graph: bool = False,
     ) -> None:
-        """Compute gradients of ``loss`` (scaled for AMP when ``use_amp`` is on)."""
+        """Compute gradients of ``loss`` (scaled for AMP when ``use_amp`` is on).
+
+        A callback's ``on_before_backward`` may return the tensor to backpropagate instead
+        (e.g. a scaled loss); ``loss`` itself, and so the metric the trial returns, is unchanged.
+        """
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward() needs a torch.Tensor loss, got {type(loss).__name__}")
         callbacks = self.harness.callbacks
-        callbacks.call("on_before_backward", loss)
-        self.harness.precision.scale(loss).backward(
+        target = callbacks.call_chain("on_before_backward", loss)
+        self.harness.precision.scale(target).backward(
             gradient=gradient, retain_graph=retain_graph, create_graph=create_graph
         )
         callbacks.call("on_after_backward", loss)

@@ -27,9 +27,10 @@ from determined_lite.config import (
     TrainUnit,
 )
 from determined_lite.pytorch import _checkpoint, _rng
-from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks
+from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks, name_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
+from determined_lite.pytorch._forward_hooks import ForwardHooks
 from determined_lite.pytorch._reducer import check_evaluation_reducer, merge_reducer_metrics, plain_metrics
 from determined_lite.pytorch._schedule import Plan, decide, is_better
 from determined_lite.pytorch._sharding import set_epoch
@@ -97,6 +98,7 @@ class TrialController:
         context: PyTorchTrialContext,
         spec: RunSpec,
         core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
+        callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
     ) -> None:
         self.trial = trial
         self.context = context
@@ -106,6 +108,7 @@ class TrialController:
         self.dist = context.distributed
         self.result = TrainResult()
         self._core_callbacks = list(core_callbacks)
+        self._trainer_callbacks = list(callbacks)  # Trainer(callbacks=) and fit(callbacks=), named
         self._flush = _checkpoint.BackgroundFlush()
         self._check_trial()
 
@@ -128,12 +131,12 @@ class TrialController:
                 f"build_callbacks() must return a dict of names to PyTorchCallbacks, got "
                 f"{type(user).__name__}"
             )
-        named = list(self._core_callbacks) + list(user.items())
-        seen: Dict[str, int] = {}
-        for cb in global_callbacks():
-            base = f"global:{type(cb).__qualname__}"
-            seen[base] = seen.get(base, 0) + 1
-            named.append((base if seen[base] == 1 else f"{base}#{seen[base]}", cb))
+        named = (
+            list(self._core_callbacks)
+            + list(user.items())
+            + self._trainer_callbacks
+            + name_callbacks(global_callbacks(), "global:")
+        )
         return CallbackList(named, is_chief=self.dist.is_chief)
 
     def _build_loader(self, method: str) -> Any:
@@ -215,8 +218,16 @@ class TrialController:
 
     # --- run --------------------------------------------------------------------------------
     def run(self) -> TrainResult:
+        self.callbacks = self.harness.callbacks = self._build_callbacks()
+        self.callbacks.call("setup", self.context)
+        forward_hooks = ForwardHooks(self.harness.models, self.callbacks)
+        try:
+            return self._run()
+        finally:
+            forward_hooks.remove()
+
+    def _run(self) -> TrainResult:
         harness, state, spec = self.harness, self.state, self.spec
-        self.callbacks = harness.callbacks = self._build_callbacks()
         self._train_loader = self._build_loader("build_training_data_loader")
         self.validation = Validation(
             self.trial,
@@ -251,6 +262,7 @@ class TrialController:
             raise
         else:
             self._checkpoint_on_disk()
+            self.callbacks.call("on_training_end")
         finally:
             self._flush.close()
             self.callbacks.call("on_trial_shutdown")
@@ -466,6 +478,7 @@ class TrialController:
         )
 
     def _restore(self, path: str) -> Tuple[int, str, Dict[str, Any]]:
+        self.callbacks.call("on_before_load_checkpoint", path)
         state, metadata = _checkpoint.read_checkpoint(path, map_location="cpu")
         self.callbacks.call("on_checkpoint_load_start", state)
         self.harness.load_state_dict(state["context"])

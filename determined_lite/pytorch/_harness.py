@@ -16,7 +16,7 @@ import torch
 
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext
-from determined_lite.pytorch._callback import CallbackList
+from determined_lite.pytorch._callback import CallbackList, PyTorchCallback
 from determined_lite.pytorch._lr_scheduler import LRScheduler, LRStepper
 from determined_lite.pytorch._precision import Precision
 from determined_lite.pytorch._reducer import WrappedReducer
@@ -110,6 +110,7 @@ class TrialHarness:
         self.auto_to_device = True
         self.dataset_checks = True
         self.stop_requested = False
+        self.profiler: Optional[PyTorchCallback] = None  # context.set_profiler; a core callback of fit
 
     def find_optimizer(self, optimizer: Any) -> Optional[WrappedOptimizer]:
         for wrapped in self.optimizers:

@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from determined_lite import tensorboard
 from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainingSettings, TrainUnit
 from determined_lite.distributed import DistributedContext
-from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._callback import Callbacks, PyTorchCallback, name_callbacks
+from determined_lite.pytorch._callback_modules import import_callback_modules
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
 from determined_lite.pytorch._harness import TrialInfo
@@ -101,12 +102,33 @@ def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
         return None
 
 
-class Trainer:
-    """Trains one trial with its context: ``Trainer(trial, context).fit(max_length=Epoch(3))``."""
+def _profiler(ctx: PyTorchTrialContext, settings: TrainingSettings) -> Optional[PyTorchCallback]:
+    """The trial's ``context.set_profiler``, else the config's ``profiling`` section, else None."""
+    if ctx.harness.profiler is not None:
+        if settings.profiling_enabled:
+            logger.info("profiling: the trial called context.set_profiler(); the config's section is unused")
+        return ctx.harness.profiler
+    if not settings.profiling_enabled:
+        return None
+    from determined_lite.pytorch.callbacks import Profiler
 
-    def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
+    return Profiler(settings.profiling_begin_on_batch, settings.profiling_end_after_batch)
+
+
+class Trainer:
+    """Trains one trial with its context: ``Trainer(trial, context).fit(max_length=Epoch(3))``.
+
+    ``callbacks`` (det-lite's addition): a list of callbacks (named by class, ``#2`` for a
+    repeat) or a dict of names to callbacks, run after the trial's ``build_callbacks()`` and
+    before global callbacks in every ``fit``; their state is checkpointed under those names.
+    """
+
+    def __init__(
+        self, trial: PyTorchTrial, context: PyTorchTrialContext, callbacks: Optional[Callbacks] = None
+    ) -> None:
         self.trial = trial
         self.context = context
+        self.callbacks = name_callbacks(callbacks or [], "")
 
     def fit(
         self,
@@ -123,6 +145,7 @@ class Trainer:
         record: Optional[bool] = None,
         should_stop: Optional[Callable[[], bool]] = None,
         core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
+        callbacks: Optional[Callbacks] = None,
     ) -> TrainResult:
         """Train to ``max_length``, validating and checkpointing on the given periods.
 
@@ -138,6 +161,8 @@ class Trainer:
         the best and the latest) removes the others; ``record=False`` keeps it out of the store
         (nothing listed, nothing removed). ``progress``: the bar and metric lines on stdout;
         default on for such runs unless ``$DET_LITE_PROGRESS=0``.
+        ``callbacks`` (det-lite's addition) run for this ``fit`` only, after those given to the
+        ``Trainer``; same forms and names.
         Returns the reported metrics and the checkpoints written (retention may have removed
         some of them since).
         """
@@ -204,8 +229,13 @@ class Trainer:
             smaller_is_better=settings.smaller_is_better,
             should_stop=should_stop,
         )
+        import_callback_modules(settings.callback_modules)  # their import registers global callbacks
+        profiler = _profiler(ctx, settings)
+        if profiler is not None:
+            core.append(("_core.profiler", profiler))
+        user = self.callbacks + name_callbacks(callbacks or [], "")
         try:
-            result = TrialController(self.trial, ctx, spec, core + list(core_callbacks)).run()
+            result = TrialController(self.trial, ctx, spec, core + list(core_callbacks), user).run()
         except BaseException as e:
             if run is not None:
                 _finish(run, False, e)

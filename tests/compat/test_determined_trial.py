@@ -20,7 +20,7 @@ from tests.cli_helpers import write_config as _write_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "determined_trial")
-UNUSED = "bind_mounts, profiling, environment.image, resources.resource_pool"
+UNUSED = "bind_mounts, environment.image, resources.resource_pool"
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -110,6 +110,8 @@ def test_defaults_are_determineds():
         },
         "reproducibility": {"experiment_seed": 1},
         "environment": {"environment_variables": {"cpu": [], "cuda": [], "rocm": []}},
+        "profiling": {"enabled": False, "begin_on_batch": 0, "end_after_batch": None},
+        "det_lite": {"callback_modules": []},
         "data": {},
     }
     json.dumps(conf)  # plain JSON
@@ -365,7 +367,7 @@ def test_unused_determined_fields_are_accepted_and_listed():
             "environment": {"image": "determinedai/env:tag", "environment_variables": ["A=1"]},
             "resources": {"resource_pool": "gpu", "priority": 42, "max_slots": 4, "slots_per_trial": 1},
             "optimizations": {"mixed_precision": "O1", "aggregation_frequency": 2},
-            "profiling": {"enabled": True},
+            "profiling": {"enabled": True, "sync_timings": False},
             "searcher.name": "adaptive_asha",
             "searcher.max_trials": 4,
             "searcher.bracket_rungs": [1, 2],
@@ -379,15 +381,16 @@ def test_unused_determined_fields_are_accepted_and_listed():
         "project",
         "debug",
         "bind_mounts",
-        "profiling",
         "environment.image",
         "resources.resource_pool",
         "resources.priority",
         "resources.max_slots",
         "optimizations.mixed_precision",
         "searcher.bracket_rungs",
+        "profiling.sync_timings",
     ]
     assert config.to_dict()["optimizations"]["aggregation_frequency"] == 2
+    assert config.to_dict()["profiling"] == {"enabled": True, "begin_on_batch": 0, "end_after_batch": None}
     assert "image" not in config.to_dict()["environment"]
     assert unused_fields_warning(config.unused_fields, "exp.yaml") == (
         "exp.yaml: ignoring Determined fields that det-lite does not use locally: "
@@ -673,6 +676,17 @@ BROKEN = [
     ),
     ({"environment.environment_variables": "A=1"}, "environment.environment_variables", "expected a list"),
     ({"environment.python": "3.11"}, "environment.python", "unknown field"),
+    (
+        {"profiling": {"enabled": True, "begin_on_batch": 5, "end_after_batch": 2}},
+        "profiling.end_after_batch",
+        "must be >= begin_on_batch (5), got 2",
+    ),
+    ({"profiling.begin_on_batch": -1}, "profiling.begin_on_batch", ">= 0"),
+    ({"profiling.enabled": "yes"}, "profiling.enabled", "expected true or false"),
+    ({"det_lite.callback_modules": "cbs"}, "det_lite.callback_modules", "expected a list of Python module"),
+    ({"det_lite.callback_modules": ["ok", "my-cbs"]}, "det_lite.callback_modules[1]", "got 'my-cbs'"),
+    ({"det_lite.callback_modules": ["cbs:Early"]}, "det_lite.callback_modules[0]", "'pkg.callbacks'"),
+    ({"det_lite.callbacks": ["cbs"]}, "det_lite.callbacks", "did you mean 'callback_modules'"),
     ({"data": [1]}, "data", "expected a mapping, got [1]"),
     ({"data": {"when": datetime.date(2024, 1, 2)}}, "data.when", "quote it to make it a string"),
     ({"bogus": 1}, "bogus", "unknown field; experiment config fields are: name, description, entrypoint"),

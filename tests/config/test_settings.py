@@ -41,6 +41,12 @@ optimizations:
   aggregation_frequency: 2
 reproducibility:
   experiment_seed: 7
+profiling:
+  enabled: true
+  begin_on_batch: 3
+  end_after_batch: 4
+det_lite:
+  callback_modules: [my_callbacks, pkg.more]
 """
 
 MINIMAL = {
@@ -66,6 +72,10 @@ def test_training_settings_from_a_yaml(tmp_path):
         aggregation_frequency=2,
         average_aggregated_gradients=True,
         experiment_seed=7,
+        profiling_enabled=True,
+        profiling_begin_on_batch=3,
+        profiling_end_after_batch=4,
+        callback_modules=("my_callbacks", "pkg.more"),
     )
     assert TrainingSettings.from_json(settings.to_json()) == settings
 

@@ -63,13 +63,14 @@ def _expected_hooks(
     max_batches: int, epoch_len: int, k: int, validation: int, reporting: int, checkpoint: int
 ) -> List[str]:
     """The hook sequence of a fresh run (validation: 2 batches; periods divide max_batches)."""
-    seq = ["on_trial_startup", "on_training_start"]
+    seq = ["setup", "on_trial_startup", "on_training_start"]
     unflushed = False  # a checkpoint is announced (upload_end) at the next report, checkpoint or end
     for i in range(max_batches):
         done = i + 1
         if i % epoch_len == 0:
             seq.append("on_training_epoch_start")
-        seq += ["on_train_batch_start", "on_before_backward", "on_after_backward"]
+        seq += ["on_train_batch_start", "on_before_forward", "on_after_forward"]
+        seq += ["on_before_backward", "on_after_backward"]
         if done % k == 0:
             seq += [
                 "on_before_optimizer_step",
@@ -90,8 +91,12 @@ def _expected_hooks(
                 "on_validation_start",
                 "on_validation_epoch_start",
                 "on_validation_batch_start",
+                "on_before_forward",
+                "on_after_forward",
                 "on_validation_batch_end",
                 "on_validation_batch_start",
+                "on_before_forward",
+                "on_after_forward",
                 "on_validation_batch_end",
                 "on_validation_epoch_end",
                 "on_validation_end",
@@ -99,7 +104,7 @@ def _expected_hooks(
         if done % checkpoint == 0:
             seq += ["on_checkpoint_save_start", "on_checkpoint_write_end"]
             unflushed = True
-    seq += ["on_checkpoint_upload_end"] * unflushed + ["on_trial_shutdown"]
+    seq += ["on_checkpoint_upload_end"] * unflushed + ["on_training_end", "on_trial_shutdown"]
     return seq
 
 
@@ -133,6 +138,7 @@ def test_hook_order_core_then_trial_then_global_and_counts() -> None:
     assert log == [(name, hook) for hook in expected for name in order]
 
     counts = collections.Counter(core.hooks())
+    assert counts["setup"] == 1
     assert counts["on_trial_startup"] == 1
     assert counts["on_training_start"] == 1
     assert counts["on_training_epoch_start"] == 2
@@ -149,10 +155,13 @@ def test_hook_order_core_then_trial_then_global_and_counts() -> None:
     assert counts["on_validation_batch_start"] == counts["on_validation_batch_end"] == 4
     assert counts["on_checkpoint_save_start"] == 2
     assert counts["on_checkpoint_write_end"] == counts["on_checkpoint_upload_end"] == 2
-    assert counts["on_checkpoint_load_start"] == 0
+    assert counts["on_checkpoint_load_start"] == counts["on_before_load_checkpoint"] == 0
+    assert counts["on_before_forward"] == counts["on_after_forward"] == 8 + 4  # 8 train, 4 validation
+    assert counts["on_training_end"] == 1
     assert counts["on_trial_shutdown"] == 1
 
     # Arguments.
+    assert core.args("setup") == [(trial.context,)]
     assert core.args("on_trial_startup") == [(0, None)]
     assert core.args("on_training_epoch_start") == [(0,), (1,)]
     assert core.args("on_training_epoch_end") == [(0,), (1,)]
@@ -196,7 +205,14 @@ def test_trial_startup_args_on_resume() -> None:
     assert ckpt["uuid"] == os.path.basename(ckpt["path"])
     hooks = rec.hooks()
     # Restored before startup; training resumes at batch 4 = the start of epoch 1.
-    assert hooks[:3] == ["on_checkpoint_load_start", "on_trial_startup", "on_training_start"]
+    assert hooks[:5] == [
+        "setup",
+        "on_before_load_checkpoint",
+        "on_checkpoint_load_start",
+        "on_trial_startup",
+        "on_training_start",
+    ]
+    assert rec.args("on_before_load_checkpoint") == [(ckpt["path"],)]
     assert [idx for _, idx in rec.args("on_train_batch_start")] == [4, 5, 6, 7]
     assert rec.args("on_training_epoch_start") == [(1,)]
     (loaded,) = rec.args("on_checkpoint_load_start")
@@ -227,7 +243,7 @@ def test_register_global_callback_handle_removes_it() -> None:
         handle.remove()
     assert glob not in global_callbacks()
     seen = glob.hooks()
-    assert seen[0] == "on_trial_startup" and seen[-1] == "on_trial_shutdown"
+    assert seen[0] == "setup" and seen[-1] == "on_trial_shutdown"
     assert seen.count("on_train_batch_start") == 2
     # Global callbacks run after the trial's own, for every hook.
     for i in range(0, len(log), 2):
