@@ -29,6 +29,7 @@ import time
 from typing import List, Optional, TextIO
 
 from determined_lite._enums import TextEnum
+from determined_lite._timeouts import env_seconds
 from determined_lite.experiment import ActivationRefused
 from determined_lite.store._paths import experiment_dir, open_private, process_alive, process_token
 
@@ -51,14 +52,10 @@ class ExperimentLocked(ActivationRefused):
 
 def wait_seconds() -> float:
     """``$DET_LITE_ACTIVATE_WAIT``: how long to wait for a previous run to exit."""
-    text = os.environ.get(WAIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_WAIT_S
     try:
-        value = float(text)
-    except ValueError:
-        raise ExperimentLocked(f"{WAIT_ENV} must be a number of seconds, got {text!r}") from None
-    return max(0.0, value)
+        return env_seconds(WAIT_ENV, DEFAULT_WAIT_S)
+    except ValueError as e:
+        raise ExperimentLocked(str(e)) from None
 
 
 @dataclasses.dataclass

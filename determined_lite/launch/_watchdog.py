@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Callable, List, Optional
 
+from determined_lite._timeouts import env_seconds
+
 STALL_TIMEOUT_ENV = "DET_LITE_STALL_TIMEOUT"
 DEFAULT_STALL_TIMEOUT_S = 1200.0
 _MAX_POLL_S = 5.0
@@ -34,16 +36,7 @@ _MAX_POLL_S = 5.0
 
 def stall_timeout() -> Optional[float]:
     """``$DET_LITE_STALL_TIMEOUT`` in seconds (default 1200); None when it is 0 (no watchdog)."""
-    text = os.environ.get(STALL_TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_STALL_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"${STALL_TIMEOUT_ENV} must be a number of seconds (0: off), got {text!r}") from None
-    if value < 0 or value != value:
-        raise ValueError(f"${STALL_TIMEOUT_ENV} must be a number of seconds >= 0 (0: off), got {text!r}")
-    return value or None
+    return env_seconds(STALL_TIMEOUT_ENV, DEFAULT_STALL_TIMEOUT_S) or None
 
 
 @dataclasses.dataclass
