@@ -28,7 +28,9 @@ def test_counts_per_model_are_logged_at_the_start(caplog: pytest.LogCaptureFixtu
     summary = ModelSummary()
     with caplog.at_level(logging.INFO, logger="determined_lite"):
         with pytorch.init(hparams={"global_batch_size": 4}) as ctx:
-            pytorch.Trainer(TwoModels(ctx), ctx, callbacks=[summary]).fit(max_length=pytorch.Batch(1))
+            # progress=False: metric lines go to the log (with a bar they go to stdout)
+            trainer = pytorch.Trainer(TwoModels(ctx), ctx, callbacks=[summary])
+            trainer.fit(max_length=pytorch.Batch(1), progress=False)
     assert summary.summaries == [
         ModelStats(index=0, name="Linear", total=1, trainable=1, size_bytes=8),
         ModelStats(index=1, name="Sequential", total=26, trainable=10, size_bytes=26 * 4),
