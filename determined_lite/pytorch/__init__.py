@@ -14,7 +14,12 @@ from determined_lite.pytorch._callback import (
     RemovableHandle,
     register_global_callback,
 )
-from determined_lite.pytorch._context import PyTorchExperimentalContext, PyTorchTrialContext, TorchData
+from determined_lite.pytorch._context import (
+    PyTorchExperimentalContext,
+    PyTorchTrialContext,
+    TorchData,
+    to_device,
+)
 from determined_lite.pytorch._controller import TrainResult
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._harness import TrialInfo
@@ -24,6 +29,9 @@ from determined_lite.pytorch._reducer import MetricReducer, Reducer
 from determined_lite.pytorch._trainer import Trainer, init
 from determined_lite.pytorch._trial import PyTorchTrial, data_length
 
+# Determined's name for LRScheduler.StepMode.
+LRSchedulerStepMode = LRScheduler.StepMode
+
 # (*) The `determined` alias mirrors __all__: Determined has no ready-made callbacks.
 __all__ = [
     "Batch",
@@ -31,6 +39,7 @@ __all__ = [
     "DataLoader",
     "Epoch",
     "LRScheduler",
+    "LRSchedulerStepMode",
     "MetricReducer",
     "PyTorchCallback",
     "PyTorchExperimentalContext",
@@ -48,4 +57,5 @@ __all__ = [
     "load_trial_from_checkpoint_path",
     "register_global_callback",
     "samplers",
+    "to_device",
 ]

@@ -46,6 +46,13 @@ def _to_device(data: Any, device: torch.device, non_blocking: bool) -> Any:
     return data
 
 
+def to_device(data: Any, device: Union[str, torch.device], warned_types: Optional[set] = None) -> Any:
+    """Determined's ``determined.pytorch.to_device``: move the tensors and numeric numpy arrays
+    nested in ``data`` (dicts, lists, tuples) to ``device``; anything else is returned as is.
+    ``warned_types`` is accepted for Determined's signature (det-lite does not warn)."""
+    return _to_device(data, torch.device(device), non_blocking=False)
+
+
 class PyTorchExperimentalContext:
     """Experimental features of Determined's context, same names and meaning."""
 
@@ -196,6 +203,31 @@ class PyTorchTrialContext:
 
     def get_tensorboard_path(self) -> Optional[str]:
         return self._tensorboard_path
+
+    def get_tensorboard_writer(self) -> Any:
+        """A ``torch.utils.tensorboard.SummaryWriter`` on the trial's TensorBoard directory (one
+        per trial, made on first use; closed when the trial's ``init`` block ends)."""
+        if self.harness.tensorboard_writer is None:
+            path = self.get_tensorboard_path()
+            if path is None:
+                raise RuntimeError(
+                    "get_tensorboard_writer(): this trial has no TensorBoard directory "
+                    "(init(..., enable_tensorboard_logging=False))"
+                )
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.harness.tensorboard_writer = SummaryWriter(log_dir=path)
+        return self.harness.tensorboard_writer
+
+    def set_enable_tensorboard_logging(self, enable_tensorboard_logging: bool) -> None:
+        """Whether det-lite writes the reported metrics to TensorBoard (Determined's switch for
+        its automatic TensorBoard logging); read when training starts."""
+        if not isinstance(enable_tensorboard_logging, bool):
+            raise AssertionError("enable_tensorboard_logging must be a boolean")  # as Determined
+        self.harness.tensorboard_logging = enable_tensorboard_logging
+
+    def get_enable_tensorboard_logging(self) -> bool:
+        return self.harness.tensorboard_logging
 
     def get_stop_requested(self) -> bool:
         return self.harness.stop_requested

@@ -111,6 +111,8 @@ class TrialHarness:
         self.dataset_checks = True
         self.stop_requested = False
         self.profiler: Optional[PyTorchCallback] = None  # context.set_profiler; a core callback of fit
+        self.tensorboard_logging = True  # context.set_enable_tensorboard_logging: metrics to TensorBoard
+        self.tensorboard_writer: Optional[Any] = None  # context.get_tensorboard_writer; closed by init()
 
     def find_optimizer(self, optimizer: Any) -> Optional[WrappedOptimizer]:
         for wrapped in self.optimizers:

@@ -91,6 +91,9 @@ def init(
         yield context
     finally:
         tensorboard.set_active_path(previous)
+        if context.harness.tensorboard_writer is not None:  # context.get_tensorboard_writer()
+            context.harness.tensorboard_writer.close()
+            context.harness.tensorboard_writer = None
 
 
 def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
@@ -196,7 +199,13 @@ class Trainer:
         core: List[Tuple[str, PyTorchCallback]] = [
             (
                 "_core.tensorboard",
-                TensorBoardMetrics(ctx.get_tensorboard_path(), is_chief, state, ctx.get_hparams()),
+                TensorBoardMetrics(
+                    # context.set_enable_tensorboard_logging(False): no metrics to TensorBoard
+                    ctx.get_tensorboard_path() if ctx.harness.tensorboard_logging else None,
+                    is_chief,
+                    state,
+                    ctx.get_hparams(),
+                ),
             ),
             ("_core.logger", MetricLogger(is_chief, state, display.write if display is not None else None)),
         ]

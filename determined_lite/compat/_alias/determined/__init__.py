@@ -12,9 +12,12 @@ from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSu
 from determined_lite.compat._install import missing_attribute as _missing_attribute
 from determined_lite.pytorch import PyTorchTrialContext as TrialContext
 
-from . import pytorch, tensorboard
+from . import errors, pytorch, tensorboard
 
 __det_lite_alias__ = True
+
+# Determined's log line format (its harness configures logging with it).
+LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 
 
 def get_cluster_info() -> None:
@@ -31,4 +34,4 @@ _logging.getLogger("determined_lite").info(
     "trial imports 'determined': det-lite's compatibility alias (determined_lite %s)", __version__
 )
 
-__all__ = ["InvalidHP", "TrialContext", "get_cluster_info", "pytorch", "tensorboard"]
+__all__ = ["LOG_FORMAT", "InvalidHP", "TrialContext", "errors", "get_cluster_info", "pytorch", "tensorboard"]
