@@ -73,6 +73,7 @@ class TrainingSettings:
     profiling_begin_on_batch: int = 0  # profiling.begin_on_batch
     profiling_end_after_batch: Optional[int] = None  # profiling.end_after_batch
     callback_modules: Tuple[str, ...] = ()  # det_lite.callback_modules (det-lite's own)
+    records_per_epoch: int = 0  # records_per_epoch: only compared with the loader (0: not given)
 
     @classmethod
     def from_config(cls, exp_conf: Mapping[str, Any]) -> "TrainingSettings":
@@ -108,6 +109,7 @@ class TrainingSettings:
             profiling_begin_on_batch=_or(_get(exp_conf, "profiling", "begin_on_batch"), 0),
             profiling_end_after_batch=_get(exp_conf, "profiling", "end_after_batch"),
             callback_modules=tuple(_get(exp_conf, "det_lite", "callback_modules") or ()),
+            records_per_epoch=int(_get(exp_conf, "records_per_epoch") or 0),
         )
 
     def to_json(self) -> Dict[str, Any]:

@@ -154,6 +154,23 @@ class TrialController:
             raise TypeError(f"{method}() returned {type(loader).__name__}, which is not iterable")
         return loader
 
+    def _check_records_per_epoch(self) -> None:
+        """``records_per_epoch`` given and unlike the training loader's records: one warning with
+        both numbers (det-lite's epoch is one pass over the loader; Determined's was the config's)."""
+        given, loader = self.harness.settings.records_per_epoch, self._train_loader
+        if not given or not isinstance(loader, DataLoader) or loader.sharding.args.batch_sampler is not None:
+            return
+        records = loader.sharding.units_per_epoch()
+        if records != given and self.dist.is_chief:
+            logger.warning(
+                "records_per_epoch is %d in the experiment config, but the training DataLoader holds "
+                "%d records; det-lite's epoch is one pass over the DataLoader (%d records), so "
+                "lengths in epochs follow the DataLoader",
+                given,
+                records,
+                records,
+            )
+
     def _epoch_length(self) -> int:
         loader = self._train_loader
         if isinstance(loader, DataLoader):
@@ -238,6 +255,7 @@ class TrialController:
             test_mode=spec.test_mode,
         )
         state.epoch_length = self._epoch_length()
+        self._check_records_per_epoch()
         self.plan = state.plan = self._plan()
         self._last_validation: Optional[Tuple[int, Dict[str, Any]]] = None
         self._last_checkpoint_batch: Optional[int] = None

@@ -477,3 +477,16 @@ def test_epoch_information_after_resume() -> None:
         latest_checkpoint=first.checkpoints[-1]["path"],
     )
     assert trial.log == [(i, i // 4, i, i // 4, i % 4 == 0, i % 4 == 3) for i in range(6, 9)]
+
+
+def test_records_per_epoch_unlike_the_loader_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 12, item 12: LinearTrial's loader holds 8 records; the config says 10.
+    with caplog.at_level(logging.WARNING, logger="determined_lite"):
+        run(exp_conf={"records_per_epoch": 10}, max_length=pytorch.Batch(8))
+        run(exp_conf={"records_per_epoch": 8}, max_length=pytorch.Batch(2))  # agrees: nothing said
+    said = [r.getMessage() for r in caplog.records if "records_per_epoch" in r.getMessage()]
+    assert said == [
+        "records_per_epoch is 10 in the experiment config, but the training DataLoader holds 8 "
+        "records; det-lite's epoch is one pass over the DataLoader (8 records), so lengths in "
+        "epochs follow the DataLoader"
+    ]
