@@ -12,6 +12,11 @@ A result row is a dict with at least ``name``, ``det_lite_s``, ``baseline_s``, `
   machine cancel out; ``goal`` is the ratio to stay at or under.
 * absolute measures: ``baseline_s`` and ``ratio`` are ``None``; ``goal`` is in seconds (or
   ``None`` when the number is only reported).
+* peer rows (``--peers``): the same case run by another framework (``framework``: lightning,
+  fabric or accelerate; ``case``: det-lite's row name) against the same baseline; its time is
+  ``peer_s`` (``det_lite_s`` is ``None``) and it has no goal. A det-lite row whose goal includes
+  having the lowest ratio of all frameworks has ``lead_peers``; with peers measured it gets
+  ``peer_ratios`` and ``lowest_ratio``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ REPO = os.path.dirname(HERE)
 
 Row = Dict[str, Any]
 T = TypeVar("T")
+DET_LITE = "det-lite"  # the ``framework`` of det-lite's own rows
 
 
 # --- environment ------------------------------------------------------------------------------
@@ -154,6 +160,36 @@ def lockstep_row(
     )
 
 
+def peer_row(row: Row, framework: str) -> Row:
+    """``row``, measured with a peer framework instead of det-lite, as a peer row (no goal)."""
+    case = row["name"]
+    out: Row = {**row, "name": f"{case}.{framework}", "case": case, "framework": framework}
+    out.update(peer_s=row["det_lite_s"], det_lite_s=None, goal=None)
+    return out
+
+
+def is_peer(row: Mapping[str, Any]) -> bool:
+    return row.get("framework", DET_LITE) != DET_LITE
+
+
+def compare_peers(rows: Sequence[Row]) -> None:
+    """Annotate every det-lite row that peers also ran with their ratios (``peer_ratios``); a row
+    with ``lead_peers`` also gets ``lowest_ratio``: whether its ratio is the lowest of all."""
+    for row in rows:
+        if is_peer(row) or row.get("ratio") is None:
+            continue
+        peers = {
+            r["framework"]: r["ratio"]
+            for r in rows
+            if is_peer(r) and r.get("case") == row["name"] and r.get("ratio") is not None
+        }
+        if not peers:
+            continue
+        row["peer_ratios"] = peers
+        if row.get("lead_peers"):
+            row["lowest_ratio"] = row["ratio"] <= min(peers.values())
+
+
 def absolute_row(name: str, values: Sequence[float], goal: Optional[float], **extra: Any) -> Row:
     """An absolute measure: the median of ``values`` seconds against a goal in seconds (or none)."""
     row: Row = {
@@ -174,6 +210,8 @@ def passed(row: Mapping[str, Any]) -> Optional[bool]:
         return None
     value = row["ratio"] if row.get("ratio") is not None else row["det_lite_s"]
     ok = value <= row["goal"]
+    if row.get("lowest_ratio") is False:
+        ok = False
     if row.get("collectives") is not None and row.get("collectives_goal") is not None:
         ok = ok and row["collectives"] <= row["collectives_goal"]
     return ok
@@ -210,6 +248,10 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
             notes.append(f"mean-step ratio {r['ratio_mean']:.3f}")
         if r.get("aa_ratio") is not None:
             notes.append(f"A/A ratio {r['aa_ratio']:.3f}")
+        if r.get("lowest_ratio") is not None:
+            best = min(r["peer_ratios"], key=r["peer_ratios"].get)
+            lead = "lowest of all" if r["lowest_ratio"] else "NOT the lowest"
+            notes.append(f"{lead} (best peer: {best} {r['peer_ratios'][best]:.3f})")
         if r.get("fsync_s") is not None:
             notes.append(f"+ fsync {_seconds(r['fsync_s'])} in the background")
         if r.get("ratio_with_fsync") is not None:
@@ -227,7 +269,39 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 "; ".join(notes),
             ]
         )
-    widths = [max(len(header[i]), *(len(line[i]) for line in lines)) for i in range(len(header))]
+    return _markdown(header, lines)
+
+
+def format_peer_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """det-lite beside its peers: per case that peers ran, one line per framework, by ratio."""
+    header = ["case", "framework", "time", "baseline", "ratio", "notes"]
+    aa = {r["name"]: r["aa_ratio"] for r in rows if not is_peer(r) and r.get("aa_ratio") is not None}
+    lines = []
+    for case in dict.fromkeys(r["case"] for r in rows if is_peer(r)):
+        group = [r for r in rows if r["name"] == case or r.get("case") == case]
+        for r in sorted(group, key=lambda r: (r.get("ratio") is None, r.get("ratio") or 0.0)):
+            notes = []
+            if r.get("ratio_mean") is not None:
+                notes.append(f"mean-step ratio {r['ratio_mean']:.3f}")
+            if r.get("collectives") is not None:
+                notes.append(f"{r['collectives']} collective(s) per validation")
+            if not is_peer(r) and case in aa:
+                notes.append(f"A/A ratio {aa[case]:.3f}")
+            lines.append(
+                [
+                    case,
+                    str(r.get("framework", DET_LITE)),
+                    _seconds(r["peer_s"] if is_peer(r) else r.get("det_lite_s")),
+                    _seconds(r.get("baseline_s")),
+                    "-" if r.get("ratio") is None else f"{r['ratio']:.3f}",
+                    "; ".join(notes),
+                ]
+            )
+    return _markdown(header, lines)
+
+
+def _markdown(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    widths = [max([len(header[i])] + [len(line[i]) for line in lines]) for i in range(len(header))]
     out = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |"]
     out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for line in lines:

@@ -259,9 +259,11 @@ class DDPLoop:
 # --- lockstep ---------------------------------------------------------------------------------------
 
 
-class Lockstep(det.PyTorchCallback):
-    """Runs a baseline loop in lockstep with det-lite's: after every ``k`` det-lite training
-    batches (one optimizer step), ``k`` baseline batches, and records their ``(start, end)``.
+class LockstepWindows:
+    """Runs a baseline loop in lockstep with another training loop (det-lite's or a peer's):
+    after every ``k`` batches of that loop (one optimizer step), ``k`` baseline batches, and
+    records their ``(start, end)``. Framework-neutral: the loop under test calls
+    :meth:`after_batch` at the end of each of its training batches.
 
     Whole windows, not single batches, alternate: with gradient aggregation only a window's
     last batch communicates, and that all-reduce absorbs how far the ranks drifted apart since
@@ -272,13 +274,36 @@ class Lockstep(det.PyTorchCallback):
         self.loop, self.k = loop, k
         self.spans: List[Tuple[float, float]] = []
 
-    def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
+    def after_batch(self, batch_idx: int) -> None:
         if (batch_idx + 1) % self.k:
             return
         start = time.perf_counter()
         for _ in range(self.k):
             self.loop.step()
         self.spans.append((start, time.perf_counter()))
+
+    def steps(self, warmup: int) -> Tuple[List[float], List[float]]:
+        """Step times ``(loop under test, baseline)``, warm-up batches left out: one entry per
+        optimizer step, the mean batch time of its window of ``k`` batches.
+
+        A window of the loop under test runs from the end of one baseline window to the start
+        of the next: whole batches of that loop (data, the step, hooks, bookkeeping, reports).
+        """
+        k = self.k
+        spans = self.spans[max(1, -(-warmup // k)) - 1 :]
+        ours = [(start - prev_end) / k for (_, prev_end), (start, _) in zip(spans, spans[1:])]
+        base = [(end - start) / k for start, end in spans[1:]]
+        return ours, base
+
+
+class Lockstep(det.PyTorchCallback):
+    """det-lite's side of :class:`LockstepWindows`: a callback at the end of every training batch."""
+
+    def __init__(self, loop: Any, k: int = 1) -> None:
+        self.windows = LockstepWindows(loop, k)
+
+    def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
+        self.windows.after_batch(batch_idx)
 
 
 def lockstep(
@@ -290,20 +315,12 @@ def lockstep(
     aggregation_frequency: int = 1,
     width: int = 32,
 ) -> Tuple[List[float], List[float]]:
-    """Step times ``(det_lite, baseline)`` of one :class:`Lockstep` run, warm-up batches left out:
-    one entry per optimizer step, the mean batch time of its window of ``aggregation_frequency``
-    batches.
-
-    A det-lite window runs from the end of one baseline window to the start of the next: whole
-    det-lite batches (data, ``train_batch``, hooks, bookkeeping, periodic reports).
-    """
+    """Step times ``(det_lite, baseline)`` of one det-lite :class:`Lockstep` run (see
+    :meth:`LockstepWindows.steps`)."""
     k = aggregation_frequency
     lock = Lockstep(make_loop(), k)
     det_lite_times(kind, batches, distributed, k, width=width, callbacks={"lockstep": lock})
-    spans = lock.spans[max(1, -(-warmup // k)) - 1 :]
-    ours = [(start - prev_end) / k for (_, prev_end), (start, _) in zip(spans, spans[1:])]
-    base = [(end - start) / k for start, end in spans[1:]]
-    return ours, base
+    return lock.windows.steps(warmup)
 
 
 def lockstep_aa(make_loop: Callable[[], Any], batches: int, warmup: int) -> Tuple[List[float], List[float]]:

@@ -14,6 +14,9 @@ of its optimizer steps, the same number of batches of the hand-written loop:
 Same MLP, data, global batch (half per worker) and SGD with momentum; cases with
 ``aggregation_frequency`` 1 and 2. Step times are taken on rank 0. Running both sides in one
 job matters: separate jobs drifted (ratios from 0.89 to 1.81 between runs of the same code).
+
+Peers (``--peers``, DDP only): the same cases with Lightning's Trainer, Fabric and Accelerate
+(``_peers``) in place of det-lite's loop, one ``torchrun`` job each, against ``DDPLoop``.
 """
 
 from __future__ import annotations
@@ -28,14 +31,23 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 if __name__ == "__main__":  # a worker of the job: make the benchmark modules importable
     sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))]
 
-from _common import Row, child_env, horovodrun_argv, lockstep_row, log, run_child, torchrun_argv  # noqa: E402
-
-GOAL = 1.05
+from _common import (  # noqa: E402
+    DET_LITE,
+    Row,
+    child_env,
+    horovodrun_argv,
+    lockstep_row,
+    log,
+    peer_row,
+    run_child,
+    torchrun_argv,
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Engine:
     backend: str  # determined_lite.distributed.initialize(backend)
+    goal: float  # the step-time ratio to stay at or under
     loop: str  # the hand-written loop's class in _trials
     launcher: Callable[[str, Sequence[str]], List[str]]
     prefix: str  # case names: PREFIX and PREFIX_aggregation2
@@ -44,11 +56,11 @@ class Engine:
 
 ENGINES = {
     "horovod": Engine(
-        "horovod", "HorovodLoop", horovodrun_argv, "horovod_mlp_2workers_step",
+        "horovod", 1.05, "HorovodLoop", horovodrun_argv, "horovod_mlp_2workers_step",
         {"smoke": (30, 5, 1), "quick": (300, 40, 3), "full": (1000, 100, 5)},
     ),
     "ddp": Engine(
-        "torch", "DDPLoop", torchrun_argv, "ddp_mlp_2workers_step",
+        "torch", 1.03, "DDPLoop", torchrun_argv, "ddp_mlp_2workers_step",
         {"smoke": (30, 5, 1), "quick": (400, 40, 3), "full": (1500, 100, 7)},
     ),
 }
@@ -58,36 +70,53 @@ def _cases(engine: Engine) -> Tuple[Tuple[str, int], ...]:
     return ((engine.prefix, 1), (f"{engine.prefix}_aggregation2", 2))
 
 
-def run(mode: str, repeats: Optional[int] = None, engine: str = "ddp") -> List[Row]:
+def run(
+    mode: str, repeats: Optional[int] = None, engine: str = "ddp", peers: Sequence[str] = ()
+) -> List[Row]:
+    """det-lite's rows for ``engine``, then (``peers``, DDP only: the peers have no Horovod
+    strategy) the same cases with each peer framework, in a ``torchrun`` job of its own."""
     spec = ENGINES[engine]
     batches, warmup, reps = spec.sizes[mode]
     reps = repeats or reps
-    log(f"{engine}: 2 workers, {reps} x {batches} lockstep batches per case")
-    with tempfile.TemporaryDirectory(prefix=f"bench-{engine}-") as tmp:
-        out = os.path.join(tmp, "results.json")
-        argv = spec.launcher(
-            os.path.abspath(__file__), ["--worker", engine, out, str(batches), str(warmup), str(reps)]
-        )
-        run_child(argv, f"the {engine} benchmark job", timeout=900, env=child_env(1), cwd=tmp)
-        with open(out) as f:
-            results = json.load(f)
-    aa = {"aa_ratio": lockstep_row("aa", results["aa"], GOAL)["ratio"]}
-    return [
-        lockstep_row(name, results[name], GOAL, workers=2, batches=batches, **(aa if k == 1 else {}))
-        for name, k in _cases(spec)
-    ]
+    rows = []
+    for framework in [DET_LITE, *(peers if engine == "ddp" else ())]:
+        log(f"{engine} ({framework}): 2 workers, {reps} x {batches} lockstep batches per case")
+        with tempfile.TemporaryDirectory(prefix=f"bench-{engine}-") as tmp:
+            out = os.path.join(tmp, "results.json")
+            args = ["--worker", engine, framework, out, str(batches), str(warmup), str(reps)]
+            launcher = spec.launcher if framework == DET_LITE else torchrun_argv
+            argv = launcher(os.path.abspath(__file__), args)
+            what = f"the {engine} ({framework}) benchmark job"
+            run_child(argv, what, timeout=900, env=child_env(1), cwd=tmp)
+            with open(out) as f:
+                results = json.load(f)
+        if framework == DET_LITE:
+            aa = {"aa_ratio": lockstep_row("aa", results["aa"], spec.goal)["ratio"]}
+            for name, k in _cases(spec):
+                extra = aa if k == 1 else {}
+                rows.append(lockstep_row(name, results[name], spec.goal, workers=2, batches=batches, **extra))
+        else:
+            rows += [
+                peer_row(lockstep_row(name, results[name], spec.goal, workers=2, batches=batches), framework)
+                for name, _ in _cases(spec)
+            ]
+    return rows
 
 
-def worker(engine: str, out: str, batches: int, warmup: int, repeats: int) -> None:
-    """One of the 2 workers; rank 0 writes ``{case: [(det_lite steps, baseline steps), ...]}``."""
+def worker(engine: str, framework: str, out: str, batches: int, warmup: int, repeats: int) -> None:
+    """One of the 2 workers; rank 0 writes ``{case: [(det_lite steps, baseline steps), ...]}``
+    (``framework``: det-lite, or a peer whose loop replaces det-lite's)."""
     import _trials
     import torch
-
-    from determined_lite.distributed import initialize
 
     spec = ENGINES[engine]
     loop = getattr(_trials, spec.loop)
     torch.set_num_threads(1)
+    if framework != DET_LITE:
+        return _peer_worker(framework, spec, out, batches, warmup, repeats)
+
+    from determined_lite.distributed import initialize
+
     dist = initialize(spec.backend)
     results: Dict[str, list] = {}
     for name, k in _cases(spec):
@@ -106,5 +135,29 @@ def worker(engine: str, out: str, batches: int, warmup: int, repeats: int) -> No
     dist.close()
 
 
+def _peer_worker(framework: str, spec: Engine, out: str, batches: int, warmup: int, repeats: int) -> None:
+    """The peer's loop in lockstep with the same hand-written loop (the peer joins the process
+    group; the hand-written loop is built after it)."""
+    import _peers
+    import _trials
+    import torch
+
+    loop = getattr(_trials, spec.loop)
+    results: Dict[str, list] = {}
+    for name, k in _cases(spec):
+        _peers.lockstep(framework, "mlp", warmup + 5, warmup, lambda k=k: loop("mlp", k), k=k)  # untimed
+        results[name] = [
+            _peers.lockstep(framework, "mlp", batches, warmup, lambda k=k: loop("mlp", k), k=k)
+            for _ in range(repeats)
+        ]
+        torch.distributed.barrier()
+    if torch.get_num_threads() != 1:
+        raise RuntimeError(f"{framework} changed torch's threads from 1 to {torch.get_num_threads()}")
+    if torch.distributed.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+    torch.distributed.destroy_process_group()
+
+
 if __name__ == "__main__":
-    worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+    worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]))

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 if __name__ == "__main__":  # a worker: make the benchmark modules importable
     sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))]
@@ -41,10 +41,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from _common import (  # noqa: E402
+    DET_LITE,
     Row,
     child_env,
     horovodrun_argv,
     log,
+    peer_row,
     ratio_row,
     run_child,
     torchrun_argv,
@@ -54,7 +56,7 @@ from determined_lite import pytorch as det  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-GOAL = 1.10
+GOAL = 1.05
 COLLECTIVES_GOAL = 1
 BATCH = 64
 WARMUP = 2
@@ -64,37 +66,42 @@ SIZES: Dict[str, Tuple[int, int]] = {"smoke": (512, 4), "quick": (8192, 16), "fu
 ENGINES = ("torch", "horovod")
 
 
-def run(mode: str, repeats: Optional[int] = None) -> List[Row]:
+def run(mode: str, repeats: Optional[int] = None, peers: Sequence[str] = ()) -> List[Row]:
+    """det-lite's rows per engine, then (``peers``) the torch engine's case with each peer
+    framework (``_peer_validation``), in a ``torchrun`` job of its own."""
     records, validations = SIZES[mode]
     validations = (repeats + WARMUP) if repeats else validations
     engines = ENGINES[:1] if mode == "smoke" else ENGINES
+    jobs = [(engine, DET_LITE) for engine in engines] + [("torch", framework) for framework in peers]
     rows = []
-    for engine in engines:
-        log(f"validation ({engine}): 2 workers, {validations} validations of {records} records")
+    for engine, framework in jobs:
+        log(f"validation ({engine}, {framework}): 2 workers, {validations} validations of {records} records")
         with tempfile.TemporaryDirectory(prefix="bench-val-") as tmp:
             out = os.path.join(tmp, "results.json")
-            args = ["--worker", engine, out, str(records), str(validations)]
+            args = ["--worker", engine, out, str(records), str(validations), framework]
             script = os.path.abspath(__file__)
             argv = torchrun_argv(script, args) if engine == "torch" else horovodrun_argv(script, args)
-            run_child(argv, f"the {engine} validation job", timeout=900, env=child_env(1), cwd=tmp)
+            what = f"the {engine} validation job ({framework})"
+            run_child(argv, what, timeout=900, env=child_env(1), cwd=tmp)
             with open(out) as f:
                 res = json.load(f)
-        rows.append(_row(engine, records, res))
+        row = _row(engine, records, res, framework)
+        rows.append(row if framework == DET_LITE else peer_row(row, framework))
     return rows
 
 
-def _row(engine: str, records: int, res: Dict[str, Any]) -> Row:
+def _row(engine: str, records: int, res: Dict[str, Any], framework: str = DET_LITE) -> Row:
     ours, base = res["det_lite"][WARMUP:], res["baseline"][WARMUP:]
     counts = res["collectives"][WARMUP:]
     if not res["match"]:
-        raise RuntimeError(f"det-lite and baseline validation metrics differ: {res['mismatch']}")
+        raise RuntimeError(f"{framework} and baseline validation metrics differ: {res['mismatch']}")
     extra: Dict[str, Any] = {
         "collectives": max(counts),
         "collectives_goal": COLLECTIVES_GOAL,
         "workers": 2,
         "records": records,
     }
-    if max(counts) > COLLECTIVES_GOAL:
+    if max(counts) > COLLECTIVES_GOAL and framework == DET_LITE:
         extra["collective_sites"] = res["sites"]
         extra["note"] = "collectives at " + ", ".join(res["sites"])
     return ratio_row(
@@ -200,6 +207,41 @@ class ValTrial(det.PyTorchTrial):
         return out
 
 
+def accumulate(model: torch.nn.Module, loader: Any, classes: int) -> Tuple[Any, ...]:
+    """The hand-written validation's pass over this rank's records: its partial results
+    ``(loss sum, correct, max logit, errors, records, confusion counts, per-record losses)``."""
+    loss_sum = correct = 0.0
+    max_logit, errors, n = -float("inf"), 0, 0
+    cm = torch.zeros(classes * classes, dtype=torch.int64)
+    losses = []
+    with torch.no_grad():
+        for x, y in loader:
+            out = batch_outputs(model, x, y)
+            b = len(y)
+            loss_sum += out["val_loss"].item() * b
+            correct += out["accuracy"].item() * b
+            max_logit = max(max_logit, out["max_logit"].item())
+            errors += int(out["errors"].item())
+            n += b
+            cm += torch.bincount(y * classes + out["preds"], minlength=classes**2)
+            losses.append(out["per_record"].numpy())
+    return (loss_sum, correct, max_logit, errors, n, cm.numpy(), losses)
+
+
+def merge(everyone: Sequence[Tuple[Any, ...]], classes: int) -> Dict[str, Any]:
+    """The metrics from every rank's :func:`accumulate` results."""
+    total = sum(p[4] for p in everyone)
+    metrics = {
+        "val_loss": sum(p[0] for p in everyone) / total,
+        "accuracy": sum(p[1] for p in everyone) / total,
+        "max_logit": max(p[2] for p in everyone),
+        "errors": sum(p[3] for p in everyone),
+        "median_loss": median_loss([a for p in everyone for a in p[6]]),
+    }
+    metrics.update(confusion_metrics(sum(p[5] for p in everyone).reshape(classes, classes)))
+    return metrics
+
+
 class Baseline:
     """The hand-written validation: same computations, this rank's records, ONE gather."""
 
@@ -213,33 +255,8 @@ class Baseline:
         self.loader = torch.utils.data.DataLoader(data, batch_size=BATCH)
 
     def validate(self) -> Dict[str, Any]:
-        loss_sum = correct = 0.0
-        max_logit, errors, n = -float("inf"), 0, 0
-        cm = torch.zeros(self.classes * self.classes, dtype=torch.int64)
-        losses = []
-        with torch.no_grad():
-            for x, y in self.loader:
-                out = batch_outputs(self.model, x, y)
-                b = len(y)
-                loss_sum += out["val_loss"].item() * b
-                correct += out["accuracy"].item() * b
-                max_logit = max(max_logit, out["max_logit"].item())
-                errors += int(out["errors"].item())
-                n += b
-                cm += torch.bincount(y * self.classes + out["preds"], minlength=self.classes**2)
-                losses.append(out["per_record"].numpy())
-        mine = (loss_sum, correct, max_logit, errors, n, cm.numpy(), losses)
-        everyone = self.gather(mine)  # the one collective
-        total = sum(p[4] for p in everyone)
-        metrics = {
-            "val_loss": sum(p[0] for p in everyone) / total,
-            "accuracy": sum(p[1] for p in everyone) / total,
-            "max_logit": max(p[2] for p in everyone),
-            "errors": sum(p[3] for p in everyone),
-            "median_loss": median_loss([a for p in everyone for a in p[6]]),
-        }
-        metrics.update(confusion_metrics(sum(p[5] for p in everyone).reshape(self.classes, self.classes)))
-        return metrics
+        mine = accumulate(self.model, self.loader, self.classes)
+        return merge(self.gather(mine), self.classes)  # the one collective
 
     def gather(self, obj: Any) -> List[Any]:
         if self.engine == "torch":
@@ -301,7 +318,7 @@ class Probe(det.PyTorchCallback):
         self.det_metrics.append(dict(metrics))
 
 
-def _compare(ours: Dict[str, Any], base: Dict[str, Any]) -> Optional[str]:
+def compare_metrics(ours: Dict[str, Any], base: Dict[str, Any]) -> Optional[str]:
     if sorted(ours) != sorted(base):
         return f"metric names {sorted(ours)} vs {sorted(base)}"
     for k in ours:
@@ -310,9 +327,18 @@ def _compare(ours: Dict[str, Any], base: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def worker(engine: str, out: str, records: int, validations: int) -> None:
-    """One of the 2 workers; rank 0 writes the timings, counts and the comparison."""
+def worker(engine: str, out: str, records: int, validations: int, framework: str = DET_LITE) -> None:
+    """One of the 2 workers; rank 0 writes the timings, counts and the comparison (with a peer
+    ``framework``, the peer's validation takes det-lite's place: ``_peer_validation``)."""
     torch.set_num_threads(1)
+    if framework != DET_LITE:
+        import _peer_validation
+
+        result = _peer_validation.worker(framework, records, validations)
+        if result is not None:
+            with open(out, "w") as f:
+                json.dump(result, f)
+        return
     from determined_lite.distributed import initialize
 
     dist = initialize(engine)
@@ -343,7 +369,7 @@ def worker(engine: str, out: str, records: int, validations: int) -> None:
             )
     mismatch = None
     for ours, base in zip(probe.det_metrics, probe.base_metrics):
-        mismatch = mismatch or _compare(ours, base)
+        mismatch = mismatch or compare_metrics(ours, base)
     if dist.rank == 0:
         result = {
             "det_lite": probe.det_lite,
@@ -359,4 +385,4 @@ def worker(engine: str, out: str, records: int, validations: int) -> None:
 
 
 if __name__ == "__main__":
-    worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])

@@ -34,7 +34,8 @@ REPO = os.path.dirname(HERE)
 if REPO not in sys.path:
     sys.path.insert(1, REPO)
 
-from _common import Row, format_table, log, passed  # noqa: E402
+from _common import DET_LITE, Row, compare_peers, format_peer_table, format_table, is_peer, log, passed  # noqa: E402
+from _peers import FRAMEWORKS, INSTALL_HINT, missing  # noqa: E402
 
 # name -> (module, keyword arguments of its run()); run in this order.
 MEASURES = {
@@ -46,6 +47,8 @@ MEASURES = {
     "cli": ("_cli", {}),
     "startup": ("_startup", {}),
 }
+# The measures ``--peers`` also runs with Lightning's Trainer, Fabric and Accelerate.
+PEER_MEASURES = ("single", "ddp", "validation")
 
 
 def machine() -> str:
@@ -82,6 +85,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads per side for the single-process measure (1)"
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help=f"also run {', '.join(PEER_MEASURES)} with {', '.join(FRAMEWORKS)} (needs: {INSTALL_HINT})",
+    )
     args = parser.parse_args(argv)
     only = [m.strip() for m in args.only.split(",") if m.strip()]
     unknown = [m for m in only if m not in MEASURES]
@@ -91,16 +99,20 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         parser.error("--repeats must be >= 1")
     if args.threads < 1:
         parser.error("--threads must be >= 1")
+    if args.peers and missing():
+        parser.error(f"--peers needs {', '.join(missing())}; install the bench extra: {INSTALL_HINT}")
     args.measures = only or list(MEASURES)
     args.mode = "smoke" if args.smoke else ("quick" if args.quick else "full")
     return args
 
 
-def run_measure(name: str, mode: str, repeats: Optional[int], threads: int) -> List[Row]:
+def run_measure(name: str, mode: str, repeats: Optional[int], threads: int, peers: bool) -> List[Row]:
     module_name, kwargs = MEASURES[name]
     module = importlib.import_module(module_name)
     if name == "single":
         kwargs = {**kwargs, "threads": threads}
+    if peers and name in PEER_MEASURES:
+        kwargs = {**kwargs, "peers": FRAMEWORKS}
     return module.run(mode, repeats, **kwargs)
 
 
@@ -116,7 +128,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             t0 = time.perf_counter()
             log(f"== {name} ({args.mode})")
             try:
-                rows.extend(run_measure(name, args.mode, args.repeats, args.threads))
+                rows.extend(run_measure(name, args.mode, args.repeats, args.threads, args.peers))
             except Exception as e:  # noqa: BLE001 -- report it and run the other measures
                 failed = True
                 traceback.print_exc()
@@ -132,7 +144,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 )
             log(f"   {name} took {time.perf_counter() - t0:.1f} s")
     elapsed = time.perf_counter() - started
+    compare_peers(rows)
     for row in rows:
+        row.setdefault("framework", DET_LITE)
         if "error" not in row:
             row["passed"] = passed(row)
     log(f"total {elapsed:.1f} s on {machine()}")
@@ -140,7 +154,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps(rows, indent=2))
     else:
         print(f"det-lite benchmarks ({args.mode}), {elapsed:.0f} s on {machine()}\n")
-        print(format_table([r for r in rows if "error" not in r]))
+        print(format_table([r for r in rows if "error" not in r and not is_peer(r)]))
+        if any(is_peer(r) for r in rows):
+            print("\nPeers (each framework in lockstep with the same hand-written baseline):\n")
+            print(format_peer_table([r for r in rows if "error" not in r]))
         for r in rows:
             if "error" in r:
                 print(f"\n{r['name']}: FAILED TO RUN: {r['error']}")

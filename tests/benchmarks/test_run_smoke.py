@@ -133,3 +133,97 @@ def test_absolute_rows_and_collective_goals(common):
     assert common.passed(common.absolute_row("startup", [3.0], None)) is None
     ratio = common.ratio_row("val", [1.0], [1.0], 1.1, collectives=2, collectives_goal=1)
     assert common.passed(ratio) is False  # the time is fine, the number of collectives is not
+
+
+# --- peers (--peers: Lightning Trainer, Fabric, Accelerate) ----------------------------------------
+
+
+def _peers_module(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    import _peers
+
+    return _peers
+
+
+PEER_CASES = [
+    "single_mlp_step",
+    "ddp_mlp_2workers_step",
+    "ddp_mlp_2workers_step_aggregation2",
+    "validation_torch_2workers",
+]
+
+
+@pytest.fixture(scope="module")
+def peer_rows():
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        import _peers
+
+        absent = _peers.missing()
+    finally:
+        sys.path.remove(os.path.join(REPO, "benchmarks"))
+    if absent:
+        pytest.skip(f"the bench extra is not installed ({', '.join(absent)} missing)")
+    proc = subprocess.run(
+        [sys.executable, RUN, "--smoke", "--json", "--only", "single,ddp,validation", "--peers"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_peers_run_every_case_beside_det_lite(peer_rows):
+    by_name = {r["name"]: r for r in peer_rows}
+    for case in PEER_CASES:
+        assert by_name[case]["framework"] == "det-lite"
+        for framework in ("lightning", "fabric", "accelerate"):
+            row = by_name[f"{case}.{framework}"]
+            assert (row["case"], row["framework"]) == (case, framework)
+            assert row["det_lite_s"] is None and row["goal"] is None and row["passed"] is None
+            assert _positive(row["peer_s"]) and _positive(row["baseline_s"]) and _positive(row["ratio"])
+        assert set(by_name[case]["peer_ratios"]) == {"lightning", "fabric", "accelerate"}
+    # The peers' validations agreed with the baseline (the job fails otherwise) and were counted.
+    for framework in ("lightning", "fabric", "accelerate"):
+        assert by_name[f"validation_torch_2workers.{framework}"]["collectives"] >= 1
+    # The MLP's goal includes the lowest ratio of all frameworks: the row says whether it has it.
+    assert isinstance(by_name["single_mlp_step"]["lowest_ratio"], bool)
+
+
+def test_peers_without_the_extra_is_a_usage_error(monkeypatch, capsys):
+    peers = _peers_module(monkeypatch)
+    monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name: None)
+    assert peers.missing() == ["accelerate", "lightning"]
+    import run
+
+    monkeypatch.setattr(run, "missing", peers.missing)
+    with pytest.raises(SystemExit) as exc:
+        run.parse_args(["--peers"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--peers needs accelerate, lightning; install the bench extra: pip install" in err
+
+
+def test_peer_rows_are_compared_with_det_lite(common):
+    det = common.lockstep_row("single_mlp_step", [([0.8], [1.0])], 0.9, lead_peers=True)
+    fabric = common.peer_row(common.lockstep_row("single_mlp_step", [([1.1], [1.0])], 0.9), "fabric")
+    slow = common.peer_row(common.lockstep_row("single_mlp_step", [([1.7], [1.0])], 0.9), "lightning")
+    assert (fabric["name"], fabric["case"], fabric["peer_s"], fabric["det_lite_s"]) == (
+        "single_mlp_step.fabric",
+        "single_mlp_step",
+        1.1,
+        None,
+    )
+    common.compare_peers([det, fabric, slow])
+    assert det["peer_ratios"] == {"fabric": pytest.approx(1.1), "lightning": pytest.approx(1.7)}
+    assert det["lowest_ratio"] is True and common.passed(det) is True
+    assert common.passed(fabric) is None
+    # A peer with a lower ratio fails det-lite's goal although 0.8 <= 0.9.
+    fast = common.peer_row(common.lockstep_row("single_mlp_step", [([0.7], [1.0])], 0.9), "accelerate")
+    common.compare_peers([det, fabric, fast])
+    assert det["lowest_ratio"] is False and common.passed(det) is False
+    table = common.format_peer_table([det, fabric, fast])
+    frameworks = [line.split("|")[2].strip() for line in table.splitlines()[2:]]
+    assert frameworks == ["accelerate", "det-lite", "fabric"]  # by ratio
