@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Dict, Optional
 
 import yaml
@@ -51,3 +52,19 @@ def write_config(source: str, tmp_path: object, name: str = "exp.yaml", **change
     with open(path, "w") as f:
         yaml.safe_dump(config, f)
     return path
+
+
+def wait_for_batches(exp_id: int, at_least: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+    """Wait until the first trial of experiment ``exp_id`` reported ``at_least`` batches while
+    ``proc`` (the experiment's foreground process) still runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        try:
+            trials = describe(exp_id)["trials"]
+        except (AssertionError, json.JSONDecodeError):
+            trials = []
+        if trials and trials[0]["total_batches"] >= at_least:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"experiment {exp_id} did not reach {at_least} batches")

@@ -8,13 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from determined_lite.storage import SNAPSHOT_MANIFEST, disk_usage
-from tests.cli_helpers import cli, describe, write_config
+from tests.cli_helpers import cli, describe, wait_for_batches, write_config
 from tests.experiment.test_experiment_e2e import LINEAR, REPO, assert_closed_form_validations, weight_after
 
 pytestmark = pytest.mark.timeout(240)
@@ -92,20 +91,6 @@ def test_an_entrypoint_excluded_by_detignore_is_refused(tmp_path: Path, _det_lit
     assert_nothing_recorded(_det_lite_home)
 
 
-def _wait_for_batches(exp_id: int, at_least: int, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        try:
-            trials = describe(exp_id)["trials"]
-        except (AssertionError, json.JSONDecodeError):
-            trials = []
-        if trials and trials[0]["total_batches"] >= at_least:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"experiment {exp_id} did not reach {at_least} batches")
-
-
 def test_activate_runs_the_code_of_create_not_the_edited_original(
     tmp_path: Path, _det_lite_home: Path
 ) -> None:
@@ -123,7 +108,7 @@ def test_activate_runs_the_code_of_create_not_the_edited_original(
         text=True,
         cwd=REPO,
     )
-    _wait_for_batches(1, 4, proc)
+    wait_for_batches(1, 4, proc)
     cli("experiment", "pause", "1", check=True)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.cli_helpers import cli, describe
+from tests.cli_helpers import cli, describe, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 
@@ -259,20 +259,6 @@ def _start_foreground(path: str) -> subprocess.Popen:
     )
 
 
-def _wait_for_batches(exp_id: int, at_least: int, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()
-        try:
-            trials = describe(exp_id)["trials"]
-        except (AssertionError, json.JSONDecodeError):
-            trials = []
-        if trials and trials[0]["total_batches"] >= at_least:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"experiment {exp_id} did not reach {at_least} batches")
-
-
 def _slow_config(tmp_path) -> str:
     return write_config(
         tmp_path,
@@ -294,7 +280,7 @@ def _assert_uninterrupted(trial: dict) -> None:
 
 def test_pause_then_activate_equals_uninterrupted(tmp_path):
     proc = _start_foreground(_slow_config(tmp_path))
-    _wait_for_batches(1, 4, proc)
+    wait_for_batches(1, 4, proc)
     cli("experiment", "pause", "1", check=True)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out
@@ -311,7 +297,7 @@ def test_pause_then_activate_equals_uninterrupted(tmp_path):
 
 def test_sigkill_of_the_foreground_process_then_activate(tmp_path):
     proc = _start_foreground(_slow_config(tmp_path))
-    _wait_for_batches(1, 6, proc)
+    wait_for_batches(1, 6, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     # The workers notice their supervisor is gone and stop on their own.
@@ -327,7 +313,7 @@ def test_sigkill_of_the_foreground_process_then_activate(tmp_path):
 
 def test_kill_cancels_a_running_experiment(tmp_path):
     proc = _start_foreground(_slow_config(tmp_path))
-    _wait_for_batches(1, 2, proc)
+    wait_for_batches(1, 2, proc)
     cli("experiment", "kill", "1", check=True)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out
@@ -416,7 +402,7 @@ def test_a_stop_signal_pauses_at_a_checkpoint_where_training_stopped(tmp_path, s
     # stopped at once and the trial resumed from its last periodic checkpoint (none here: it
     # retrained from batch 0).
     proc = _start_foreground(_slow_config(tmp_path))
-    _wait_for_batches(1, 6, proc)
+    wait_for_batches(1, 6, proc)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out
@@ -460,7 +446,7 @@ def test_pause_creates_no_trial_until_activate(tmp_path):
         },
     )
     proc = _start_foreground(path)
-    _wait_for_batches(1, 0, proc)
+    wait_for_batches(1, 0, proc)
     cli("experiment", "pause", "1", check=True)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1, out
