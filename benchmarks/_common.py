@@ -230,6 +230,13 @@ def _seconds(value: Optional[float]) -> str:
     return f"{value:.3f} s"
 
 
+def _value(row: Mapping[str, Any], side: str) -> str:
+    """A side's number: seconds, or MiB for a measure of memory (``*_bytes``)."""
+    if row.get(f"{side}_bytes") is not None:
+        return f"{row[f'{side}_bytes'] / 2**20:.1f} MiB"
+    return _seconds(row.get(f"{side}_s"))
+
+
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The results as a fixed-width text table (also valid Markdown)."""
     header = ["name", "det_lite", "baseline", "ratio", "goal", "result", "notes"]
@@ -261,8 +268,8 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             [
                 str(r["name"]),
-                _seconds(r.get("det_lite_s")),
-                _seconds(r.get("baseline_s")),
+                _value(r, "det_lite"),
+                _value(r, "baseline"),
                 "-" if r.get("ratio") is None else f"{r['ratio']:.3f}",
                 goal,
                 "reported" if ok is None else ("pass" if ok else "MISS"),

@@ -46,6 +46,7 @@ MEASURES = {
     "checkpoint": ("_checkpoint", {}),
     "cli": ("_cli", {}),
     "startup": ("_startup", {}),
+    "memory": ("_memory", {}),
 }
 # The measures ``--peers`` also runs with Lightning's Trainer, Fabric and Accelerate.
 PEER_MEASURES = ("single", "ddp", "validation")

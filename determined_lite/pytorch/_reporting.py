@@ -82,7 +82,7 @@ class TensorBoardMetrics(PyTorchCallback):
             self._writer.add_hparams_session(self._hparams)
         step = self._state.batches_done
         for name, value in _scalars(metrics).items():
-            self._writer.writer.add_scalar(f"{prefix}/{name}", value, step)
+            self._writer.add_scalar(f"{prefix}/{name}", value, step)
         self._writer.flush()
 
     def on_training_workload_end(

@@ -16,6 +16,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN = os.path.join(REPO, "benchmarks", "run.py")
+SMOKE_MEASURES = "single,horovod,ddp,validation,checkpoint,cli,memory"
 KEYS = {"name", "det_lite_s", "baseline_s", "ratio", "goal"}
 
 
@@ -27,7 +28,7 @@ def _positive(value):
 @pytest.fixture(scope="module")
 def smoke_rows():
     proc = subprocess.run(
-        [sys.executable, RUN, "--smoke", "--json", "--only", "single,horovod,ddp,validation,checkpoint,cli"],
+        [sys.executable, RUN, "--smoke", "--json", "--only", SMOKE_MEASURES],
         capture_output=True,
         text=True,
         timeout=240,
@@ -50,12 +51,15 @@ def test_smoke_run_prints_one_row_per_case(smoke_rows):
         "checkpoint_load_1M",
         "cli_experiment_list_50",
         "cli_experiment_list_all_50",
+        "memory_mlp_peak_rss",
     ]
 
 
 def test_every_row_has_the_required_keys_and_positive_numbers(smoke_rows):
     for row in smoke_rows:
         assert KEYS <= set(row), row
+        if row["name"].startswith("memory_"):  # bytes, not seconds (test_memory_row_...)
+            continue
         assert _positive(row["det_lite_s"]), row
         if row["name"].startswith("cli_"):  # absolute: goal in seconds, no baseline
             assert row["baseline_s"] is None and row["ratio"] is None, row
@@ -64,6 +68,15 @@ def test_every_row_has_the_required_keys_and_positive_numbers(smoke_rows):
             assert _positive(row["baseline_s"]) and _positive(row["ratio"]), row
             assert _positive(row["goal"]), row
         assert row["passed"] in (True, False), row
+
+
+def test_memory_row_compares_peak_rss_in_bytes(smoke_rows):
+    (row,) = [r for r in smoke_rows if r["name"] == "memory_mlp_peak_rss"]
+    assert row["det_lite_s"] is None and row["baseline_s"] is None
+    # Peak RSS of a process that imported torch and trained: tens of MiB at the very least.
+    assert row["det_lite_bytes"] > 50 * 2**20 and row["baseline_bytes"] > 50 * 2**20
+    assert row["ratio"] == pytest.approx(row["det_lite_bytes"] / row["baseline_bytes"])  # 1 repeat
+    assert row["goal"] == 1.05 and row["passed"] in (True, False)
 
 
 def test_validation_row_counts_collectives(smoke_rows):

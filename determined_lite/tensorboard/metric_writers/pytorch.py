@@ -9,26 +9,37 @@ import numpy as np
 
 from determined_lite.store._paths import make_private_dirs
 from determined_lite.tensorboard import get_base_path
+from determined_lite.tensorboard._event_file import EventFile
 
 
 class TorchWriter:
     """Writes tfevent files into the active trial's TensorBoard directory.
 
-    ``writer`` is the underlying ``SummaryWriter``, for any of its ``add_*`` methods;
-    ``add_scalar`` is a shortcut that accepts tensors and numpy values.
+    ``add_scalar`` (accepts tensors and numpy values) and ``add_hparams_session`` write through
+    det-lite's light event file (:mod:`determined_lite.tensorboard._event_file`); ``writer`` is
+    a full ``torch.utils.tensorboard.SummaryWriter`` on the same directory, for any of its
+    ``add_*`` methods, made on first use (importing it costs 6-15 MB, see that module).
     """
 
     def __init__(self, log_dir: Optional[str] = None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        self.log_dir = log_dir or get_base_path()
+        make_private_dirs(self.log_dir)
+        self._events = EventFile(self.log_dir)
+        self._summary_writer: Any = None
 
-        path = log_dir or get_base_path()
-        make_private_dirs(path)
-        self.writer = SummaryWriter(log_dir=path)
+    @property
+    def writer(self) -> Any:
+        """The ``SummaryWriter`` on this directory (its own event file), made on first use."""
+        if self._summary_writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._summary_writer = SummaryWriter(log_dir=self.log_dir)
+        return self._summary_writer
 
     def add_scalar(self, name: str, value: Union[int, float, np.number, Any], step: int) -> None:
         if hasattr(value, "item"):
             value = value.item()
-        self.writer.add_scalar(name, value, step)
+        self._events.add_scalar(name, float(value), step)
 
     def add_hparams_session(self, hparams: Dict[str, Any]) -> None:
         """Make this directory one row (a session) of TensorBoard's HParams table.
@@ -39,18 +50,18 @@ class TorchWriter:
         they hold (``validation/<name>``, ``training/<name>``). Nested hyperparameters are
         named with dots; lists and mappings are shown as JSON.
         """
-        from torch.utils.tensorboard.summary import hparams as hparams_summaries
-
-        _, session_start, _ = hparams_summaries(flat_hparams(hparams), {})
-        file_writer: Any = self.writer.file_writer  # set by SummaryWriter.__init__
-        file_writer.add_summary(session_start)
+        self._events.add_hparams_session(flat_hparams(hparams))
 
     def flush(self) -> None:
-        self.writer.flush()
+        self._events.flush()
+        if self._summary_writer is not None:
+            self._summary_writer.flush()
 
     def reset(self) -> None:
         """Flush and close the files (e.g. at the end of a trial)."""
-        self.writer.close()
+        self._events.close()
+        if self._summary_writer is not None:
+            self._summary_writer.close()
 
     close = reset
 
