@@ -37,9 +37,8 @@ class TorchWriter:
         return self._summary_writer
 
     def add_scalar(self, name: str, value: Union[int, float, np.number, Any], step: int) -> None:
-        if hasattr(value, "item"):
-            value = value.item()
-        self._events.add_scalar(name, float(value), step)
+        scalar: Any = value.item() if hasattr(value, "item") else value
+        self._events.add_scalar(name, float(scalar), step)
 
     def add_hparams_session(self, hparams: Dict[str, Any]) -> None:
         """Make this directory one row (a session) of TensorBoard's HParams table.
