@@ -33,7 +33,7 @@ from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._forward_hooks import ForwardHooks
 from determined_lite.pytorch._reducer import check_evaluation_reducer, merge_reducer_metrics, plain_metrics
 from determined_lite.pytorch._schedule import Plan, decide, is_better
-from determined_lite.pytorch._sharding import set_epoch
+from determined_lite.pytorch._sharding import in_process_batches, set_epoch
 from determined_lite.pytorch._training_metrics import training_cross_slot, training_partial
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.pytorch._validation import Validation, evaluation_mode
@@ -188,7 +188,7 @@ class TrialController:
     def _training_batches(self, start: int) -> Iterator[Any]:
         loader = self._train_loader
         if isinstance(loader, DataLoader):
-            return iter(
+            return in_process_batches(
                 loader.sharding.training_loader(
                     seed=self.harness.trial_seed,
                     rank=self.dist.rank,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import itertools
 import json
 import numbers
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -208,7 +209,8 @@ def stack_values(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
     """
     if all(isinstance(v, torch.Tensor) for v in values):
         try:
-            stacked = torch.stack([v.detach() for v in values])
+            with torch.no_grad():  # one scope instead of a detach per value: no graph either way
+                stacked = torch.stack(list(values))
         except RuntimeError as e:
             raise ValueError(
                 f"{workload} metric {name!r} changes shape between batches ({e}); "
@@ -244,10 +246,7 @@ def stack_values(values: Sequence[Any], name: str, workload: str) -> np.ndarray:
 
 def metric_names(batch_metrics: Sequence[Mapping[str, Any]]) -> List[str]:
     """Every metric name of a list of per-batch dicts, in first-seen order."""
-    names: Dict[str, None] = {}
-    for m in batch_metrics:
-        names.update(dict.fromkeys(m))
-    return list(names)
+    return list(dict.fromkeys(itertools.chain.from_iterable(batch_metrics)))
 
 
 # --- validation metrics ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple, Union
 
 import torch
 
@@ -23,6 +23,7 @@ from determined_lite.pytorch._reducer import (
     validation_cross_slot,
     validation_partial,
 )
+from determined_lite.pytorch._sharding import in_process_batches
 from determined_lite.pytorch._trial import PyTorchTrial
 
 
@@ -107,16 +108,18 @@ class Validation:
 
     def _evaluate_batches(self) -> Dict[str, Any]:
         cbs, trial, seed = self.harness.callbacks, self.trial, self.harness.trial_seed
-        loader = self.loader
-        if isinstance(loader, DataLoader):
-            loader = loader.sharding.validation_loader(
-                rank=self.dist.rank, num_replicas=self.dist.size, seed=seed
+        batches: Iterable[Any] = self.loader
+        if isinstance(self.loader, DataLoader):
+            batches = in_process_batches(
+                self.loader.sharding.validation_loader(
+                    rank=self.dist.rank, num_replicas=self.dist.size, seed=seed
+                )
             )
         limit = TEST_MODE_VALIDATION_BATCHES if self.test_mode else None
         outputs: List[Dict[str, Any]] = []
         lengths: List[int] = []
         cbs.call("on_validation_epoch_start")
-        for idx, batch in enumerate(loader):
+        for idx, batch in enumerate(batches):
             if limit is not None and idx >= limit:
                 break
             lengths.append(trial.get_batch_length(batch))

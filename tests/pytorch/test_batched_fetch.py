@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from determined_lite import pytorch
-from determined_lite.pytorch._sharding import Sharding, _BatchedTensorDataset, fetches_batches
+from determined_lite.pytorch._sharding import (
+    Sharding,
+    _BatchedTensorDataset,
+    fetches_batches,
+    in_process_batches,
+)
 
 
 def _data(n: int = 23) -> torch.utils.data.TensorDataset:
@@ -102,3 +107,56 @@ def test_a_trial_trains_to_the_same_weights_either_way():
     with pytest.MonkeyPatch.context() as mp:
         per_item = final_weight(False, mp)
     assert batched == per_item
+
+
+# --- in-process iteration (issue 17, item 2): det-lite's loop fetches in-process batches itself --
+
+
+class _Items(torch.utils.data.Dataset):
+    """Per-item reads (no __getitems__) with a custom collate."""
+
+    def __len__(self) -> int:
+        return 11
+
+    def __getitem__(self, i: int) -> dict:
+        return {"x": torch.tensor([float(i)]), "i": i}
+
+
+def _collate(items: List[dict]) -> dict:
+    return {"x": torch.cat([it["x"] for it in items]), "i": [it["i"] for it in items]}
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_in_process_batches_equal_torchs_iterator(shuffle):
+    for loader in (
+        pytorch.DataLoader(_data(), batch_size=4, shuffle=shuffle),
+        pytorch.DataLoader(_Items(), batch_size=3, shuffle=shuffle, collate_fn=_collate),
+    ):
+        for rank in range(2):
+            train = dict(seed=5, rank=rank, num_replicas=2, start_batch=3)
+            ours = list(itertools.islice(in_process_batches(loader.sharding.training_loader(**train)), 9))
+            torchs = list(itertools.islice(iter(loader.sharding.training_loader(**train)), 9))
+            val = dict(seed=5, rank=rank, num_replicas=2)
+            ours += list(in_process_batches(loader.sharding.validation_loader(**val)))
+            torchs += list(iter(loader.sharding.validation_loader(**val)))
+            assert len(ours) == len(torchs) > 9
+            for a, b in zip(ours, torchs):
+                if isinstance(a, dict):
+                    assert torch.equal(a["x"], b["x"]) and a["i"] == b["i"]
+                else:
+                    _same([a], [b])
+
+
+def test_in_process_batches_leave_worker_and_pinned_loaders_to_torch():
+    workers = pytorch.DataLoader(_data(), batch_size=4, num_workers=1).sharding.validation_loader()
+    assert type(in_process_batches(workers)).__name__ == "_MultiProcessingDataLoaderIter"
+    plain = pytorch.DataLoader(_data(), batch_size=4).sharding.validation_loader()
+    assert type(in_process_batches(plain)).__name__ == "generator"
+
+
+def test_in_process_batches_keep_a_profiler_label_while_profiling():
+    loader = pytorch.DataLoader(_data(), batch_size=4).sharding.validation_loader()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        assert len(list(in_process_batches(loader))) == 6
+    names = [e.name for e in prof.events()]
+    assert names.count("det_lite.DataLoader.__next__") == 6
