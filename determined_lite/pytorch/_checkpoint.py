@@ -164,6 +164,11 @@ def read_metadata(path: str) -> Dict[str, Any]:
             raise ValueError(f"{meta_path}: not valid JSON ({e})") from None
 
 
+def checkpoint_batches(path: str) -> int:
+    """Batches trained when the checkpoint at ``path`` was written (from its metadata)."""
+    return int(read_metadata(path).get("total_batches") or 0)
+
+
 def trusted(trust: Optional[bool] = None) -> bool:
     """Whether checkpoints may be fully unpickled: ``trust`` when given, else
     ``$DET_LITE_TRUST_CHECKPOINTS`` set to ``1`` (or ``true``/``yes``)."""

@@ -245,6 +245,9 @@ class TrialController:
 
     def _run(self) -> TrainResult:
         harness, state, spec = self.harness, self.state, self.spec
+        # context.get_initial_batch(), known before the data loaders are built (as in Determined)
+        resume = spec.latest_checkpoint
+        state.initial_batch = _checkpoint.checkpoint_batches(resume) if resume else 0
         self._train_loader = self._build_loader("build_training_data_loader")
         self.validation = Validation(
             self.trial,

@@ -96,6 +96,11 @@ def init(
             context.harness.tensorboard_writer = None
 
 
+def _tensorboard_dir(ctx: PyTorchTrialContext) -> Optional[str]:
+    path = ctx.get_tensorboard_path()
+    return None if path is None else str(path)
+
+
 def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
     if info.context_dir is not None:
         return info.context_dir
@@ -201,7 +206,7 @@ class Trainer:
                 "_core.tensorboard",
                 TensorBoardMetrics(
                     # context.set_enable_tensorboard_logging(False): no metrics to TensorBoard
-                    ctx.get_tensorboard_path() if ctx.harness.tensorboard_logging else None,
+                    _tensorboard_dir(ctx) if ctx.harness.tensorboard_logging else None,
                     is_chief,
                     state,
                     ctx.get_hparams(),
