@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 import numpy as np
 import torch
 
+from determined_lite._errors import ReducerUseError
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext, SingleProcessContext
 from determined_lite.pytorch._harness import TrialHarness, WrappedOptimizer
@@ -359,9 +360,13 @@ class PyTorchTrialContext:
         With ``name`` the result is one metric of that name; with ``name=None`` it must be a
         dict of metrics.
         """
+        if any(r.reducer is reducer for r in self.harness.reducers):
+            raise ReducerUseError(
+                f"wrap_reducer() was already called on this {type(reducer).__name__}; wrap each reducer once"
+            )
         wrapped = wrap_reducer(reducer, name, for_training, for_validation)
         if name is not None and any(r.name == name for r in self.harness.reducers):
-            raise ValueError(f"a reducer named {name!r} is already registered")
+            raise ReducerUseError(f"a reducer named {name!r} is already registered")
         self.harness.reducers.append(wrapped)
         return wrapped.reducer
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import determined_lite
-from determined_lite._errors import MetricTypeError, MissingMetricError
+from determined_lite._errors import MetricTypeError, MissingMetricError, NotADataLoaderError
 from determined_lite.config import (
     DEFAULT_REPORTING_PERIOD,
     DEFAULT_SMALLER_IS_BETTER,
@@ -144,7 +144,7 @@ class TrialController:
         if isinstance(loader, DataLoader):
             return loader
         if self.harness.dataset_checks:
-            raise TypeError(
+            raise NotADataLoaderError(
                 f"{method}() must return a determined_lite.pytorch.DataLoader (so the harness can "
                 f"shard, repeat and resume it), got {type(loader).__module__}."
                 f"{type(loader).__qualname__}; to use it anyway call "
