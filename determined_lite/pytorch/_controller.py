@@ -183,7 +183,9 @@ class TrialController:
             ) from None
         if n < 1:
             raise ValueError("the training data loader yields no batch")
-        return n
+        # Every worker uses the chief's epoch length, as in Determined: a sharded sampler's
+        # len() may differ between ranks (det.pytorch.samplers.DistributedBatchSampler).
+        return self.dist.broadcast(n) if self.dist.size > 1 else n
 
     def _training_batches(self, start: int) -> Iterator[Any]:
         loader = self._train_loader
