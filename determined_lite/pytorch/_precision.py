@@ -130,6 +130,7 @@ class Precision:
     def load_state_dict(self, state: Dict[str, Any], saved_scalers: List[Any]) -> None:
         """Restore from a context state dict (``saved_scalers``: its checked scaler entries)."""
         for scaler, sd in zip(self.scalers, saved_scalers):
-            scaler.load_state_dict(sd)
+            if sd is not None:  # None: the checkpoint had no state for it (one from Determined)
+                scaler.load_state_dict(sd)
         if self.amp_scaler is not None and state.get("amp_scaler_state_dict"):
             self.amp_scaler.load_state_dict(state["amp_scaler_state_dict"])
