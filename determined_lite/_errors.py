@@ -90,6 +90,122 @@ class DiskFullError(ActionRequired, OSError):
         return (type(self), (self.path, self.detail))
 
 
+# --- Determined's exception classes (``determined.errors``) --------------------------------
+# det-lite raises some of them itself (or errors deriving from them), so the hierarchy lives
+# here and the ``determined`` alias re-exports it. As in Determined, InvalidExperimentException
+# derives from BaseException.
+
+
+class EnterpriseOnlyError(Exception):
+    """A feature of Determined's enterprise edition."""
+
+
+class InternalException(Exception):
+    """An internal error of the harness."""
+
+
+class InvalidExperimentException(BaseException):
+    """The experiment (its config or code) is invalid."""
+
+
+class InvalidDataTypeException(InvalidExperimentException):
+    """The trial returned data of a type the harness cannot use."""
+
+
+class InvalidConfigurationException(InvalidExperimentException):
+    """The experiment configuration is invalid."""
+
+
+class InvalidModelException(InvalidExperimentException):
+    """The model definition is invalid."""
+
+
+class InvalidCheckpointException(Exception):
+    """A checkpoint cannot be used."""
+
+
+class StopLoadingImplementation(Exception):
+    """Raised by code that stops loading a trial implementation on purpose."""
+
+
+class WorkerError(Exception):
+    """A worker of the trial failed."""
+
+
+class WorkerFinishedGracefully(Exception):
+    """A worker ended on request."""
+
+
+class SkipWorkloadException(Exception):
+    """The current workload is skipped."""
+
+
+class CheckpointNotFound(Exception):
+    """No checkpoint matches what was asked for."""
+
+
+class CheckpointStateException(Exception):
+    """A checkpoint is in a state that does not allow the operation."""
+
+
+class NoDirectStorageAccess(Exception):
+    """Checkpoint storage cannot be reached directly."""
+
+
+class ProxiedDownloadFailed(Exception):
+    """A proxied checkpoint download failed."""
+
+
+class MultipleDownloadsFailed(Exception):
+    """Several checkpoint downloads failed."""
+
+
+DETERMINED_ERRORS = (
+    "EnterpriseOnlyError",
+    "InternalException",
+    "InvalidExperimentException",
+    "InvalidDataTypeException",
+    "InvalidConfigurationException",
+    "InvalidModelException",
+    "InvalidCheckpointException",
+    "StopLoadingImplementation",
+    "WorkerError",
+    "WorkerFinishedGracefully",
+    "SkipWorkloadException",
+    "CheckpointNotFound",
+    "CheckpointStateException",
+    "NoDirectStorageAccess",
+    "ProxiedDownloadFailed",
+    "MultipleDownloadsFailed",
+)
+
+
+# --- det-lite's errors that are also the error Determined raises in the same place ----------
+
+
+class TrainingNotStartedError(InternalException, RuntimeError):
+    """Epoch or batch information asked for before the first training batch (Determined:
+    ``InternalException("Training hasn't started.")``)."""
+
+
+class NotADataLoaderError(TrialCheckError, TypeError, RuntimeError):
+    """``build_*_data_loader()`` returned something other than det-lite's ``DataLoader`` without
+    ``disable_dataset_reproducibility_checks()`` (Determined raises ``RuntimeError``)."""
+
+
+class ReducerUseError(TrialCheckError, AssertionError, ValueError):
+    """A custom reducer broke the name/dict rule or was wrapped twice (Determined: ``AssertionError``)."""
+
+
+class ReducerTypeError(TrialCheckError, AssertionError, TypeError):
+    """``wrap_reducer`` got neither a function nor a ``MetricReducer`` (Determined: ``AssertionError``)."""
+
+
+class DataLengthError(ValueError, TypeError):
+    """``data_length`` found no tensor or array to count (Determined: ``TypeError`` for a value
+    of the wrong type, ``ValueError`` for an empty container)."""
+
+
 def _chain(error: BaseException) -> Iterator[BaseException]:
     """``error`` and the errors it was raised from or while handling, newest first."""
     seen = set()
@@ -128,12 +244,19 @@ def _copy_errors_say_full(error: shutil.Error) -> bool:
 
 
 __all__ = [
+    "DETERMINED_ERRORS",
     "DISK_FULL_ERRNOS",
+    "DataLengthError",
+    "NotADataLoaderError",
+    "ReducerTypeError",
+    "ReducerUseError",
+    "TrainingNotStartedError",
     "ActionRequired",
     "DiskFullError",
     "MetricTypeError",
     "MissingMetricError",
     "TrialCheckError",
+    *DETERMINED_ERRORS,
     "find_action_required",
     "find_trial_check",
     "is_disk_full",

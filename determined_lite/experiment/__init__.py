@@ -224,6 +224,7 @@ def create_experiment(
     from determined_lite.config import load_config
     from determined_lite.experiment._context import install_context, stage_context, staged_snapshot
     from determined_lite.experiment._lock import take_runner_lock
+    from determined_lite.experiment._warm_start import WarmStartError, warm_start_checkpoint
     from determined_lite.launch._engines import engine_problem
     from determined_lite.storage import DETIGNORE, ContextError
     from determined_lite.store import Store
@@ -259,6 +260,10 @@ def create_experiment(
             return _error(f"{config_path}: {problem.replace(snapshot, context_dir)}")
         _print_determined_notice(raw, snapshot)
         store = Store()
+        try:
+            warm_start_checkpoint(raw, store)
+        except WarmStartError as e:
+            return _error(f"{config_path}: {e}")
         # Recorded as run by this process from the start: `activate` never starts a second runner.
         experiment_id = store.create_experiment(
             raw, context_dir, os.path.abspath(config_path), raw.get("name") or "experiment", pid=os.getpid()

@@ -28,6 +28,7 @@ from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
 from determined_lite.experiment._retention import RetentionPolicy, apply_retention
+from determined_lite.experiment._warm_start import warm_start_checkpoint
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
 from determined_lite.launch._failures import read_no_restart, remove_no_restart
 from determined_lite.launch._spec import progress_path
@@ -117,6 +118,7 @@ class ExperimentRunner:
         self.retention = RetentionPolicy.from_config(self.config, self.metric, self.smaller_is_better)
         self.unit = searcher_settings.unit
         self.training_settings = TrainingSettings.from_config(self.config)  # carried by every WorkerSpec
+        self.warm_start = warm_start_checkpoint(self.config, store)  # checked by experiment create
         self.searcher = make_searcher(
             searcher_settings, self.config.get("hyperparameters") or {}, self._experiment_seed()
         )
@@ -344,6 +346,7 @@ class ExperimentRunner:
             trial_id=request.trial_id,
             experiment_id=self.id,
             latest_checkpoint=latest["path"] if latest else None,
+            warm_start=None if latest else self.warm_start,
             test_mode=self.test_mode,
             store_path=self.store.path,
             checkpoint_root=checkpoint_root(self.config),

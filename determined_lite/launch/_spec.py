@@ -22,9 +22,10 @@ class WorkerSpec:
     ``max_length`` is the total length to reach, in Determined's form (``{"batches": n}``);
     ``settings`` is the experiment's ``TrainingSettings.to_json()`` (periods, checkpoint policy,
     searcher metric), built once by the runner: workers read it instead of parsing ``exp_conf``;
-    ``latest_checkpoint`` is the directory to resume from. ``store_path``, when set, makes the
-    chief write metrics, checkpoints and state to the experiment store and poll it for
-    pause/kill requests.
+    ``latest_checkpoint`` is the directory to resume from; ``warm_start`` the checkpoint a trial
+    without one starts from (``searcher.source_checkpoint_uuid``/``source_trial_id``).
+    ``store_path``, when set, makes the chief write metrics, checkpoints and state to the
+    experiment store and poll it for pause/kill requests.
     """
 
     entrypoint: str
@@ -38,6 +39,7 @@ class WorkerSpec:
     trial_id: Optional[int] = None
     experiment_id: Optional[int] = None
     latest_checkpoint: Optional[str] = None
+    warm_start: Optional[str] = None
     test_mode: bool = False
     store_path: Optional[str] = None
     checkpoint_root: Optional[str] = None

@@ -213,6 +213,7 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
         result = Trainer(trial, ctx).fit(
             max_length=length_from_config(spec.max_length, "max_length"),
             latest_checkpoint=spec.latest_checkpoint,
+            warm_start=spec.warm_start,
             test_mode=spec.test_mode,
             should_stop=should_stop,
             core_callbacks=list(callbacks) + list(extra_callbacks),

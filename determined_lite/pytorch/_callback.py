@@ -4,6 +4,7 @@ dispatched from."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import threading
 import warnings
@@ -54,7 +55,8 @@ class PyTorchCallback:
         """Before the first training batch of this run."""
 
     def on_training_epoch_start(self, epoch_idx: int) -> None:
-        """Before the first batch of every training epoch."""
+        """Before the first batch of every training epoch (the legacy form without ``epoch_idx``
+        still runs, with a deprecation warning, as in Determined)."""
 
     def on_training_epoch_end(self, epoch_idx: int) -> None:
         """After the last batch of every training epoch."""
@@ -126,7 +128,8 @@ class PyTorchCallback:
         """After ``evaluate_batch``, with the metrics it returned (unreduced)."""
 
     def on_validation_epoch_end(self, outputs: List[Any]) -> None:
-        """After the last validation batch, with this worker's ``evaluate_batch`` outputs."""
+        """After the last validation batch, with this worker's ``evaluate_batch`` outputs (the
+        form without ``outputs`` still runs, with a deprecation warning)."""
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
         """After every validation, with the reduced metrics (on every worker)."""
@@ -183,6 +186,13 @@ class Hook:
     when: str
     chief_only: bool = False
     alias_of: Optional[str] = None  # a deprecated name, called right after the hook it aliases
+    legacy_no_args: bool = False  # an override taking no arguments is called without them (deprecated)
+
+
+class CallbackDeprecationWarning(FutureWarning, DeprecationWarning):
+    """A callback uses a deprecated hook or hook signature. Determined warns with a
+    ``FutureWarning`` (``on_checkpoint_end``) or a log line; this is both warnings, and det-lite
+    logs it too."""
 
 
 # Where: the code that calls the hook (module[.Class.method] under determined_lite/pytorch/).
@@ -209,7 +219,7 @@ HOOK_TABLE: Tuple[Hook, ...] = (
     Hook("on_checkpoint_load_start", _RESTORE, "resuming: checkpoint read, trial state not restored yet"),
     Hook("on_trial_startup", _RUN, "once, after restoring and broadcasting the initial state"),
     Hook("on_training_start", _TRAIN, "once, before the first batch of this run"),
-    Hook("on_training_epoch_start", _TRAIN, "before the first batch of each epoch"),
+    Hook("on_training_epoch_start", _TRAIN, "before the first batch of each epoch", legacy_no_args=True),
     Hook("on_train_batch_start", _TRAIN, "each batch, before train_batch (batch on the device)"),
     Hook("on_before_forward", _FORWARD, "each forward of a wrapped model, training and validation"),
     Hook("on_after_forward", _FORWARD, "each forward of a wrapped model, training and validation"),
@@ -229,7 +239,12 @@ HOOK_TABLE: Tuple[Hook, ...] = (
     Hook("on_validation_epoch_start", _EVAL, "each evaluate_batch validation, before its first batch"),
     Hook("on_validation_batch_start", _EVAL, "each validation batch, before evaluate_batch"),
     Hook("on_validation_batch_end", _EVAL, "each validation batch, after evaluate_batch"),
-    Hook("on_validation_epoch_end", _EVAL, "each evaluate_batch validation, after its last batch"),
+    Hook(
+        "on_validation_epoch_end",
+        _EVAL,
+        "each evaluate_batch validation, after its last batch",
+        legacy_no_args=True,
+    ),
     Hook("on_validation_end", _VALIDATE, "each validation, last: the reduced metrics"),
     Hook("on_validation_step_end", _VALIDATE, "each validation", alias_of="on_validation_end"),
     Hook("on_checkpoint_save_start", _SAVE, "each checkpoint, before it is written", chief_only=True),
@@ -247,6 +262,20 @@ HOOK_TABLE: Tuple[Hook, ...] = (
 HOOKS = tuple(hook.name for hook in HOOK_TABLE)
 CHIEF_ONLY_HOOKS = frozenset(hook.name for hook in HOOK_TABLE if hook.chief_only)
 _DEPRECATED_HOOKS = {hook.name: hook.alias_of for hook in HOOK_TABLE if hook.alias_of}
+_LEGACY_NO_ARGS = frozenset(hook.name for hook in HOOK_TABLE if hook.legacy_no_args)
+
+
+def _takes_no_arguments(method: Any) -> bool:
+    """Whether a bound hook declares no parameter at all (Determined's test for a legacy form)."""
+    try:
+        return not inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it normally
+        return False
+
+
+def _deprecated(message: str) -> None:
+    warnings.warn(message, CallbackDeprecationWarning, stacklevel=3)
+    logger.warning(message)  # DeprecationWarning is hidden outside __main__
 
 
 # --- global callbacks -----------------------------------------------------------------------
@@ -325,7 +354,9 @@ class CallbackList:
     """Named callbacks in dispatch order; ``call(hook, ...)`` runs one hook on all of them.
 
     For each hook the list of callbacks that override it is computed once, so a hook that
-    nobody overrides costs one dict lookup per call.
+    nobody overrides costs one dict lookup per call. Deprecated hooks and legacy signatures (an
+    override of a ``legacy_no_args`` hook that takes no arguments, called without them) are
+    found here, once, each with one :class:`CallbackDeprecationWarning`.
     """
 
     def __init__(self, named: Sequence[Tuple[str, PyTorchCallback]], is_chief: bool) -> None:
@@ -340,21 +371,29 @@ class CallbackList:
                     f"{type(cb).__name__}"
                 )
         self._named = list(named)
-        self._by_hook: Dict[str, List[Tuple[str, PyTorchCallback]]] = {}
+        # per hook: (name, callback, called without arguments: the legacy form)
+        self._by_hook: Dict[str, List[Tuple[str, PyTorchCallback, bool]]] = {}
         for hook in HOOKS:
             base = getattr(PyTorchCallback, hook)
             users = [(name, cb) for name, cb in self._named if getattr(type(cb), hook, base) is not base]
             if hook in CHIEF_ONLY_HOOKS and not is_chief:
                 users = []
-            self._by_hook[hook] = users
+            self._by_hook[hook] = [(name, cb, self._legacy(name, cb, hook)) for name, cb in users]
             if hook in _DEPRECATED_HOOKS:
+                use = _DEPRECATED_HOOKS[hook]
                 for name, _ in users:
-                    message = (
-                        f"callback {name!r} overrides {hook}, which is deprecated; use "
-                        f"{_DEPRECATED_HOOKS[hook]}"
-                    )
-                    warnings.warn(message, DeprecationWarning, stacklevel=2)
-                    logger.warning(message)  # DeprecationWarning is hidden outside __main__
+                    _deprecated(f"callback {name!r} overrides {hook}, which is deprecated; use {use}")
+
+    @staticmethod
+    def _legacy(name: str, cb: PyTorchCallback, hook: str) -> bool:
+        if hook not in _LEGACY_NO_ARGS or not _takes_no_arguments(getattr(cb, hook)):
+            return False
+        params = ", ".join(inspect.signature(getattr(PyTorchCallback, hook)).parameters)
+        _deprecated(
+            f"callback {name!r} defines {hook}() without parameters, which is deprecated; "
+            f"define {hook}({params})"
+        )
+        return True
 
     def __iter__(self) -> Iterator[Tuple[str, PyTorchCallback]]:
         return iter(self._named)
@@ -363,9 +402,9 @@ class CallbackList:
         return bool(self._by_hook[hook])
 
     def call(self, hook: str, *args: Any) -> None:
-        for name, cb in self._by_hook[hook]:
+        for name, cb, legacy in self._by_hook[hook]:
             try:
-                getattr(cb, hook)(*args)
+                getattr(cb, hook)(*(() if legacy else args))
             except Exception as e:
                 raise CallbackError(
                     f"callback {name!r} ({type(cb).__qualname__}) raised in {hook}: {type(e).__name__}: {e}"
@@ -374,7 +413,7 @@ class CallbackList:
     def call_chain(self, hook: str, value: Any, *args: Any) -> Any:
         """Run ``hook(value, *args)`` on each callback; one that returns something other than
         None replaces ``value`` for the next callbacks and the caller (``on_before_backward``)."""
-        for name, cb in self._by_hook[hook]:
+        for name, cb, _ in self._by_hook[hook]:
             try:
                 result = getattr(cb, hook)(value, *args)
             except Exception as e:

@@ -164,6 +164,11 @@ def read_metadata(path: str) -> Dict[str, Any]:
             raise ValueError(f"{meta_path}: not valid JSON ({e})") from None
 
 
+def checkpoint_batches(path: str) -> int:
+    """Batches trained when the checkpoint at ``path`` was written (from its metadata)."""
+    return int(read_metadata(path).get("total_batches") or 0)
+
+
 def trusted(trust: Optional[bool] = None) -> bool:
     """Whether checkpoints may be fully unpickled: ``trust`` when given, else
     ``$DET_LITE_TRUST_CHECKPOINTS`` set to ``1`` (or ``true``/``yes``)."""
@@ -196,10 +201,25 @@ def read_checkpoint(
         raise FileNotFoundError(
             f"{path!r} is not a complete determined_lite checkpoint: {STATE_FILE} is missing"
         )
+    return load_state_file(state_path, map_location, trust, **torch_load_kwargs), metadata
+
+
+def load_state_file(
+    state_path: str,
+    map_location: Any = "cpu",
+    trust: Optional[bool] = None,
+    safe_globals: Sequence[Any] = (),
+    **torch_load_kwargs: Any,
+) -> Any:
+    """``torch.load`` of a checkpoint's state file, ``weights_only=True`` unless :func:`trusted`
+    (or ``torch_load_kwargs`` says ``weights_only``); ``safe_globals``: data-only types allowed
+    on top of torch's (``torch.serialization.safe_globals`` entries). A file that needs more
+    raises :class:`UntrustedCheckpointError` without running any of it."""
     kwargs: Dict[str, Any] = {"map_location": map_location, "weights_only": not trusted(trust)}
     kwargs.update(torch_load_kwargs)
     try:
-        state = torch.load(state_path, **kwargs)
+        with torch.serialization.safe_globals(list(safe_globals)):
+            return torch.load(state_path, **kwargs)
     except pickle.UnpicklingError as e:
         if not kwargs["weights_only"]:
             raise
@@ -209,7 +229,6 @@ def read_checkpoint(
             f"Determined or an older det-lite) or it was altered. Load it only if you trust it: "
             f"set {TRUST_ENV}=1 (in Python: trust=True)"
         ) from None
-    return state, metadata
 
 
 def _refusal_reason(error: BaseException) -> str:

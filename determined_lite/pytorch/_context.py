@@ -5,15 +5,18 @@ from __future__ import annotations
 import copy
 import difflib
 import logging
+import pathlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
+from determined_lite._errors import ReducerUseError
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext, SingleProcessContext
 from determined_lite.pytorch._harness import TrialHarness, WrappedOptimizer
 from determined_lite.pytorch._lr_scheduler import LRScheduler
+from determined_lite.pytorch._precision import amp_autocast, to_full_precision
 from determined_lite.pytorch._reducer import MetricReducer, wrap_reducer
 
 logger = logging.getLogger("determined_lite")
@@ -201,8 +204,10 @@ class PyTorchTrialContext:
             )
         return global_bs // size
 
-    def get_tensorboard_path(self) -> Optional[str]:
-        return self._tensorboard_path
+    def get_tensorboard_path(self) -> Optional[pathlib.Path]:
+        """The trial's TensorBoard directory, a ``pathlib.Path`` as in Determined (None when
+        ``init(..., enable_tensorboard_logging=False)``)."""
+        return None if self._tensorboard_path is None else pathlib.Path(self._tensorboard_path)
 
     def get_tensorboard_writer(self) -> Any:
         """A ``torch.utils.tensorboard.SummaryWriter`` on the trial's TensorBoard directory (one
@@ -216,7 +221,7 @@ class PyTorchTrialContext:
                 )
             from torch.utils.tensorboard import SummaryWriter
 
-            self.harness.tensorboard_writer = SummaryWriter(log_dir=path)
+            self.harness.tensorboard_writer = SummaryWriter(log_dir=str(path))
         return self.harness.tensorboard_writer
 
     def set_enable_tensorboard_logging(self, enable_tensorboard_logging: bool) -> None:
@@ -240,19 +245,27 @@ class PyTorchTrialContext:
 
     # --- epochs and batches -----------------------------------------------------------------
     def current_train_batch(self) -> int:
-        """Index of the training batch being trained (or next to be trained), from 0."""
-        return self.harness.state.batch_idx
+        """Index of the training batch being trained, from 0 (counting batches trained before a
+        resume). Before the first training batch it raises ``determined.errors.InternalException``
+        ("Training hasn't started"), as Determined's does; so do the epoch methods below."""
+        return self.harness.state.current_batch()
 
     def current_train_epoch(self) -> int:
         return self.harness.state.epoch
 
     def is_epoch_start(self) -> bool:
         state = self.harness.state
-        return state.batch_idx % state.require_epoch_length() == 0
+        return state.current_batch() % state.require_epoch_length() == 0
 
     def is_epoch_end(self) -> bool:
         state = self.harness.state
-        return (state.batch_idx + 1) % state.require_epoch_length() == 0
+        return (state.current_batch() + 1) % state.require_epoch_length() == 0
+
+    def get_initial_batch(self) -> int:
+        """Batches trained before this run: those of the checkpoint it resumes from, else 0.
+        Known from ``Trainer.fit`` on (its data loaders, callbacks and batches), as Determined's
+        from the trial's start."""
+        return self.harness.state.initial_batch
 
     # --- wrapping ---------------------------------------------------------------------------
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -265,6 +278,22 @@ class PyTorchTrialContext:
         wrapped = self._distributed.wrap_model(model, self.device)
         self.harness.models.append(wrapped)
         return wrapped
+
+    def autocast_forward_pass(self, to_wrap: torch.nn.Module) -> torch.nn.Module:
+        """Run ``to_wrap``'s forward pass under autocast (float16 on CUDA, bfloat16 on the CPU)
+        and give its floating outputs back in float32, so the loss needs no autocast (Determined's
+        ``context.autocast_forward_pass``; the module itself is returned, its forward wrapped)."""
+        if not isinstance(to_wrap, torch.nn.Module):
+            raise TypeError(f"autocast_forward_pass() needs a torch.nn.Module, got {type(to_wrap).__name__}")
+        forward, device = to_wrap.forward, self.device
+
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with amp_autocast(device):
+                return forward(*args, **kwargs)
+
+        to_wrap.forward = autocast_forward
+        to_wrap.register_forward_hook(lambda module, inputs, output: to_full_precision(output))
+        return to_wrap
 
     def wrap_optimizer(
         self, optimizer: torch.optim.Optimizer, backward_passes_per_step: int = 1
@@ -331,9 +360,13 @@ class PyTorchTrialContext:
         With ``name`` the result is one metric of that name; with ``name=None`` it must be a
         dict of metrics.
         """
+        if any(r.reducer is reducer for r in self.harness.reducers):
+            raise ReducerUseError(
+                f"wrap_reducer() was already called on this {type(reducer).__name__}; wrap each reducer once"
+            )
         wrapped = wrap_reducer(reducer, name, for_training, for_validation)
         if name is not None and any(r.name == name for r in self.harness.reducers):
-            raise ValueError(f"a reducer named {name!r} is already registered")
+            raise ReducerUseError(f"a reducer named {name!r} is already registered")
         self.harness.reducers.append(wrapped)
         return wrapped.reducer
 

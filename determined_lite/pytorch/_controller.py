@@ -19,14 +19,14 @@ import numpy as np
 import torch
 
 import determined_lite
-from determined_lite._errors import MetricTypeError, MissingMetricError
+from determined_lite._errors import MetricTypeError, MissingMetricError, NotADataLoaderError
 from determined_lite.config import (
     DEFAULT_REPORTING_PERIOD,
     DEFAULT_SMALLER_IS_BETTER,
     CheckpointPolicy,
     TrainUnit,
 )
-from determined_lite.pytorch import _checkpoint, _rng
+from determined_lite.pytorch import _checkpoint, _determined_ckpt, _rng
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks, name_callbacks
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
@@ -75,6 +75,7 @@ class RunSpec:
     searcher_metric: Optional[str] = None
     smaller_is_better: bool = DEFAULT_SMALLER_IS_BETTER
     should_stop: Optional[Callable[[], bool]] = None
+    warm_start: Optional[str] = None  # a checkpoint to start a new trial from (unless resuming)
 
     def __post_init__(self) -> None:
         policies = tuple(p.value for p in CheckpointPolicy)
@@ -144,7 +145,7 @@ class TrialController:
         if isinstance(loader, DataLoader):
             return loader
         if self.harness.dataset_checks:
-            raise TypeError(
+            raise NotADataLoaderError(
                 f"{method}() must return a determined_lite.pytorch.DataLoader (so the harness can "
                 f"shard, repeat and resume it), got {type(loader).__module__}."
                 f"{type(loader).__qualname__}; to use it anyway call "
@@ -183,7 +184,9 @@ class TrialController:
             ) from None
         if n < 1:
             raise ValueError("the training data loader yields no batch")
-        return n
+        # Every worker uses the chief's epoch length, as in Determined: a sharded sampler's
+        # len() may differ between ranks (det.pytorch.samplers.DistributedBatchSampler).
+        return self.dist.broadcast(n) if self.dist.size > 1 else n
 
     def _training_batches(self, start: int) -> Iterator[Any]:
         loader = self._train_loader
@@ -245,6 +248,9 @@ class TrialController:
 
     def _run(self) -> TrainResult:
         harness, state, spec = self.harness, self.state, self.spec
+        # context.get_initial_batch(), known before the data loaders are built (as in Determined)
+        resume = spec.latest_checkpoint
+        state.initial_batch = _resume_batches(resume) if resume else 0
         self._train_loader = self._build_loader("build_training_data_loader")
         self.validation = Validation(
             self.trial,
@@ -264,6 +270,8 @@ class TrialController:
         start = 0
         if spec.latest_checkpoint:
             start, checkpoint_uuid, rng_state = self._restore(spec.latest_checkpoint)
+        elif spec.warm_start:
+            checkpoint_uuid, rng_state = self._warm_start(spec.warm_start)
         state.batches_done = start
         self.dist.broadcast_initial_state(harness.models, self.context.optimizers)
 
@@ -495,8 +503,10 @@ class TrialController:
             {"uuid": uuid, "path": path, "total_batches": done, "metrics": metrics}
         )
 
-    def _restore(self, path: str) -> Tuple[int, str, Dict[str, Any]]:
+    def _restore(self, path: str) -> Tuple[int, str, Optional[Dict[str, Any]]]:
         self.callbacks.call("on_before_load_checkpoint", path)
+        if _determined_ckpt.is_determined_checkpoint(path):
+            return self._load_determined(path, warm=False)
         state, metadata = _checkpoint.read_checkpoint(path, map_location="cpu")
         self.callbacks.call("on_checkpoint_load_start", state)
         self.harness.load_state_dict(state["context"])
@@ -513,3 +523,56 @@ class TrialController:
             metadata.get("uuid", os.path.basename(os.path.normpath(path))),
             rng[self.dist.rank % len(rng)],
         )
+
+    def _warm_start(self, path: str) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """Start a new trial from ``path`` as Determined's warm start does (the source checkpoint
+        is loaded like the trial's own latest one, with the trial's progress at batch 0): weights,
+        optimizer, LR scheduler and scaler states, callbacks' states and random states."""
+        self.callbacks.call("on_before_load_checkpoint", path)
+        if _determined_ckpt.is_determined_checkpoint(path):
+            _, checkpoint_uuid, rng = self._load_determined(path, warm=True)
+            return checkpoint_uuid, rng
+        state, metadata = _checkpoint.read_checkpoint(path, map_location="cpu")
+        self.callbacks.call("on_checkpoint_load_start", state)
+        self.harness.load_state_dict(state["context"])
+        for wrapped in self.harness.optimizers:
+            wrapped.steps = 0  # the new trial counts its own optimizer steps
+        self.callbacks.load_state_dict(state.get("callbacks", {}))
+        rng = state["rng"]
+        logger.info("warm start from checkpoint %s", path)
+        return metadata.get("uuid", os.path.basename(os.path.normpath(path))), rng[self.dist.rank % len(rng)]
+
+    def _load_determined(self, path: str, warm: bool) -> Tuple[int, str, Optional[Dict[str, Any]]]:
+        """Load a checkpoint written by Determined (``_determined_ckpt``); resuming continues at
+        its ``batches_trained``, a warm start at batch 0."""
+        ckpt = _determined_ckpt.read_determined_checkpoint(path)
+        self.callbacks.call("on_checkpoint_load_start", ckpt.state)
+        harness = self.harness
+        start = 0 if warm else ckpt.batches_trained
+        self.harness.load_state_dict(
+            _determined_ckpt.context_state(
+                ckpt,
+                models=len(harness.models),
+                optimizers=len(harness.optimizers),
+                lr_schedulers=len(harness.lr_schedulers),
+                scalers=len(harness.precision.scalers),
+                amp_scaler=harness.precision.amp_scaler is not None,
+                optimizer_steps=start // self.state.aggregation_frequency,
+            )
+        )
+        self.callbacks.load_state_dict(ckpt.state.get("callbacks") or {})
+        self._last_checkpoint_batch = None if warm else start
+        logger.info(
+            "%s Determined checkpoint %s%s",
+            "warm start from" if warm else "resuming from",
+            path,
+            "" if warm else f" at batch {start}",
+        )
+        return start, ckpt.uuid, _determined_ckpt.rng_state(ckpt)
+
+
+def _resume_batches(path: str) -> int:
+    """Batches trained in the checkpoint at ``path`` (det-lite's or Determined's)."""
+    if _determined_ckpt.is_determined_checkpoint(path):
+        return _determined_ckpt.batches_trained(path)
+    return _checkpoint.checkpoint_batches(path)

@@ -5,7 +5,8 @@ when given; otherwise the ``module:Class`` recorded in the checkpoint's metadata
 the caller's ``sys.path`` (code the caller already runs). The checkpoint's own ``code/``
 directory is imported from only when the caller trusts the checkpoint (``trust=True`` or
 ``$DET_LITE_TRUST_CHECKPOINTS=1``), as Determined does. The weights load with
-``weights_only=True`` unless trusted (see ``_checkpoint.read_checkpoint``).
+``weights_only=True`` unless trusted (see ``_checkpoint.read_checkpoint``). Checkpoints written
+by Determined itself are read by ``_determined_ckpt`` under the same rules.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import sys
 from typing import Any, Dict, Optional, Type
 
+from determined_lite.pytorch import _determined_ckpt
 from determined_lite.pytorch._checkpoint import CODE_DIR, TRUST_ENV, read_checkpoint, trusted
 
 
@@ -64,13 +66,11 @@ def load_trial_from_checkpoint_path(
     from determined_lite.pytorch._context import PyTorchTrialContext
 
     trust = trusted(trust)
+    if _determined_ckpt.is_determined_checkpoint(path):
+        return _load_determined(path, trial_class, trial_kwargs, torch_load_kwargs, trust)
     state, metadata = read_checkpoint(path, trust=trust, **(torch_load_kwargs or {}))
     if trial_class is None:
-        from determined_lite.compat import install_alias
-
-        install_alias()  # a trial written for Determined imports `determined`: the alias, unless installed
-        code_dir = os.path.abspath(os.path.join(path, CODE_DIR)) if trust else None
-        trial_class = _import_trial_class(metadata["trial_class"], code_dir)
+        trial_class = _recorded_class(metadata["trial_class"], path, trust)
     context = PyTorchTrialContext(
         hparams=metadata.get("hparams") or {},
         exp_conf=metadata.get("experiment_config") or {},
@@ -81,4 +81,53 @@ def load_trial_from_checkpoint_path(
     )
     trial = trial_class(context, **(trial_kwargs or {}))
     context.harness.load_state_dict(state["context"], strict=False)
+    return trial
+
+
+def _recorded_class(spec: str, path: str, trust: bool) -> Type[Any]:
+    from determined_lite.compat import install_alias
+
+    install_alias()  # a trial written for Determined imports `determined`: the alias, unless installed
+    code_dir = os.path.abspath(os.path.join(path, CODE_DIR)) if trust else None
+    return _import_trial_class(spec, code_dir)
+
+
+def _load_determined(
+    path: str,
+    trial_class: Optional[Type[Any]],
+    trial_kwargs: Optional[Dict[str, Any]],
+    torch_load_kwargs: Optional[Dict[str, Any]],
+    trust: bool,
+) -> Any:
+    """A trial from a checkpoint written by Determined: its class (``load_data.json``'s
+    ``trial_cls_spec``, else the config's ``entrypoint``), hparams and config; its weights."""
+    from determined_lite.pytorch._context import PyTorchTrialContext
+
+    ckpt = _determined_ckpt.read_determined_checkpoint(path, trust=trust, **(torch_load_kwargs or {}))
+    if trial_class is None:
+        if ckpt.trial_cls_spec is None:
+            raise ImportError(
+                f"the Determined checkpoint {path!r} names no trial class (no load_data.json, and "
+                "no entrypoint in its metadata.json's experiment_config); pass trial_class="
+            )
+        trial_class = _recorded_class(ckpt.trial_cls_spec, path, trust)
+    exp_conf = ckpt.experiment_config
+    optimizations = exp_conf.get("optimizations") or {}
+    context = PyTorchTrialContext(
+        hparams=ckpt.hparams,
+        exp_conf=exp_conf,
+        aggregation_frequency=int(optimizations.get("aggregation_frequency", 1) or 1),
+    )
+    trial = trial_class(context, **(trial_kwargs or {}))
+    harness = context.harness
+    state = _determined_ckpt.context_state(
+        ckpt,
+        models=len(harness.models),
+        optimizers=len(harness.optimizers),
+        lr_schedulers=len(harness.lr_schedulers),
+        scalers=len(harness.precision.scalers),
+        amp_scaler=False,
+        optimizer_steps=0,
+    )
+    harness.load_state_dict(state, strict=False)
     return trial

@@ -25,6 +25,28 @@ _NULL = contextlib.nullcontext()  # reusable: nullcontext keeps no state
 _SCALER_METHODS = ("scale", "step", "update", "state_dict")
 
 
+def amp_dtype(device: torch.device) -> torch.dtype:
+    """The reduced precision of AMP on ``device``: float16 on CUDA, bfloat16 on the CPU."""
+    return torch.float16 if device.type == "cuda" else torch.bfloat16
+
+
+def amp_autocast(device: torch.device) -> ContextManager[Any]:
+    """``torch.autocast`` on ``device`` in :func:`amp_dtype`."""
+    return torch.autocast(device_type=device.type, dtype=amp_dtype(device))
+
+
+def to_full_precision(output: Any) -> Any:
+    """``output`` (nested in dicts, lists, tuples) with reduced-precision float tensors made
+    float32, so that a loss computed outside autocast sees full precision."""
+    if isinstance(output, torch.Tensor):
+        return output.float() if output.dtype in (torch.float16, torch.bfloat16) else output
+    if isinstance(output, dict):
+        return {k: to_full_precision(v) for k, v in output.items()}
+    if isinstance(output, (list, tuple)) and not hasattr(output, "_fields"):
+        return type(output)(to_full_precision(v) for v in output)
+    return output
+
+
 class Precision:
     """Mixed-precision state of one trial on one worker (full precision until enabled)."""
 
@@ -66,8 +88,7 @@ class Precision:
         """Autocast under ``use_amp`` (float16 on CUDA, bfloat16 on CPU); a no-op otherwise."""
         if not self.autocasts:
             return _NULL
-        dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        return torch.autocast(device_type=self.device.type, dtype=dtype)
+        return amp_autocast(self.device)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss to backpropagate: scaled by the harness's scaler under ``use_amp`` on CUDA."""
@@ -109,6 +130,7 @@ class Precision:
     def load_state_dict(self, state: Dict[str, Any], saved_scalers: List[Any]) -> None:
         """Restore from a context state dict (``saved_scalers``: its checked scaler entries)."""
         for scaler, sd in zip(self.scalers, saved_scalers):
-            scaler.load_state_dict(sd)
+            if sd is not None:  # None: the checkpoint had no state for it (one from Determined)
+                scaler.load_state_dict(sd)
         if self.amp_scaler is not None and state.get("amp_scaler_state_dict"):
             self.amp_scaler.load_state_dict(state["amp_scaler_state_dict"])

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from determined_lite._errors import MetricTypeError
+from determined_lite._errors import MetricTypeError, ReducerTypeError, ReducerUseError
 
 
 class Reducer(enum.Enum):
@@ -81,7 +81,10 @@ class _FunctionReducer(MetricReducer):
 
 
 class WrappedReducer:
-    """A registered custom reducer with its name and the workloads it takes part in."""
+    """A registered custom reducer with its name and the workloads it takes part in.
+
+    Breaking the name/dict rule raises :class:`ReducerUseError`, an ``AssertionError`` as in
+    Determined (and a ``ValueError``, det-lite's earlier type)."""
 
     def __init__(
         self,
@@ -104,14 +107,14 @@ class WrappedReducer:
         result = self.reducer.cross_slot_reduce(per_slot)
         if self.name is not None:
             if isinstance(result, Mapping):
-                raise ValueError(
+                raise ReducerUseError(
                     f"reducer {self.label} was wrapped with name={self.name!r}, so "
                     f"cross_slot_reduce() must return a single (non-dict) metric, but it returned "
                     f"a dict with keys {sorted(result)}; pass name=None to return several metrics"
                 )
             return {self.name: numpy_metric(result, self.name, workload)}
         if not isinstance(result, Mapping):
-            raise ValueError(
+            raise ReducerUseError(
                 f"reducer {self.label} was wrapped with name=None, so cross_slot_reduce() must "
                 f"return a dict of metric names to values, but it returned {type(result).__name__}; "
                 f"pass name='...' to return a single metric"
@@ -135,7 +138,7 @@ def wrap_reducer(
     elif callable(reducer):
         impl = _FunctionReducer(reducer)
     else:
-        raise TypeError(
+        raise ReducerTypeError(
             "wrap_reducer(reducer=...) must be a function taking a list of values or a "
             f"determined_lite.pytorch.MetricReducer, got {type(reducer).__name__}"
         )

@@ -11,6 +11,7 @@ import dataclasses
 import math
 from typing import Callable, Optional
 
+from determined_lite._errors import TrainingNotStartedError
 from determined_lite.config import CheckpointPolicy, Record, TrainUnit
 from determined_lite.config._settings import TEST_MODE_STEPS
 
@@ -129,25 +130,35 @@ class TrainingState:
     """The loop's progress on this worker: the loop writes it; the context and callbacks read it."""
 
     aggregation_frequency: int = 1
-    batch_idx: int = 0  # the batch being trained (or next to be trained), from 0
+    batch_idx: Optional[int] = None  # the batch being trained (or last trained), from 0; None before
     batches_done: int = 0  # batches trained, counting those before a resume
+    initial_batch: int = 0  # batches trained before this run (the checkpoint it resumes from)
     epoch_length: Optional[int] = None  # batches per epoch; known once training starts
     plan: Optional[Plan] = None
     best_validation: Optional[float] = None  # best searcher metric so far (carried in checkpoints)
 
+    def current_batch(self) -> int:
+        """``batch_idx``; before the first training batch, Determined's ``InternalException``."""
+        if self.batch_idx is None:
+            raise TrainingNotStartedError(
+                "Training hasn't started: batch and epoch information is available from the first "
+                "training batch on (in train_batch, and in training callbacks)"
+            )
+        return self.batch_idx
+
     def require_epoch_length(self) -> int:
         if self.epoch_length is None:
-            raise RuntimeError(
-                "epoch information is only available once training started (inside train_batch "
-                "or a training callback)"
+            raise TrainingNotStartedError(
+                "Training hasn't started: epoch information is available once training started "
+                "(inside train_batch or a training callback)"
             )
         return self.epoch_length
 
     @property
     def epoch(self) -> int:
         """The epoch of the batch being trained, from 0."""
-        return self.batch_idx // self.require_epoch_length()
+        return self.current_batch() // self.require_epoch_length()
 
     def is_step_batch(self) -> bool:
         """Whether the batch being trained steps the optimizer."""
-        return is_step_batch(self.batch_idx, self.aggregation_frequency)
+        return is_step_batch(self.current_batch(), self.aggregation_frequency)

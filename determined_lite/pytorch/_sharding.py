@@ -242,6 +242,41 @@ class _TrainingBatchSampler(torch.utils.data.Sampler):
             epoch += 1
 
 
+class _StreamBatchSampler(torch.utils.data.Sampler):
+    """Determined's training stream over a batch_sampler: its passes repeated end to end (pass
+    ``p`` after ``set_epoch(p)``), dealt round-robin (global batch ``g`` to rank ``g % N``), from
+    this rank's batch ``start_batch`` on. Epoch boundaries are a count of batches, not passes."""
+
+    def __init__(
+        self,
+        pass_batches: Callable[[int], list[_Batch]],
+        num_replicas: int,
+        rank: int,
+        start_batch: int,
+        batch_seed: Optional[Callable[[int], int]] = None,
+    ) -> None:
+        super().__init__()
+        self._pass_batches = pass_batches
+        self._num_replicas = num_replicas
+        self._rank = rank
+        self._start_batch = start_batch
+        self._batch_seed = batch_seed
+
+    def __iter__(self) -> Iterator[_Batch]:
+        n, index = self._num_replicas, self._start_batch  # this rank's batch index
+        wanted = index * n + self._rank  # its global batch index in the stream
+        first, pass_idx = 0, 0  # global index of the current pass's first batch
+        while True:
+            batches = self._pass_batches(pass_idx)
+            if not batches:
+                raise RuntimeError(f"the batch_sampler yielded no batch in pass {pass_idx}")
+            while wanted < first + len(batches):
+                batch = batches[wanted - first]
+                yield batch if self._batch_seed is None else _SeededBatch(batch, self._batch_seed(index))
+                index, wanted = index + 1, wanted + n
+            first, pass_idx = first + len(batches), pass_idx + 1
+
+
 class _PassBatchSampler(torch.utils.data.Sampler):
     """One finite pass over batches that ``make_batches()`` builds when iterated."""
 
@@ -302,6 +337,31 @@ class Sharding:
         self.args = args
         self.batched_fetch = batched_fetch  # False: item by item, as torch's DataLoader reads
         self.warned_replicas: set[int] = set()
+        self._yielded: Optional[int] = None  # batches the batch_sampler's first pass yields
+        self._first_pass: Optional[list] = None  # that pass, handed to the next epoch_units(_, 0)
+
+    def sampler_len_differs(self) -> bool:
+        """Whether the custom batch_sampler's ``len()`` differs from the batches its first pass
+        yields (said once, with both numbers). Training then follows Determined: the sampler
+        is repeated end to end and an epoch is ``len(batch_sampler)`` batches."""
+        sampler = self.args.batch_sampler
+        length = None if sampler is None else length_of(sampler)
+        if length is None:
+            return False
+        if self._yielded is None:
+            # Counting iterates the sampler; the next reader of pass 0 gets this very pass, so
+            # the sampler is iterated no more often than without the check.
+            self._first_pass = self.epoch_units(seed=0, epoch=0)
+            self._yielded = len(self._first_pass)
+            if self._yielded != length:
+                warnings.warn(
+                    f"det-lite DataLoader: len(batch_sampler) is {length} but one pass of it yields "
+                    f"{self._yielded} batches; as in Determined, a training epoch is {length} "
+                    "batches of the batch_sampler repeated end to end, and a validation pass is "
+                    f"what it yields ({self._yielded} batches)",
+                    stacklevel=2,
+                )
+        return self._yielded != length
 
     @property
     def batch_size(self) -> int:
@@ -333,6 +393,9 @@ class Sharding:
     def epoch_units(self, seed: int, epoch: int) -> list:
         """Epoch ``epoch``'s record order, or its user batches with a custom batch_sampler."""
         if self.args.batch_sampler is not None:
+            if epoch == 0 and self._first_pass is not None:
+                first, self._first_pass = self._first_pass, None
+                return first
             set_epoch(self.args.batch_sampler, epoch)
             return [list(batch) for batch in self.args.batch_sampler]
         if self.args.sampler is not None:
@@ -349,6 +412,9 @@ class Sharding:
         """Batches per epoch on each rank (identical on every rank)."""
         check_int("num_replicas", num_replicas, 1)
         units = self.units_per_epoch()
+        if self.sampler_len_differs():
+            # Determined's: the chief's len() of its DistributedBatchSampler, for every rank.
+            return -(-units // num_replicas)
         if self.args.batch_sampler is not None:
             length, dropped = divmod(units, num_replicas)
             what = f"batch_sampler yields {units} batches per epoch"
@@ -392,13 +458,17 @@ class Sharding:
         _check_replicas(rank, num_replicas)
         check_int("start_batch", start_batch, 0)
         length = self.epoch_length(num_replicas)
+        seeds = self.worker_seeds(seed, _TRAINING, rank, 0)
+        if self.sampler_len_differs():
+            stream = _StreamBatchSampler(
+                lambda p: self.epoch_units(seed, p), num_replicas, rank, start_batch, seeds
+            )
+            return self.torch_loader(stream, _loader_generator(seed, start_batch, rank, _TRAINING))
 
         def epoch_batches(epoch: int) -> list[_Batch]:
             return self.rank_epoch_batches(seed, rank, num_replicas, epoch)
 
-        sampler = _TrainingBatchSampler(
-            epoch_batches, length, start_batch, self.worker_seeds(seed, _TRAINING, rank, 0)
-        )
+        sampler = _TrainingBatchSampler(epoch_batches, length, start_batch, seeds)
         return self.torch_loader(sampler, _loader_generator(seed, start_batch, rank, _TRAINING))
 
     # --- validation ------------------------------------------------------------------
@@ -406,7 +476,9 @@ class Sharding:
     def validation_share(self, num_replicas: int, rank: int) -> tuple[int, int]:
         """``(first, count)`` of the single-process validation batches that ``rank`` gets."""
         units = self.units_per_epoch()
-        if self.args.batch_sampler is not None:
+        if self.sampler_len_differs():
+            total = self._yielded or 0  # what one pass yields
+        elif self.args.batch_sampler is not None:
             total = units
         elif self.args.drop_last:
             total = units // self.batch_size

@@ -96,6 +96,11 @@ def init(
             context.harness.tensorboard_writer = None
 
 
+def _tensorboard_dir(ctx: PyTorchTrialContext) -> Optional[str]:
+    path = ctx.get_tensorboard_path()
+    return None if path is None else str(path)
+
+
 def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
     if info.context_dir is not None:
         return info.context_dir
@@ -149,6 +154,7 @@ class Trainer:
         should_stop: Optional[Callable[[], bool]] = None,
         core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
         callbacks: Optional[Callbacks] = None,
+        warm_start: Optional[str] = None,
     ) -> TrainResult:
         """Train to ``max_length``, validating and checkpointing on the given periods.
 
@@ -165,7 +171,11 @@ class Trainer:
         (nothing listed, nothing removed). ``progress``: the bar and metric lines on stdout;
         default on for such runs unless ``$DET_LITE_PROGRESS=0``.
         ``callbacks`` (det-lite's addition) run for this ``fit`` only, after those given to the
-        ``Trainer``; same forms and names.
+        ``Trainer``; same forms and names. ``warm_start`` (det-lite's addition; experiments set it
+        from ``searcher.source_checkpoint_uuid`` / ``source_trial_id``): a checkpoint directory,
+        det-lite's or Determined's, that a run not resuming starts from as Determined's warm
+        start does: weights, optimizer, LR scheduler, scaler, callback and random states, with
+        training at batch 0.
         Returns the reported metrics and the checkpoints written (retention may have removed
         some of them since).
         """
@@ -201,7 +211,7 @@ class Trainer:
                 "_core.tensorboard",
                 TensorBoardMetrics(
                     # context.set_enable_tensorboard_logging(False): no metrics to TensorBoard
-                    ctx.get_tensorboard_path() if ctx.harness.tensorboard_logging else None,
+                    _tensorboard_dir(ctx) if ctx.harness.tensorboard_logging else None,
                     is_chief,
                     state,
                     ctx.get_hparams(),
@@ -237,6 +247,7 @@ class Trainer:
             searcher_metric=settings.searcher_metric,
             smaller_is_better=settings.smaller_is_better,
             should_stop=should_stop,
+            warm_start=warm_start,
         )
         import_callback_modules(settings.callback_modules)  # their import registers global callbacks
         profiler = _profiler(ctx, settings)

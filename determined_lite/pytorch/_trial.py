@@ -8,16 +8,21 @@ from typing import Any, Dict, Union
 import numpy as np
 import torch
 
+from determined_lite._errors import DataLengthError
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._context import PyTorchTrialContext, TorchData
 from determined_lite.pytorch._reducer import Reducer
 
 
 def data_length(batch: Any) -> int:
-    """Records in ``batch``: the length of the first tensor or array found, depth first."""
+    """Records in ``batch``: the length of the first tensor or array found, depth first.
+
+    Nothing to count raises :class:`DataLengthError`, both the ``TypeError`` Determined raises
+    for a value of the wrong type (``data_length(0)``) and the ``ValueError`` it raises for an
+    empty container."""
     if isinstance(batch, (torch.Tensor, np.ndarray)):
         if batch.ndim == 0:
-            raise ValueError("cannot take the length of a 0-dimensional batch")
+            raise DataLengthError("cannot take the length of a 0-dimensional batch")
         return len(batch)
     if isinstance(batch, dict):
         items = list(batch.values())
@@ -30,7 +35,7 @@ def data_length(batch: Any) -> int:
             return data_length(item)
         except ValueError:
             continue
-    raise ValueError(
+    raise DataLengthError(
         f"cannot find a tensor or array in a batch of type {type(batch).__name__} to count its "
         "records; override get_batch_length(batch) in your trial"
     )

@@ -9,7 +9,9 @@ sharded and resumable, with Determined's names, arguments and semantics:
   yields the same order as the ``k``-th pass of Determined's sampler with that seed.
 - ``RepeatSampler`` / ``RepeatBatchSampler``: the wrapped order again and again, forever.
 - ``DistributedSampler(sampler, num_workers, rank)`` / ``DistributedBatchSampler``: the items
-  ``i`` with ``i % num_workers == rank``; ``len()`` is the same on every rank (rounded up).
+  ``i`` with ``i % num_workers == rank``; ``len()`` is what the rank yields from one pass, as
+  in Determined (the first ``len % num_workers`` ranks one more; the harness uses the chief's
+  epoch length on every rank, as Determined does).
 - ``SkipSampler(sampler, skip)`` / ``SkipBatchSampler``: everything after the first ``skip``.
 
 Order them as Determined says: shuffle, then repeat, then skip, then shard.
@@ -191,8 +193,10 @@ class _Shard(torch.utils.data.Sampler):
                 yield item
 
     def __len__(self) -> int:
-        """Items per rank, rounded up: every rank reports the same length (as in Determined)."""
-        return -(-len(self._source) // self._num_workers)  # type: ignore[arg-type]
+        """What this rank yields from one pass, as Determined reports it: ``len // num_workers``,
+        plus one on the first ``len % num_workers`` ranks."""
+        full, extra = divmod(len(self._source), self._num_workers)  # type: ignore[arg-type]
+        return full + (1 if self._rank < extra else 0)
 
 
 class DistributedSampler(_Shard):

@@ -66,13 +66,21 @@ def test_repeat_samplers_cycle_forever_with_one_pass_as_length():
         next(iter(samplers.RepeatSampler([])))
 
 
-def test_distributed_samplers_take_every_nth_item_with_equal_lengths():
+def test_distributed_samplers_take_every_nth_item_and_report_their_own_length():
+    # Determined's DistributedSampler/DistributedBatchSampler.__len__: len // num_workers, plus
+    # one when len % num_workers > rank: each rank reports what it yields (issue 12, item 11;
+    # det-lite rounded up on every rank, so short ranks over-reported).
     shards = [list(samplers.DistributedSampler(range(10), num_workers=3, rank=r)) for r in range(3)]
     assert shards == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
-    assert [len(samplers.DistributedSampler(range(10), 3, r)) for r in range(3)] == [4, 4, 4]
+    assert [len(samplers.DistributedSampler(range(10), 3, r)) for r in range(3)] == [4, 3, 3]
     bshards = [list(samplers.DistributedBatchSampler(batches_of(range(10)), 2, r)) for r in range(2)]
     assert bshards == [[[0, 1], [4, 5], [8, 9]], [[2, 3], [6, 7]]]
-    assert len(samplers.DistributedBatchSampler(batches_of(range(10)), 2, 1)) == 3
+    assert [len(samplers.DistributedBatchSampler(batches_of(range(10)), 2, r)) for r in range(2)] == [3, 2]
+    for n in (1, 2, 3, 4, 7):
+        for sampler in (samplers.DistributedSampler, samplers.DistributedBatchSampler):
+            assert [len(sampler(range(11), n, r)) for r in range(n)] == [
+                len(list(sampler(range(11), n, r))) for r in range(n)
+            ]
     assert list(samplers.DistributedSampler(range(4), 1, 0)) == [0, 1, 2, 3]
 
 

@@ -55,7 +55,7 @@ def test_step_batches_end_each_aggregation_window() -> None:
     assert [i for i in range(9) if is_step_batch(i, 3)] == [2, 5, 8]
     state = TrainingState(aggregation_frequency=2, batch_idx=3, epoch_length=2)
     assert state.is_step_batch() and state.epoch == 1
-    with pytest.raises(RuntimeError, match="only available once training started"):
+    with pytest.raises(RuntimeError, match="Training hasn.t started"):
         _ = TrainingState().epoch
 
 

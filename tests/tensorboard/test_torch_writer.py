@@ -80,8 +80,8 @@ def test_torch_writer_and_harness_write_to_trial_path(home: Path) -> None:
     with pytorch.init(
         hparams={"global_batch_size": 4}, exp_conf={"reproducibility": {"experiment_seed": 1}}
     ) as ctx:
-        tb_path = ctx.get_tensorboard_path()
-        assert tb_path is not None
+        assert isinstance(ctx.get_tensorboard_path(), Path)  # as Determined's
+        tb_path = str(ctx.get_tensorboard_path())
         assert Path(tb_path).parent == home / "tensorboard" / "local"
         assert tensorboard.get_base_path() == tb_path
 
@@ -132,7 +132,7 @@ def test_each_local_run_gets_its_own_path_and_active_path_is_restored(home: Path
     paths = []
     for _ in range(2):
         with pytorch.init(hparams={"global_batch_size": 4}) as ctx:
-            paths.append(ctx.get_tensorboard_path())
+            paths.append(str(ctx.get_tensorboard_path()))
             assert tensorboard.get_base_path() == paths[-1]
             _fit(ctx)
         assert tensorboard._active_path == before

@@ -69,7 +69,8 @@ class Profiler(PyTorchCallback):
         self._profile: Any = None
 
     def setup(self, context: Any) -> None:
-        self._dir = self.dirname or context.get_tensorboard_path()
+        path = context.get_tensorboard_path()
+        self._dir = self.dirname or (None if path is None else str(path))
         if not self._dir:
             raise ValueError(
                 "Profiler needs a directory for its traces: the trial has no TensorBoard directory "

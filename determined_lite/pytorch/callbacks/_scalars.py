@@ -15,7 +15,8 @@ class ScalarWriter:
         self._writer: Any = None
 
     def bind(self, context: Any) -> None:
-        self._path = context.get_tensorboard_path()
+        path = context.get_tensorboard_path()
+        self._path = None if path is None else str(path)
         self._enabled = bool(context.distributed.is_chief and self._path)
 
     def write(self, scalars: Dict[str, float], step: int) -> None:

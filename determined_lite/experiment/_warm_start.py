@@ -1,0 +1,51 @@
+"""Warm start: the checkpoint that ``searcher.source_checkpoint_uuid`` or ``source_trial_id``
+names, which every new trial of the experiment starts from (Determined's warm start).
+
+``source_checkpoint_uuid``: a checkpoint in det-lite's store, else a directory of that name
+under the experiment's checkpoint storage (``host_path[/storage_path]/<uuid>``: where
+Determined's ``shared_fs`` storage keeps its checkpoints, so one copied from Determined is found
+there). ``source_trial_id``: the latest checkpoint of that det-lite trial, as in Determined.
+Torch-free: ``experiment create`` checks it before anything is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Optional
+
+from determined_lite.storage import STATE_FILE
+from determined_lite.store._paths import checkpoint_root
+
+
+class WarmStartError(ValueError):
+    """The warm-start checkpoint named by the config cannot be found (one line: field and why)."""
+
+
+def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str]:
+    """The directory of the config's warm-start checkpoint, None without one."""
+    searcher = config.get("searcher") or {}
+    uuid, trial_id = searcher.get("source_checkpoint_uuid"), searcher.get("source_trial_id")
+    if uuid is not None and trial_id is not None:
+        raise WarmStartError(
+            "searcher.source_checkpoint_uuid and searcher.source_trial_id: give one of them, not both"
+        )
+    if uuid is not None:
+        found = store.get_checkpoint(str(uuid))
+        if found is not None:
+            return str(found["path"])
+        root = checkpoint_root(config)
+        path = os.path.join(root, str(uuid))
+        if os.path.isfile(os.path.join(path, STATE_FILE)):
+            return path
+        raise WarmStartError(
+            f"searcher.source_checkpoint_uuid: no checkpoint {uuid!r} in det-lite's store, nor a "
+            f"checkpoint directory {path} (a Determined checkpoint goes there, with its {STATE_FILE})"
+        )
+    if trial_id is not None:
+        if store.get_trial(int(trial_id)) is None:
+            raise WarmStartError(f"searcher.source_trial_id: no trial {trial_id} in det-lite's store")
+        checkpoints = store.list_checkpoints(trial_id=int(trial_id))
+        if not checkpoints:
+            raise WarmStartError(f"searcher.source_trial_id: trial {trial_id} has no checkpoint")
+        return str(max(checkpoints, key=lambda c: c["total_batches"])["path"])
+    return None
