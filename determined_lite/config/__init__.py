@@ -29,6 +29,7 @@ from determined_lite.config._settings import (
     DEFAULT_SCHEDULING_UNIT,
     DEFAULT_SMALLER_IS_BETTER,
     CheckpointPolicy,
+    CompileSettings,
     SearcherSettings,
     TrainingSettings,
 )
@@ -45,6 +46,7 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> ExperimentConfig:
 __all__ = [
     "Batch",
     "CheckpointPolicy",
+    "CompileSettings",
     "ConfigError",
     "DEFAULT_REPORTING_PERIOD",
     "DEFAULT_SCHEDULING_UNIT",
