@@ -128,6 +128,16 @@ class CompiledForward:
         )  # dynamic=False: a new shape is a new trace, never a silent switch to symbolic shapes
         self.graphs: Dict[GraphKey, Tuple[str, ...]] = {}  # what each key's first call captured
 
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Any:
+        """A deep copy of the model (an EMA copy, say) runs eagerly: its own class's forward,
+        never this model's graphs or parameters."""
+        copy = memo.get(id(self._model))
+        if copy is None:
+            raise TypeError(
+                f"optimizations.compile: the compiled forward of {self.name} cannot be copied alone"
+            )
+        return types.MethodType(type(copy).forward, copy)
+
     def key(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> GraphKey:
         """What legitimately needs its own graph (see the module docstring)."""
         batch: Tuple[int, ...] = ()

@@ -79,3 +79,21 @@ def test_two_slots_compiled_match_one_slot_and_the_closed_form(
         assert graphs[0]["graphs"] == [[True, [2]]]
         last.append(graphs[-1]["graphs"])
     assert last == [[[False, [2]], [True, [2]]], [[False, [1]], [False, [2]], [True, [2]]]]
+
+
+def test_missing_cxx_compiler_is_one_line_before_the_first_batch(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inductor on the CPU without a C++ compiler: the worker says so in one ``det-lite:`` line
+    when the trial wraps its model (no traceback, no batch trained) and the trial is not
+    restarted: the experiment pauses until the user installs one (an ``ActionRequired``)."""
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))  # read by torch in the worker
+    conf = {**exp_conf(1), "optimizations": {"compile": True}}
+    r = run("single", 1, LINEAR, HP, conf, MAX_BATCHES, tmp_path / "run")
+    assert r.code != 0 and r.result.status == "error", describe(r)
+    assert r.result.action_required is not None
+    assert "backend 'inductor' on the CPU needs a C++ compiler" in r.result.action_required
+    said = [line for line in r.lines if "needs a C++ compiler" in line]
+    assert said and said[0].startswith("det-lite: optimizations.compile:"), describe(r)
+    assert not any("Traceback" in line for line in r.lines), describe(r)
+    assert r.of_kind("batch", 0) == [] and r.result.total_batches == 0

@@ -10,7 +10,7 @@ inductor. Tolerance of compiled runs against eager ones and the closed form: 1e-
 
 from __future__ import annotations
 
-import json
+import copy
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -162,15 +162,14 @@ def test_trace_once_a_changed_graph_is_an_error_naming_model_and_cause(
 
 
 def test_trace_once_a_new_shape_is_an_error_unless_dynamic() -> None:
-    net = pytorch.init  # keep the import used below readable
-    with net(hparams=HP, compile=AOT) as ctx:
+    with pytorch.init(hparams=HP, compile=AOT) as ctx:
         model = ctx.wrap_model(torch.nn.Linear(3, 1))
         model(torch.ones(4, 3))
         with pytest.raises(
             GraphChangedError, match=r"Linear \(context.models\[0\]\).*size mismatch at index 1"
         ):
             model(torch.ones(4, 5))  # same batch size, another feature size
-    with net(hparams=HP, compile={**AOT, "dynamic": True}) as ctx:
+    with pytorch.init(hparams=HP, compile={**AOT, "dynamic": True}) as ctx:
         model = ctx.wrap_model(torch.nn.Sequential(torch.nn.Flatten(0)))
         for n in (4, 6, 3):
             assert model(torch.ones(n, 2)).shape == (2 * n,)
@@ -195,6 +194,18 @@ def test_retrace_every_iteration_a_changed_graph_is_still_an_error() -> None:
     message = str(e.value)
     assert "retrace_every_iteration" in message and "FlagNet (context.models[0])" in message
     assert "the retraced graph has 'x = l_x_ * 2'" in message, message
+
+
+def test_a_deep_copy_of_a_compiled_model_runs_eagerly_on_its_own_parameters() -> None:
+    with pytorch.init(hparams=HP, compile=AOT) as ctx:
+        model = ctx.wrap_model(torch.nn.Linear(2, 1))
+        model(torch.ones(3, 2))
+        twin = copy.deepcopy(model)
+        with torch.no_grad():
+            twin.bias.fill_(100.0)
+        assert compiled_forward(twin) is None and compiled_forward(model) is not None
+        assert twin(torch.zeros(1, 2)).item() == 100.0
+        assert model(torch.zeros(3, 2)).tolist() == [[model.bias.item()]] * 3
 
 
 # --- 3. checkpoints: compiled and eager are interchangeable ---------------------------------------
@@ -287,4 +298,3 @@ def test_missing_cxx_from_the_environment(tmp_path: Any) -> None:
     assert "needs a C++ compiler" in proc.stderr
     ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert json.dumps({}) == "{}"
