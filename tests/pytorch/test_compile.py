@@ -196,6 +196,30 @@ def test_retrace_every_iteration_a_changed_graph_is_still_an_error() -> None:
     assert "the retraced graph has 'x = l_x_ * 2'" in message, message
 
 
+def test_forward_hooks_of_callbacks_stay_outside_the_graph() -> None:
+    """``on_before_forward``/``on_after_forward`` are torch forward hooks on the wrapped model;
+    the compiled forward runs inside the module call, so they fire eagerly on every call."""
+
+    class Count(pytorch.PyTorchCallback):
+        def __init__(self) -> None:
+            self.before = self.after = 0
+
+        def on_before_forward(self, model: Any, args: Any, kwargs: Any) -> None:
+            self.before += 1
+
+        def on_after_forward(self, model: Any, output: Any) -> None:
+            self.after += 1
+
+    count = Count()
+    with pytorch.init(hparams=HP, exp_conf={"reproducibility": {"experiment_seed": 1}}, compile=AOT) as ctx:
+        trial = CompileTrial(ctx)
+        pytorch.Trainer(trial, ctx, callbacks=[count]).fit(
+            max_length=pytorch.Batch(5), validation_period=pytorch.Batch(5), progress=False, record=False
+        )
+    assert (count.before, count.after) == (5 + 3, 5 + 3)  # 5 batches, 3 validation batches
+    assert len(compiled_forward(trial.net).backend.captured) == 4  # keys: train 4, 2; eval 2, 1
+
+
 def test_a_deep_copy_of_a_compiled_model_runs_eagerly_on_its_own_parameters() -> None:
     with pytorch.init(hparams=HP, compile=AOT) as ctx:
         model = ctx.wrap_model(torch.nn.Linear(2, 1))
