@@ -153,9 +153,7 @@ class CompiledForward:
             self._check_limit(key)
         start = len(self.backend.captured)
         if self.settings.retrace_every_iteration:
-            from torch._C._dynamo.eval_frame import reset_code
-
-            reset_code(self._code)  # trace again: the forward's Python runs this call
+            _reset_code(self._code)  # trace again: the forward's Python runs this call
             out = self._compiled(*args, **kwargs)
         elif first is None:
             out = self._compiled(*args, **kwargs)
@@ -217,6 +215,18 @@ def _own_code(model: torch.nn.Module) -> Any:
     own.__kwdefaults__ = func.__kwdefaults__
     own.__qualname__ = func.__qualname__
     return types.MethodType(own, model)
+
+
+def _reset_code(code: types.CodeType) -> None:
+    """Drop torch's compiled entries for ``code`` and for the functions torch made to resume it
+    after a graph break (they would pile up to the recompile limit, then run eagerly)."""
+    from torch._C._dynamo.eval_frame import reset_code
+    from torch._dynamo.resume_execution import ContinueExecutionCache
+
+    reset_code(code)
+    resumes = ContinueExecutionCache.cache[code] if code in ContinueExecutionCache.cache else {}
+    for resume in list(resumes.values()):
+        _reset_code(resume)
 
 
 def _tensors(value: Any) -> List[torch.Tensor]:

@@ -188,6 +188,42 @@ def test_retrace_every_iteration_runs_python_side_effects_every_iteration() -> N
     assert trial.recorder.weights == pytest.approx(expected_weights(0.5, 0.01, _batches(6)), rel=REL)
 
 
+SEEN: List[int] = []
+
+
+class GraphBreak(torch.nn.Module):
+    """A forward with a graph break (``print``) and a Python side effect on a global list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc(x)
+        print("forward", x.shape[0])  # a graph break: the rest runs in a resume function
+        SEEN.append(1)  # torch guards on the list (its length): a changed graph when traced once
+        return x * 2
+
+
+@pytest.mark.parametrize("retrace", [False, True])
+def test_graph_breaks_and_side_effects_on_globals(retrace: bool) -> None:
+    SEEN.clear()
+    with pytorch.init(hparams=HP, compile={**AOT, "retrace_every_iteration": retrace}) as ctx:
+        model = ctx.wrap_model(GraphBreak())
+        model(torch.ones(4, 3))
+        if not retrace:
+            with pytest.raises(GraphChangedError, match=r"GraphBreak \(context.models\[0\]\).*SEEN"):
+                model(torch.ones(4, 3))
+            return
+        for _ in range(11):  # past torch's recompile limit (8): still traced, never eager
+            model(torch.ones(4, 3))
+    assert len(SEEN) == 12
+    compiled = compiled_forward(model)
+    assert compiled is not None
+    assert len(compiled.backend.captured) == 2 * 12  # both graphs traced on every call
+    assert len(compiled.backend.compiled) == 2
+
+
 def test_retrace_every_iteration_a_changed_graph_is_still_an_error() -> None:
     with pytest.raises(GraphChangedError) as e:
         _train(6, {**AOT, "retrace_every_iteration": True}, flip_at=3)
