@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from determined_lite import pytorch
-from determined_lite.config import ConfigError, validate_config
+from determined_lite.config import CompileSettings, ConfigError, validate_config
 from determined_lite.pytorch._compile import (
     CompilerMissingError,
     GraphChangedError,
@@ -112,6 +112,26 @@ def test_config_defaults_and_shorthand() -> None:
     assert settings.enabled and settings.backend == "inductor" and settings.mode is None
     assert not settings.fullgraph and not settings.dynamic and not settings.retrace_every_iteration
     assert not validate_config(BASE).training_settings().compile.enabled
+
+
+@pytest.mark.parametrize(
+    "value, enabled, backend",
+    [
+        (True, True, "inductor"),
+        ({"backend": "aot_eager"}, True, "aot_eager"),  # options without "enabled" mean on
+        ({"enabled": False, "backend": "aot_eager"}, False, "aot_eager"),
+        (False, False, "inductor"),
+        (CompileSettings(enabled=True, backend="eager"), True, "eager"),
+    ],
+)
+def test_python_switch_replaces_the_config_section(value: Any, enabled: bool, backend: str) -> None:
+    exp_conf = {"optimizations": {"aggregation_frequency": 2, "compile": {"enabled": True, "dynamic": True}}}
+    with pytorch.init(hparams=HP, exp_conf=exp_conf, compile=value) as ctx:
+        settings = ctx.harness.settings.compile
+        assert (settings.enabled, settings.backend, settings.dynamic) == (enabled, backend, False)
+        assert ctx.get_experiment_config()["optimizations"]["aggregation_frequency"] == 2
+        model = ctx.wrap_model(torch.nn.Linear(2, 1))
+        assert (compiled_forward(model) is not None) == enabled
 
 
 def test_python_switch_errors_and_unknown_backend() -> None:
