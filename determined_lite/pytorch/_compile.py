@@ -142,8 +142,11 @@ class CompiledForward:
         """What legitimately needs its own graph (see the module docstring)."""
         batch: Tuple[int, ...] = ()
         if not self.settings.dynamic:
-            batch = tuple(t.shape[0] for t in _tensors((args, kwargs)) if t.dim() > 0)
-        autocast = tuple(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+            if kwargs or not all(type(a) is torch.Tensor for a in args):  # noqa: E721 -- the common case fast
+                batch = tuple(t.shape[0] for t in _tensors((args, kwargs)) if t.dim() > 0)
+            else:
+                batch = tuple(a.shape[0] for a in args if a.dim() > 0)
+        autocast = (torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"))
         return (self._model.training, torch.is_grad_enabled(), autocast, batch)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -159,8 +162,7 @@ class CompiledForward:
             out = self._compiled(*args, **kwargs)
         else:
             try:
-                with torch.compiler.set_stance("fail_on_recompile"):
-                    out = self._compiled(*args, **kwargs)
+                out = _failing_on_recompile(self._compiled, args, kwargs)
             except RuntimeError as e:
                 if _RECOMPILE not in str(e):
                     raise
@@ -215,6 +217,34 @@ def _own_code(model: torch.nn.Module) -> Any:
     own.__kwdefaults__ = func.__kwdefaults__
     own.__qualname__ = func.__qualname__
     return types.MethodType(own, model)
+
+
+def _failing_on_recompile(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` under ``torch.compiler.set_stance("fail_on_recompile")``.
+
+    The public context manager builds and validates a stance object on every use (~25 us, a few
+    percent of a small model's step); this switches torch's stance the way it does, with one
+    stance object made once, and restores the stance that was current."""
+    if not _STANCE:
+        try:
+            from torch._dynamo.eval_frame import DynamoStance, _set_stance
+
+            _STANCE.append((DynamoStance("fail_on_recompile"), _set_stance))
+        except (ImportError, TypeError):  # another torch: the public API
+            _STANCE.append(None)
+    switch = _STANCE[0]
+    if switch is None:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            return fn(*args, **kwargs)
+    stance, set_stance = switch
+    prior = set_stance(stance)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        set_stance(prior)
+
+
+_STANCE: List[Any] = []  # (torch's fail_on_recompile stance, its switch), made on first use
 
 
 def _reset_code(code: types.CodeType) -> None:
