@@ -10,10 +10,9 @@ hold the compilation) left out; reported: the median over repeats.
 Rows per model: ``compile_<kind>_step`` (det-lite compiled / hand-compiled, goal <= 1.05) and
 ``compile_<kind>_vs_eager`` (det-lite compiled / eager loop; goal < 1.00 when the hand-compiled
 loop beats the eager one in the same run, else reported). Compile time is reported apart, in
-``compile_s`` (det-lite: ``fit()`` to the end of the first batch, data loading and set-up
-included: the user's wait) and ``hand_compile_s`` (the hand loop's first step), both measured
-once per model with torch's on-disk compile caches off and ``torch._dynamo.reset()`` before;
-timed repeats reset dynamo too but keep the caches.
+``compile_s`` (det-lite) and ``hand_compile_s`` (the hand-compiled loop): the first batch
+compiled, alone in a fresh compile cache, less the same first batch run eagerly
+(``_cold_compile_s``); timed repeats reset dynamo but keep torch's caches.
 Backend: inductor (C++ on the CPU); ``--smoke`` uses aot_eager (no C++ build; timings meaningless).
 """
 
@@ -40,7 +39,6 @@ class _Lockstep3:
     def __init__(self, hand: Any, eager: Any) -> None:
         self.hand, self.eager = hand, eager
         self.spans: List[Tuple[float, float, float]] = []
-        self.first_step_s: Optional[float] = None  # the hand loop's first step: its compilation
 
     def after_batch(self) -> None:
         t0 = time.perf_counter()
@@ -48,8 +46,6 @@ class _Lockstep3:
         t1 = time.perf_counter()
         self.eager.step()
         self.spans.append((t0, t1, time.perf_counter()))
-        if self.first_step_s is None:
-            self.first_step_s = t1 - t0
 
     def steps(self, warmup: int) -> Tuple[List[float], List[float], List[float]]:
         """Per batch after the warm-up: (det-lite, hand-compiled, eager) step times."""
@@ -60,8 +56,8 @@ class _Lockstep3:
         return ours, hand, eager
 
 
-def _once(kind: str, width: int, batches: int, backend: str) -> Tuple[_Lockstep3, float]:
-    """One lockstep run; also returns det-lite's time from ``fit()`` to the end of batch 0."""
+def _once(kind: str, width: int, batches: int, backend: str) -> _Lockstep3:
+    """One lockstep run of the three loops."""
     import torch
     from _trials import PlainLoop, det_lite_times
 
@@ -76,20 +72,47 @@ def _once(kind: str, width: int, batches: int, backend: str) -> Tuple[_Lockstep3
         def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
             lock.after_batch()
 
-    start = time.perf_counter()
-    times = det_lite_times(
-        kind, batches, width=width, callbacks={"lockstep": Step()}, compile={"backend": backend}
-    )
-    return lock, times[0] - start
+    det_lite_times(kind, batches, width=width, callbacks={"lockstep": Step()}, compile={"backend": backend})
+    return lock
 
 
-def _caches(enabled: bool) -> None:
-    """torch's on-disk compile caches (inductor's FX graph cache, AOTAutograd's cache)."""
-    from torch._functorch import config as functorch_config
-    from torch._inductor import config as inductor_config
+def _cold_compile_s(kind: str, width: int, backend: str) -> Tuple[float, float]:
+    """Compile time of each side: its first batch with nothing compiled before, alone in a fresh
+    compile cache (torch's ``fresh_cache``: an empty on-disk cache, in-memory code caches
+    cleared), less the same first batch run eagerly. det-lite's runs from ``fit()`` to the end
+    of its first batch, the hand loop's is its first step; each side twice, in ABBA order,
+    averaged. torch's compiler is imported and used once before, so neither side pays for
+    the imports."""
+    import torch
+    from _trials import PlainLoop, det_lite_times
+    from torch._inductor.utils import fresh_cache
 
-    inductor_config.fx_graph_cache = enabled
-    functorch_config.enable_autograd_cache = enabled
+    def first_batch(compile: Any) -> float:  # noqa: A002
+        start = time.perf_counter()
+        return det_lite_times(kind, 1, width=width, compile=compile)[0] - start
+
+    def first_step(compiled: bool) -> float:
+        loop = PlainLoop(kind, width)
+        if compiled:
+            loop.model = torch.compile(loop.model, backend=backend)
+        start = time.perf_counter()
+        loop.step()
+        return time.perf_counter() - start
+
+    with fresh_cache():  # imports and one-time set-up of the compiler, paid by nobody below
+        torch.compile(lambda x: (x * 2).sum(), backend=backend)(torch.ones(3, requires_grad=True)).backward()
+    first_batch(None), first_step(False)  # eager warm-up: imports, allocator
+    eager_det, eager_hand = first_batch(None), first_step(False)
+    det_s: List[float] = []
+    hand_s: List[float] = []
+    for side in ("det", "hand", "hand", "det"):  # ABBA: whoever goes second may find more warmed up
+        with fresh_cache():
+            torch._dynamo.reset()
+            if side == "det":
+                det_s.append(first_batch({"backend": backend}) - eager_det)
+            else:
+                hand_s.append(first_step(True) - eager_hand)
+    return statistics.mean(det_s), statistics.mean(hand_s)
 
 
 def run(mode: str, repeats: Optional[int] = None, threads: int = 1) -> List[Row]:
@@ -102,13 +125,8 @@ def run(mode: str, repeats: Optional[int] = None, threads: int = 1) -> List[Row]
         reps = repeats or reps
         name = f"compile_{kind}" if kind == "mlp" else f"compile_{kind}{width}"
         log(f"{name} ({backend}): compile time, then {reps} x {batches} lockstep batches of 3 loops")
-        _caches(False)
-        try:
-            lock, compile_s = _once(kind, width, warmup + 3, backend)  # cold: the compile times
-        finally:
-            _caches(True)
-        hand_compile_s = lock.first_step_s
-        results = [_once(kind, width, batches, backend)[0].steps(warmup) for _ in range(reps)]
+        compile_s, hand_compile_s = _cold_compile_s(kind, width, backend)
+        results = [_once(kind, width, batches, backend).steps(warmup) for _ in range(reps)]
         ours = [statistics.median(r[0]) for r in results]
         hand = [statistics.median(r[1]) for r in results]
         eager = [statistics.median(r[2]) for r in results]
