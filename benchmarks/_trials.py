@@ -94,9 +94,11 @@ def det_lite_times(
     workdir: Optional[str] = None,
     width: int = 32,
     callbacks: Optional[Dict[str, det.PyTorchCallback]] = None,
+    compile: Any = None,  # noqa: A002 -- init(compile=...)
 ) -> List[float]:
     """Train ``BenchTrial`` with ``init()`` + ``Trainer.fit`` (the loop every det-lite worker runs);
-    returns the end time of every training batch. Checkpoints go to a temporary folder."""
+    returns the end time of every training batch. Checkpoints go to a temporary folder.
+    ``compile``: ``init(compile=...)`` (``optimizations.compile``)."""
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-det-"))
@@ -110,6 +112,7 @@ def det_lite_times(
             exp_conf={"optimizations": {"aggregation_frequency": aggregation_frequency}},
             distributed=distributed,
             trial_info=info,
+            compile=compile,
         ) as ctx:
             trial = BenchTrial(ctx)
             trial.extra_callbacks = dict(callbacks or {})

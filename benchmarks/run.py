@@ -7,7 +7,8 @@ Measures (one module each): ``single`` (CPU step time, MLP and CNN, vs a plain P
 (2-worker validation with several metrics and custom reducers vs one fused all-gather, and the
 number of collectives per reduction), ``checkpoint`` (save/load of a large model vs raw
 ``torch.save``/``torch.load``), ``cli`` (``det-lite experiment list`` on 1,000 experiments) and
-``startup`` (``det-lite experiment create`` to the first trained batch). See README.md.
+``startup`` (``det-lite experiment create`` to the first trained batch) and ``compile``
+(``optimizations.compile`` vs a hand-compiled and an eager plain loop). See README.md.
 
 The table goes to stdout (``--json``: a list of ``{"name", "det_lite_s", "baseline_s",
 "ratio", "goal", ...}``); progress goes to stderr. Exit code 1 when a measure failed to run
@@ -47,6 +48,7 @@ MEASURES = {
     "cli": ("_cli", {}),
     "startup": ("_startup", {}),
     "memory": ("_memory", {}),
+    "compile": ("_compile", {}),
 }
 # The measures ``--peers`` also runs with Lightning's Trainer, Fabric and Accelerate.
 PEER_MEASURES = ("single", "ddp", "validation")
@@ -110,7 +112,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 def run_measure(name: str, mode: str, repeats: Optional[int], threads: int, peers: bool) -> List[Row]:
     module_name, kwargs = MEASURES[name]
     module = importlib.import_module(module_name)
-    if name == "single":
+    if name in ("single", "compile"):
         kwargs = {**kwargs, "threads": threads}
     if peers and name in PEER_MEASURES:
         kwargs = {**kwargs, "peers": FRAMEWORKS}

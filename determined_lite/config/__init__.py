@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         DEFAULT_SCHEDULING_UNIT,
         DEFAULT_SMALLER_IS_BETTER,
         CheckpointPolicy,
+        CompileSettings,
         SearcherSettings,
         TrainingSettings,
     )
@@ -56,6 +57,7 @@ _OWNERS = {
     "DEFAULT_SCHEDULING_UNIT": "_settings",
     "DEFAULT_SMALLER_IS_BETTER": "_settings",
     "CheckpointPolicy": "_settings",
+    "CompileSettings": "_settings",
     "SearcherSettings": "_settings",
     "TrainingSettings": "_settings",
     "Batch": "units",
@@ -87,6 +89,7 @@ def load_config(path: str, overrides: Sequence[str] = ()) -> "ExperimentConfig":
 __all__ = [
     "Batch",
     "CheckpointPolicy",
+    "CompileSettings",
     "ConfigError",
     "DEFAULT_REPORTING_PERIOD",
     "DEFAULT_SCHEDULING_UNIT",

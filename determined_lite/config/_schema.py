@@ -54,6 +54,7 @@ from typing import (
 )
 
 from pydantic import (
+    BeforeValidator,
     Field,
     PlainValidator,
     PrivateAttr,
@@ -78,6 +79,7 @@ from determined_lite.config._hparams import iter_leaves, normalize_hyperparamete
 from determined_lite.config._launcher import SUPPORTED_ENTRYPOINTS, TRIAL_CLASS, normalize_launcher
 from determined_lite.config._resources import ResourcesConfig
 from determined_lite.config._settings import (
+    COMPILE_MODES,
     DEFAULT_SCHEDULING_UNIT,
     DEFAULT_SMALLER_IS_BETTER,
     CheckpointPolicy,
@@ -221,6 +223,31 @@ class SearcherConfig(Section):
 # ------------------------------------------------------------------------------------------- others
 
 
+class CompileConfig(Section):
+    """``optimizations.compile`` (det-lite's own): ``torch.compile`` the wrapped models with a
+    static-graph contract (see ``CompileSettings`` and ``determined_lite/pytorch/_compile.py``)."""
+
+    label: ClassVar[str] = "optimizations.compile"
+
+    enabled: StrictBool = False
+    mode: Optional[Literal[COMPILE_MODES]] = None  # type: ignore[valid-type]
+    backend: Annotated[StrictStr, Field(min_length=1)] = "inductor"
+    fullgraph: StrictBool = False
+    dynamic: StrictBool = False
+    retrace_every_iteration: StrictBool = False
+
+    @model_validator(mode="after")
+    def _mode_backend(self) -> "CompileConfig":
+        if self.mode is not None and self.backend != "inductor":
+            raise FieldError(("mode",), f"applies to backend 'inductor' only, got backend {self.backend!r}")
+        return self
+
+
+def _compile(value: Any) -> Any:
+    """``compile: true`` / ``false`` is short for ``{enabled: ...}``."""
+    return {"enabled": value} if isinstance(value, bool) else value
+
+
 class OptimizationsConfig(Section):
     label: ClassVar[str] = "optimizations"
     determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("optimizations",)))
@@ -228,6 +255,7 @@ class OptimizationsConfig(Section):
     aggregation_frequency: PositiveInt = 1
     average_aggregated_gradients: StrictBool = True
     average_training_metrics: StrictBool = True
+    compile: Annotated[CompileConfig, BeforeValidator(_compile)] = Field(default_factory=CompileConfig)
 
 
 class CheckpointStorageConfig(Section):

@@ -35,6 +35,66 @@ class CheckpointPolicy(str, enum.Enum):
     NONE = "none"
 
 
+# torch.compile's modes (``mode`` applies to the inductor backend only).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_FIELD = "optimizations.compile"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileSettings:
+    """``optimizations.compile`` (det-lite's own): capture the wrapped models' forward (and so
+    backward) as graphs with ``torch.compile``. See ``determined_lite/pytorch/_compile.py``."""
+
+    enabled: bool = False
+    mode: Optional[str] = None  # torch.compile(mode=...): inductor only
+    backend: str = "inductor"
+    fullgraph: bool = False
+    dynamic: bool = False  # torch.compile(dynamic=...): false: static shapes, one graph per batch size
+    retrace_every_iteration: bool = False
+
+    @classmethod
+    def from_value(cls, value: Any, where: str = COMPILE_FIELD) -> "CompileSettings":
+        """``True``/``False``, a mapping of the fields (missing or null: default), or an instance.
+
+        Raises ``ValueError`` with one line naming ``where``'s bad field and what it expects.
+        """
+        if isinstance(value, cls):
+            return value
+        if value is None:
+            return cls()
+        if isinstance(value, bool):
+            return cls(enabled=value)
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"{where}: expected true, false or a mapping of {_compile_fields()}, got {value!r}"
+            )
+        unknown = sorted(str(k) for k in value if k not in _compile_fields())
+        if unknown:
+            raise ValueError(f"{where}: unknown field {unknown[0]!r}; fields: {_compile_fields()}")
+        values = {k: v for k, v in value.items() if v is not None}
+        for name in ("enabled", "fullgraph", "retrace_every_iteration", "dynamic"):
+            if name in values and not isinstance(values[name], bool):
+                raise ValueError(f"{where}.{name}: expected true or false, got {values[name]!r}")
+        if "mode" in values and values["mode"] not in COMPILE_MODES:
+            modes = ", ".join(COMPILE_MODES)
+            raise ValueError(f"{where}.mode: expected one of {modes}, got {values['mode']!r}")
+        backend = values.get("backend", cls.backend)
+        if not isinstance(backend, str) or not backend:
+            raise ValueError(
+                f"{where}.backend: expected a torch.compile backend name such as 'inductor', got {backend!r}"
+            )
+        if "mode" in values and backend != "inductor":
+            raise ValueError(f"{where}.mode: applies to backend 'inductor' only, got backend {backend!r}")
+        return cls(**values)
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _compile_fields() -> str:
+    return ", ".join(f.name for f in dataclasses.fields(CompileSettings))
+
+
 def _get(conf: Mapping[str, Any], *path: str) -> Any:
     """``conf[path[0]][path[1]]...``, or None when any step is missing or None."""
     node: Any = conf
@@ -74,13 +134,15 @@ class TrainingSettings:
     profiling_end_after_batch: Optional[int] = None  # profiling.end_after_batch
     callback_modules: Tuple[str, ...] = ()  # det_lite.callback_modules (det-lite's own)
     records_per_epoch: int = 0  # records_per_epoch: only compared with the loader (0: not given)
+    compile: CompileSettings = CompileSettings()  # optimizations.compile (det-lite's own)
 
     @classmethod
     def from_config(cls, exp_conf: Mapping[str, Any]) -> "TrainingSettings":
         """Read the fields of ``exp_conf``; a missing or null field takes Determined's default.
 
         Accepts a partial mapping (plain-Python ``init(exp_conf=...)``); an experiment's config
-        was validated by the schema first, so nothing here can fail for it.
+        was validated by the schema first, so nothing here can fail for it (a plain-Python
+        ``optimizations.compile`` with a bad value raises a one-line ``ValueError``).
         """
         d = cls()
         unit = _get(exp_conf, "scheduling_unit")
@@ -110,6 +172,7 @@ class TrainingSettings:
             profiling_end_after_batch=_get(exp_conf, "profiling", "end_after_batch"),
             callback_modules=tuple(_get(exp_conf, "det_lite", "callback_modules") or ()),
             records_per_epoch=int(_get(exp_conf, "records_per_epoch") or 0),
+            compile=CompileSettings.from_value(_get(exp_conf, "optimizations", "compile")),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -123,6 +186,8 @@ class TrainingSettings:
                 value = value.value
             elif isinstance(value, tuple):
                 value = list(value)
+            elif isinstance(value, CompileSettings):
+                value = value.to_json()
             out[field.name] = value
         return out
 
@@ -136,6 +201,8 @@ class TrainingSettings:
             values["checkpoint_policy"] = CheckpointPolicy(values["checkpoint_policy"])
         if "callback_modules" in values:
             values["callback_modules"] = tuple(values["callback_modules"])
+        if "compile" in values:
+            values["compile"] = CompileSettings.from_value(values["compile"])
         return cls(**values)
 
 

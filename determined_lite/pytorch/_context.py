@@ -14,6 +14,7 @@ import torch
 from determined_lite._errors import ReducerUseError
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext, SingleProcessContext
+from determined_lite.pytorch._compile import compile_wrapped_model
 from determined_lite.pytorch._harness import TrialHarness, WrappedOptimizer
 from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._precision import amp_autocast, to_full_precision
@@ -269,12 +270,18 @@ class PyTorchTrialContext:
 
     # --- wrapping ---------------------------------------------------------------------------
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Move ``model`` to this worker's device and make it distributed-aware."""
+        """Move ``model`` to this worker's device and make it distributed-aware.
+
+        With ``optimizations.compile`` (or ``init(compile=...)``) its ``forward`` is compiled in
+        place (``determined_lite/pytorch/_compile.py``): the trial keeps the same module.
+        """
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"wrap_model() needs a torch.nn.Module, got {type(model).__name__}")
         if any(m is model for m in self.models):
             raise ValueError(f"wrap_model() was already called on this {type(model).__name__}")
         model = model.to(self.device)
+        if self.harness.settings.compile.enabled:
+            compile_wrapped_model(model, len(self.models), self.harness.settings.compile, self.device)
         wrapped = self._distributed.wrap_model(model, self.device)
         self.harness.models.append(wrapped)
         return wrapped

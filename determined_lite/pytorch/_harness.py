@@ -17,6 +17,7 @@ import torch
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback
+from determined_lite.pytorch._compile import strip_compile_prefix
 from determined_lite.pytorch._lr_scheduler import LRScheduler, LRStepper
 from determined_lite.pytorch._precision import Precision
 from determined_lite.pytorch._reducer import WrappedReducer
@@ -160,7 +161,7 @@ class TrialHarness:
             return saved
 
         for model, sd in zip(self.models, check("models_state_dict", len(self.models))):
-            unwrap(model).load_state_dict(sd)
+            unwrap(model).load_state_dict(strip_compile_prefix(sd))
         if not strict:
             return
         for w, sd in zip(self.optimizers, check("optimizers_state_dict", len(self.optimizers))):
@@ -174,7 +175,11 @@ class TrialHarness:
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The user's module inside a distributed wrapper (DDP and friends expose ``.module``)."""
+    """The user's module inside a distributed wrapper (DDP and friends expose ``.module``) or a
+    hand-made ``torch.compile(model)`` (whose ``state_dict`` keys carry ``_orig_mod.``)."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return model.module
+        model = model.module
+    orig = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule: the module it compiled
+    if isinstance(orig, torch.nn.Module):
+        return unwrap(orig)
     return model

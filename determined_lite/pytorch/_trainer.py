@@ -15,10 +15,16 @@ import logging
 import os
 import random
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from determined_lite import tensorboard
-from determined_lite.config import DEFAULT_REPORTING_PERIOD, CheckpointPolicy, TrainingSettings, TrainUnit
+from determined_lite.config import (
+    DEFAULT_REPORTING_PERIOD,
+    CheckpointPolicy,
+    CompileSettings,
+    TrainingSettings,
+    TrainUnit,
+)
 from determined_lite.distributed import DistributedContext
 from determined_lite.pytorch._callback import Callbacks, PyTorchCallback, name_callbacks
 from determined_lite.pytorch._callback_modules import import_callback_modules
@@ -48,14 +54,23 @@ def init(
     aggregation_frequency: Optional[int] = None,
     enable_tensorboard_logging: bool = True,
     trial_info: Optional[TrialInfo] = None,
+    compile: Union[None, bool, Mapping[str, Any], CompileSettings] = None,  # noqa: A002
 ) -> Iterator[PyTorchTrialContext]:
     """Create the context of one trial; seeds python, numpy and torch before the trial is built.
 
     The trial seed is ``trial_info.trial_seed``, else ``reproducibility.experiment_seed`` of
     ``exp_conf``, else a random one (logged, and saved in checkpoints).
     ``aggregation_frequency`` defaults to ``optimizations.aggregation_frequency``, else 1.
+    ``compile`` (det-lite's): ``True``, or the fields of ``optimizations.compile`` as a dict
+    (``{"backend": "aot_eager", "retrace_every_iteration": True}``), replaces that section of
+    ``exp_conf``: ``wrap_model`` then compiles the trial's models (``torch.compile``).
     """
     exp_conf = dict(exp_conf or {})
+    if compile is not None:
+        chosen = CompileSettings.from_value(compile, "init(compile=...)")
+        if compile is not False and not (isinstance(compile, Mapping) and "enabled" in compile):
+            chosen = dataclasses.replace(chosen, enabled=True)  # asking for options means "on"
+        exp_conf["optimizations"] = {**(exp_conf.get("optimizations") or {}), "compile": chosen.to_json()}
     settings = TrainingSettings.from_config(exp_conf)
     info = trial_info or TrialInfo()
     seed = info.trial_seed

@@ -92,6 +92,28 @@ def test_cli_rows_see_no_torch_import(smoke_rows):
             assert row["torch_imported"] is False, row
 
 
+def test_compile_rows_exist():
+    """``--only compile`` (issue 14): compiled det-lite vs the hand-compiled and the eager plain
+    loop, with the compile times apart (``--smoke`` compiles with aot_eager: no C++ build)."""
+    proc = subprocess.run(
+        [sys.executable, RUN, "--smoke", "--json", "--only", "compile"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)
+    assert [r["name"] for r in rows] == ["compile_mlp_step", "compile_mlp_vs_eager"]
+    step, vs_eager = rows
+    assert step["goal"] == 1.05 and vs_eager["goal"] in (1.0, None)
+    for row in rows:
+        assert KEYS <= set(row), row
+        assert _positive(row["det_lite_s"]) and _positive(row["baseline_s"]) and _positive(row["ratio"])
+        assert _positive(row["compile_s"]) and _positive(row["hand_compile_s"]), row
+        assert _positive(row["hand_vs_eager"]) and row["backend"] == "aot_eager"
+
+
 def test_unknown_measure_is_a_usage_error():
     proc = subprocess.run(
         [sys.executable, RUN, "--only", "single,nope"], capture_output=True, text=True, timeout=60, cwd=REPO

@@ -99,6 +99,15 @@ def test_defaults_are_determineds():
             "aggregation_frequency": 1,
             "average_aggregated_gradients": True,
             "average_training_metrics": True,
+            # det-lite's own (issue 14): torch.compile off unless asked for
+            "compile": {
+                "enabled": False,
+                "mode": None,
+                "backend": "inductor",
+                "fullgraph": False,
+                "dynamic": False,
+                "retrace_every_iteration": False,
+            },
         },
         "checkpoint_storage": {
             "type": "shared_fs",
