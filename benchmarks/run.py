@@ -6,9 +6,10 @@ Measures (one module each): ``single`` (CPU step time, MLP and CNN, vs a plain P
 ``horovod`` and ``ddp`` (2-worker step time vs hand-written Horovod / DDP loops), ``validation``
 (2-worker validation with several metrics and custom reducers vs one fused all-gather, and the
 number of collectives per reduction), ``checkpoint`` (save/load of a large model vs raw
-``torch.save``/``torch.load``), ``cli`` (``det-lite experiment list`` on 1,000 experiments) and
-``startup`` (``det-lite experiment create`` to the first trained batch) and ``compile``
-(``optimizations.compile`` vs a hand-compiled and an eager plain loop). See README.md.
+``torch.save``/``torch.load``), ``cli`` (``det-lite experiment list`` on 1,000 experiments),
+``startup`` (``det-lite experiment create`` to the first trained batch), ``memory`` (peak RSS of
+a training run vs the plain loop) and ``compile`` (``optimizations.compile`` vs a hand-compiled
+and an eager plain loop). See README.md.
 
 The table goes to stdout (``--json``: a list of ``{"name", "det_lite_s", "baseline_s",
 "ratio", "goal", ...}``); progress goes to stderr. Exit code 1 when a measure failed to run
