@@ -1,4 +1,4 @@
-"""Measure 8: ``optimizations.compile`` on one CPU process: compiled det-lite vs the same plain
+"""Measure 9: ``optimizations.compile`` on one CPU process: compiled det-lite vs the same plain
 loop compiled by hand (``torch.compile(model)``) vs the plain eager loop, MLP and CNN.
 
 Three loops in lockstep in this process: after every det-lite training batch (``init(compile=
