@@ -2,10 +2,11 @@
 
 Decisions where det-lite differs from (or has to choose within) Determined:
 
-- ``entrypoint`` is stored as ``module:Class``. Determined's launcher form
-  (``python3 -m determined.launch.torch_distributed --trial model_def:Trial``, string or list)
-  is rewritten to its trial class before validation, and the launcher sets
-  ``resources.distributed_backend`` (see ``_launcher.normalize_launcher``).
+- ``entrypoint`` is stored as ``module:Class`` or a script's command (``python3 train.py ARGS``).
+  Determined's launcher form (``python3 -m determined.launch.torch_distributed --trial
+  model_def:Trial`` or ``... python3 train.py``, string or list) is rewritten to its trial class
+  or script before validation, and the launcher sets ``resources.distributed_backend`` (see
+  ``_launcher.normalize_launcher``).
 
 - ``searcher.max_length`` is required for every searcher, as ``{batches|records|epochs: n}``
   with ``n >= 1``; a bare integer (older Determined) is read as batches. Lengths in epochs
@@ -27,9 +28,10 @@ Decisions where det-lite differs from (or has to choose within) Determined:
 - ``optimizations.average_training_metrics`` defaults to true (current Determined docs).
 - ``environment.environment_variables``: a list (all devices) or ``{cpu, cuda, rocm, gpu}``
   lists (``gpu`` is Determined's old name for ``cuda``), normalised to ``{cpu, cuda, rocm}``.
-- ``global_batch_size`` is a required hyperparameter: a positive integer, or an int /
-  categorical hyperparameter of positive integers; constant and categorical values must be
-  divisible by ``slots_per_trial`` (int ranges are checked when a trial's value is drawn).
+- ``global_batch_size`` is a required hyperparameter of trial classes (optional for scripts):
+  a positive integer, or an int / categorical hyperparameter of positive integers; constant
+  and categorical values must be divisible by ``slots_per_trial`` (int ranges are checked
+  when a trial's value is drawn).
 """
 
 from __future__ import annotations
@@ -75,7 +77,12 @@ from determined_lite.config._errors import (
     format_path,
 )
 from determined_lite.config._hparams import iter_leaves, normalize_hyperparameters
-from determined_lite.config._launcher import SUPPORTED_ENTRYPOINTS, TRIAL_CLASS, normalize_launcher
+from determined_lite.config._launcher import (
+    SUPPORTED_ENTRYPOINTS,
+    TRIAL_CLASS,
+    normalize_launcher,
+    script_command,
+)
 from determined_lite.config._resources import ResourcesConfig
 from determined_lite.config._settings import (
     DEFAULT_SCHEDULING_UNIT,
@@ -115,9 +122,12 @@ Period = Annotated[Optional[Dict[str, int]], PlainValidator(lambda v: _length(v,
 
 
 def _entrypoint(value: Any) -> str:
-    if not isinstance(value, str) or not TRIAL_CLASS.fullmatch(value.strip()):
+    if isinstance(value, str) and TRIAL_CLASS.fullmatch(value.strip()):
+        return value.strip()
+    script = script_command(value) if isinstance(value, str) else None
+    if script is None:
         raise FieldError((), f"{SUPPORTED_ENTRYPOINTS}, got {describe(value)}")
-    return value.strip()
+    return script.command()
 
 
 def _json_mapping(value: Any) -> Dict[str, Any]:
@@ -412,7 +422,9 @@ class ExperimentConfig(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "ExperimentConfig":
-        _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
+        if "global_batch_size" in self.hyperparameters or script_command(self.entrypoint) is None:
+            # Optional for scripts, as in Determined: a Core API loop batches its own data.
+            _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
         if self.searcher.name == "grid":
             for loc, leaf in iter_leaves(self.hyperparameters):
                 if leaf["type"] in ("int", "double", "log") and leaf["count"] is None:

@@ -8,6 +8,9 @@ import logging as _logging
 
 from determined_lite import InvalidHP
 from determined_lite import __version__ as __version__
+from determined_lite._cluster import ClusterInfo as ClusterInfo
+from determined_lite._cluster import ClusterTrialInfo as TrialInfo
+from determined_lite._cluster import get_cluster_info as get_cluster_info
 from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSubmoduleFinder
 from determined_lite.compat._install import missing_attribute as _missing_attribute
 from determined_lite.pytorch import PyTorchTrialContext as TrialContext
@@ -20,11 +23,6 @@ __det_lite_alias__ = True
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 
 
-def get_cluster_info() -> None:
-    """None: the trial is not running on a Determined cluster (what Determined returns off-cluster)."""
-    return None
-
-
 def __getattr__(name: str) -> object:
     raise _missing_attribute(__name__, name)
 
@@ -34,4 +32,14 @@ _logging.getLogger("determined_lite").info(
     "trial imports 'determined': det-lite's compatibility alias (determined_lite %s)", __version__
 )
 
-__all__ = ["LOG_FORMAT", "InvalidHP", "TrialContext", "errors", "get_cluster_info", "pytorch", "tensorboard"]
+__all__ = [
+    "ClusterInfo",
+    "InvalidHP",
+    "LOG_FORMAT",
+    "TrialContext",
+    "TrialInfo",
+    "errors",
+    "get_cluster_info",
+    "pytorch",
+    "tensorboard",
+]

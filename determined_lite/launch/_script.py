@@ -1,0 +1,152 @@
+"""A script entrypoint in a worker: ``python3 train.py ARGS`` run as Determined runs it.
+
+The worker has joined the engine already (one process per slot, under torchrun or horovodrun
+as for class trials); it runs the script in this process with :mod:`runpy` (``sys.argv`` set,
+the script's directory first on ``sys.path``, ``__name__ == "__main__"``) in the trial's
+context directory, with the ``determined`` alias importable. The script finds its trial through
+``det.get_cluster_info()`` (``$DET_LITE_TRIAL_SPEC``) and the live :class:`ScriptTrial`
+registered here: ``det.pytorch.init()`` takes its hyperparameters, config and distributed
+context, ``Trainer.fit`` its searcher length, checkpoint and store hooks, and
+``det.core.init()`` its store writer. What the script reported becomes the worker's result.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from determined_lite._cluster import set_active_trial
+from determined_lite.config._launcher import ScriptCommand
+from determined_lite.config.units import length_from_config
+from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+
+
+class ScriptExit(RuntimeError):
+    """The script called ``sys.exit`` with a failure status."""
+
+
+class ScriptTrial:
+    """The trial a script runs in this worker: what ``det.pytorch.init()``, ``Trainer.fit`` and
+    ``det.core.init()`` read, and what they report back (the worker's result)."""
+
+    def __init__(
+        self, spec: WorkerSpec, distributed: Any, extra_callbacks: Sequence[Tuple[str, Any]]
+    ) -> None:
+        self.spec = spec
+        self.distributed = distributed
+        self._extra = list(extra_callbacks)
+        self._fit_result: Optional[WorkerResult] = None
+        self._reporter: Any = None
+        self._reporter_made = False
+        # What the Core API reported (det.core); the Trainer's result wins when there is one.
+        self.steps_completed = 0
+        self.validation: Optional[Dict[str, Any]] = None
+        self.searcher_metric: Optional[float] = None
+        self.checkpoints: List[Dict[str, Any]] = []
+        self.stopped = False  # the script stopped for a pause/kill (should_preempt said so)
+        self.early_exit: Optional[str] = None  # an EarlyExitReason's value
+        self.progressed = False  # it reported training after the checkpoint it started from
+
+    @property
+    def max_length(self) -> Any:
+        """The length the searcher asks of this run (a ``TrainUnit``)."""
+        return length_from_config(self.spec.max_length, "max_length")
+
+    @property
+    def reporter(self) -> Any:
+        """The chief's ``TrialReporter`` (store writes), None on other ranks and outside experiments."""
+        if not self._reporter_made:
+            from determined_lite.experiment._worker_hooks import trial_reporter
+
+            self._reporter = trial_reporter(self.spec, self.distributed.is_chief)
+            self._reporter_made = True
+        return self._reporter
+
+    def stop_requested(self) -> bool:
+        """Whether ``pause`` or ``kill`` was asked (the chief asks the store; False elsewhere)."""
+        reporter = self.reporter
+        return reporter is not None and bool(reporter.stop_requested())
+
+    def trial_info(self) -> Any:
+        from determined_lite.launch.worker import trial_info
+
+        return trial_info(self.spec)
+
+    def owns(self, context: Any) -> bool:
+        """Whether ``context`` was made for this trial (``det.pytorch.init()`` in the script)."""
+        info = context.harness.trial_info
+        return bool(info.trial_id == self.spec.trial_id and info.experiment_id == self.spec.experiment_id)
+
+    def fit_arguments(self, context: Any, given: Dict[str, Any]) -> Dict[str, Any]:
+        """``Trainer.fit``'s arguments for this trial: the searcher's length, the checkpoint to
+        resume from and the store hooks always; periods and policy from the script when it gave
+        them (``given``: the non-default ones), else from the config."""
+        from determined_lite.launch.worker import fit_arguments
+
+        arguments = fit_arguments(self.spec, self.distributed, context, self._extra)
+        for name in ("validation_period", "checkpoint_period", "reporting_period", "checkpoint_policy"):
+            if given.get(name) is not None:
+                arguments[name] = given[name]
+        arguments["step_zero_validation"] = (
+            bool(given.get("step_zero_validation")) or arguments["step_zero_validation"]
+        )
+        arguments["test_mode"] = bool(given.get("test_mode")) or arguments["test_mode"]
+        arguments["callbacks"] = given.get("callbacks")
+        return arguments
+
+    def fit_done(self, result: Any) -> None:
+        from determined_lite.launch.worker import result_of
+
+        self._fit_result = result_of(result)
+
+    def result(self) -> WorkerResult:
+        """What the script did, for the runner."""
+        if self.early_exit == "EXITED_REASON_INVALID_HP":
+            return WorkerResult(
+                WorkerStatus.INVALID_HP, error="the script reported an early exit: invalid hp"
+            )
+        if self._fit_result is not None and self.validation is None:
+            return self._fit_result
+        validation = dict(self.validation or {})
+        metric = self.spec.training_settings().searcher_metric
+        if self.searcher_metric is not None and metric is not None:
+            validation[metric] = self.searcher_metric
+        stopped = self.stopped or self.early_exit is not None
+        return WorkerResult(
+            status=WorkerStatus.STOPPED if stopped else WorkerStatus.COMPLETED,
+            total_batches=self.steps_completed,
+            validation_metrics=validation or None,
+            checkpoints=self.checkpoints,
+        )
+
+
+def run_script(
+    spec: WorkerSpec, script: ScriptCommand, distributed: Any, extra_callbacks: Sequence[Tuple[str, Any]]
+) -> WorkerResult:
+    """Run ``script`` for the trial of ``spec`` in this worker and return what it reported."""
+    trial = ScriptTrial(spec, distributed, extra_callbacks)
+    set_active_trial(trial)
+    run_as_main(script, spec.context_dir)
+    return trial.result()
+
+
+def run_as_main(script: ScriptCommand, directory: str) -> None:
+    """Run ``script`` as ``python3 PATH|-m MODULE ARGS`` would, from ``directory``; a non-zero
+    ``sys.exit`` raises :class:`ScriptExit`."""
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv = [script.argv0, *script.args]
+    try:
+        if script.module is not None:
+            sys.path.insert(0, directory)
+            runpy.run_module(script.module, run_name="__main__", alter_sys=True)
+        else:
+            path = os.path.join(directory, str(script.path))
+            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise ScriptExit(f"{script.argv0} exited with status {e.code}") from None
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
