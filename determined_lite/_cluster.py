@@ -70,7 +70,7 @@ class ClusterInfo:
         self.task_type = "TRIAL"
         self.master_cert_name: Optional[str] = None
         self.master_cert_file: Optional[str] = None
-        steps = _checkpoint_batches(spec.latest_checkpoint)
+        steps = checkpoint_batches(spec.latest_checkpoint)
         self._trial = ClusterTrialInfo(tid, eid, spec.trial_seed, spec.hparams, spec.exp_conf, steps)
 
     @property
@@ -112,7 +112,8 @@ class ClusterInfo:
         return f"ClusterInfo(task_id={self.task_id!r}, latest_checkpoint={self.latest_checkpoint!r})"
 
 
-def _checkpoint_batches(path: Optional[str]) -> int:
+def checkpoint_batches(path: Optional[str]) -> int:
+    """The batches (steps completed) a checkpoint directory was written at; 0 for none."""
     if not path:
         return 0
     try:

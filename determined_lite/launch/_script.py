@@ -17,7 +17,7 @@ import runpy
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from determined_lite._cluster import set_active_trial
+from determined_lite._cluster import checkpoint_batches, set_active_trial
 from determined_lite.config._launcher import ScriptCommand
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
@@ -48,6 +48,75 @@ class ScriptTrial:
         self.stopped = False  # the script stopped for a pause/kill (should_preempt said so)
         self.early_exit: Optional[str] = None  # an EarlyExitReason's value
         self.progressed = False  # it reported training after the checkpoint it started from
+        self.start_steps = checkpoint_batches(spec.latest_checkpoint)
+        self._validation_steps: Optional[int] = None
+        self._store: Any = None
+        self._core_started = False
+
+    @property
+    def target(self) -> int:
+        """The searcher's length for this run, as a number in its unit (``op.length``)."""
+        return int(next(iter(self.spec.max_length.values())))
+
+    # --- what det.core reports --------------------------------------------------------------
+    def core_started(self) -> None:
+        """``det.core.init()`` in the script: metrics the interrupted run reported after the
+        checkpoint this run starts from are replaced by what this run reports."""
+        if not self._core_started and self.reporter is not None:
+            self.reporter.restart_at(self.start_steps)
+        self._core_started = True
+
+    def note_report(self, group: str, steps: int, metrics: Dict[str, Any]) -> None:
+        self.steps_completed = max(self.steps_completed, int(steps))
+        if group == "training" and steps > self.start_steps:
+            self.progressed = True
+        if group == "validation":
+            self.validation, self._validation_steps = dict(metrics), int(steps)
+
+    def note_op_progress(self, fraction: float) -> None:
+        """``op.report_progress``: nothing to keep (the bar follows reported metrics)."""
+
+    def note_checkpoint(self, uuid: str, path: str, metadata: Dict[str, Any]) -> None:
+        """A checkpoint the script stored: registered in the store (retention applied)."""
+        total = int(metadata["total_batches"])
+        metrics = self.validation if self._validation_steps == total else None
+        self.checkpoints.append({"uuid": uuid, "path": path, "total_batches": total})
+        if self.reporter is not None:
+            self.reporter.checkpoint(uuid, path, total, metrics)
+
+    def forget_checkpoint(self, uuid: str) -> None:
+        if self.reporter is not None:
+            self.reporter.store.delete_checkpoint(uuid)
+
+    def checkpoint_identity(self) -> Dict[str, Any]:
+        """What a checkpoint's ``metadata.json`` says of its trial and store."""
+        store = os.path.realpath(self.spec.store_path) if self.spec.store_path else None
+        return {"trial_id": self.spec.trial_id, "experiment_id": self.spec.experiment_id, "store": store}
+
+    def reached_target(self) -> bool:
+        """Whether the trial reached the searcher's length through ``searcher.time_metric``."""
+        return False
+
+    def experiment_best_validation(self) -> Optional[float]:
+        settings = self.spec.training_settings()
+        store, eid = self._store_reader(), self.spec.experiment_id
+        if store is None or eid is None:
+            return None
+        values = [
+            t["best_validation"] for t in store.list_trials(eid) if t.get("best_validation") is not None
+        ]
+        if not values:
+            return None
+        return float(min(values) if settings.smaller_is_better else max(values))
+
+    def _store_reader(self) -> Any:
+        if self.reporter is not None:
+            return self.reporter.store
+        if self._store is None and self.spec.store_path is not None:
+            from determined_lite.store import Store
+
+            self._store = Store(self.spec.store_path)
+        return self._store
 
     @property
     def max_length(self) -> Any:
@@ -65,9 +134,15 @@ class ScriptTrial:
         return self._reporter
 
     def stop_requested(self) -> bool:
-        """Whether ``pause`` or ``kill`` was asked (the chief asks the store; False elsewhere)."""
-        reporter = self.reporter
-        return reporter is not None and bool(reporter.stop_requested())
+        """Whether ``pause`` or ``kill`` was asked of the experiment (from any rank)."""
+        if self.reporter is not None:
+            return bool(self.reporter.stop_requested())
+        store, eid = self._store_reader(), self.spec.experiment_id
+        if store is None or eid is None:
+            return False
+        from determined_lite.experiment._store_reporter import stop_requested
+
+        return stop_requested(store, eid)
 
     def trial_info(self) -> Any:
         from determined_lite.launch.worker import trial_info

@@ -15,7 +15,7 @@ from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSu
 from determined_lite.compat._install import missing_attribute as _missing_attribute
 from determined_lite.pytorch import PyTorchTrialContext as TrialContext
 
-from . import errors, pytorch, tensorboard
+from . import core, errors, pytorch, tensorboard
 
 __det_lite_alias__ = True
 
@@ -38,6 +38,7 @@ __all__ = [
     "LOG_FORMAT",
     "TrialContext",
     "TrialInfo",
+    "core",
     "errors",
     "get_cluster_info",
     "pytorch",
