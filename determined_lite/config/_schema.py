@@ -8,8 +8,11 @@ Decisions where det-lite differs from (or has to choose within) Determined:
   or script before validation, and the launcher sets ``resources.distributed_backend`` (see
   ``_launcher.normalize_launcher``).
 
-- ``searcher.max_length`` is required for every searcher, as ``{batches|records|epochs: n}``
-  with ``n >= 1``; a bare integer (older Determined) is read as batches. Lengths in epochs
+- Every searcher needs a length: ``searcher.max_length`` as ``{batches|records|epochs: n}``
+  with ``n >= 1`` (a bare integer, older Determined, is read as batches), or Determined's
+  current form ``time_metric`` + ``max_time``: a ``time_metric`` of ``batches``, ``epochs`` or
+  ``records`` is that unit; any other names a validation metric that a script reports, which
+  ends a run once it reaches the length asked (det-lite's searchers then count in it). Lengths in epochs
   work without ``records_per_epoch``: det-lite measures an epoch as one pass over the trial's
   training DataLoader (``records_per_epoch`` is kept, default 0 = unknown).
 - ``min_validation_period`` / ``min_checkpoint_period``: unset or ``{unit: 0}`` normalise to
@@ -141,7 +144,17 @@ def _json_mapping(value: Any) -> Dict[str, Any]:
 
 SEARCHERS = ("single", "grid", "random", "adaptive_asha")
 _DETERMINED_ONLY_SEARCHERS = ("pbt", "custom", "async_halving", "adaptive", "adaptive_simple", "sync_halving")
-_COMMON = ("name", "metric", "smaller_is_better", "max_length", "source_trial_id", "source_checkpoint_uuid")
+_COMMON = (
+    "name",
+    "metric",
+    "smaller_is_better",
+    "max_length",
+    "time_metric",
+    "max_time",
+    "source_trial_id",
+    "source_checkpoint_uuid",
+)
+_UNIT_TIME_METRICS = ("batches", "epochs", "records")
 SEARCHER_FIELDS: Dict[str, Tuple[str, ...]] = {
     "single": _COMMON,
     "grid": _COMMON + ("max_concurrent_trials",),
@@ -165,7 +178,9 @@ class SearcherConfig(Section):
     name: Literal["single", "grid", "random", "adaptive_asha"]
     metric: StrictStr
     smaller_is_better: StrictBool = DEFAULT_SMALLER_IS_BETTER
-    max_length: MaxLength
+    max_length: Optional[MaxLength] = None
+    time_metric: Optional[StrictStr] = None
+    max_time: Optional[PositiveInt] = None
     max_trials: Optional[PositiveInt] = None
     max_concurrent_trials: Optional[NonNegativeInt] = None
     divisor: Optional[Annotated[float, Field(gt=1)]] = None
@@ -199,6 +214,20 @@ class SearcherConfig(Section):
                 raise FieldError(
                     (key,), f"not a field of the {self.name!r} searcher (its fields: {', '.join(allowed)})"
                 )
+        if self.max_length is not None and (self.time_metric is not None or self.max_time is not None):
+            key = "max_time" if self.max_time is not None else "time_metric"
+            raise FieldError((key,), "give max_length or time_metric with max_time, not both")
+        if self.max_length is None:
+            if self.time_metric is None or self.max_time is None:
+                missing = "max_time" if self.time_metric is not None else "time_metric"
+                missing = "max_length" if self.time_metric is None and self.max_time is None else missing
+                raise FieldError(
+                    (missing,),
+                    "the searcher needs a length: max_length ({batches|records|epochs: n}), or "
+                    "time_metric (a reported validation metric, or batches|epochs|records) with max_time",
+                )
+            if not self.time_metric.strip():
+                raise FieldError(("time_metric",), "expected the name of a validation metric, got ''")
         if "max_trials" in allowed and self.max_trials is None:
             raise FieldError(("max_trials",), f"the {self.name!r} searcher needs max_trials (a positive int)")
         for key, default in SEARCHER_DEFAULTS.get(self.name, {}).items():
@@ -208,11 +237,22 @@ class SearcherConfig(Section):
 
     def to_dict(self) -> Dict[str, Any]:
         allowed = SEARCHER_FIELDS[self.name]
-        return {key: copy.deepcopy(getattr(self, key)) for key in type(self).model_fields if key in allowed}
+        out = {key: copy.deepcopy(getattr(self, key)) for key in type(self).model_fields if key in allowed}
+        for key in ("max_length", "time_metric", "max_time"):  # one length form is stored
+            if out[key] is None:
+                del out[key]
+        return out
 
     def settings(self) -> SearcherSettings:
         """The typed settings the searchers use (ASHA's fields at their defaults for the others)."""
-        ((unit, length),) = self.max_length.items()
+        if self.max_length is not None:
+            ((unit, length),) = self.max_length.items()
+            time_metric = None
+        else:  # time_metric + max_time: a unit, or batches carrying a reported metric's value
+            assert self.time_metric is not None and self.max_time is not None
+            unit = self.time_metric if self.time_metric in _UNIT_TIME_METRICS else "batches"
+            length = self.max_time
+            time_metric = None if self.time_metric in _UNIT_TIME_METRICS else self.time_metric
         asha = SEARCHER_DEFAULTS["adaptive_asha"]
         return SearcherSettings(
             name=self.name,
@@ -225,6 +265,7 @@ class SearcherConfig(Section):
             divisor=float(asha["divisor"] if self.divisor is None else self.divisor),
             max_rungs=asha["max_rungs"] if self.max_rungs is None else self.max_rungs,
             mode=asha["mode"] if self.mode is None else self.mode,
+            time_metric=time_metric,
         )
 
 
@@ -425,6 +466,13 @@ class ExperimentConfig(Section):
         if "global_batch_size" in self.hyperparameters or script_command(self.entrypoint) is None:
             # Optional for scripts, as in Determined: a Core API loop batches its own data.
             _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
+        time_metric = self.searcher.time_metric
+        if time_metric not in (None,) + _UNIT_TIME_METRICS and script_command(self.entrypoint) is None:
+            raise FieldError(
+                ("searcher", "time_metric"),
+                f"{time_metric!r} is not batches, epochs or records: a trial class trains by those units; "
+                "a time metric of your own needs a script that reports it in its validation metrics",
+            )
         if self.searcher.name == "grid":
             for loc, leaf in iter_leaves(self.hyperparameters):
                 if leaf["type"] in ("int", "double", "log") and leaf["count"] is None:

@@ -378,7 +378,7 @@ class ExperimentRunner:
                 f"{TEST_MODE_VALIDATION_BATCHES} validation batches and a checkpoint"
             )
         else:
-            what = f"train to {request.pending} {self.unit}"
+            what = f"train to {request.pending} {self.searcher_settings.time_metric or self.unit}"
         self._log(trial_id, f"trial {trial_id} starts: {what}{resumed}")
         self.progress.start(trial_id, request.hparams)
 

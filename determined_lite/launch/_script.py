@@ -12,6 +12,7 @@ context, ``Trainer.fit`` its searcher length, checkpoint and store hooks, and
 
 from __future__ import annotations
 
+import functools
 import os
 import runpy
 import sys
@@ -93,9 +94,19 @@ class ScriptTrial:
         store = os.path.realpath(self.spec.store_path) if self.spec.store_path else None
         return {"trial_id": self.spec.trial_id, "experiment_id": self.spec.experiment_id, "store": store}
 
+    @functools.cached_property
+    def time_metric(self) -> Optional[str]:
+        """``searcher.time_metric`` when it names a metric the script reports (not a unit)."""
+        from determined_lite.config import validate_searcher
+
+        return validate_searcher(self.spec.exp_conf["searcher"]).time_metric
+
     def reached_target(self) -> bool:
-        """Whether the trial reached the searcher's length through ``searcher.time_metric``."""
-        return False
+        """Whether the last validation's ``searcher.time_metric`` reached the searcher's length
+        (the run ends there: ``should_preempt()`` says so; the runner resumes it for more)."""
+        name = self.time_metric
+        value = (self.validation or {}).get(name) if name is not None else None
+        return isinstance(value, (int, float)) and value >= self.target
 
     def experiment_best_validation(self) -> Optional[float]:
         settings = self.spec.training_settings()
@@ -160,6 +171,11 @@ class ScriptTrial:
         them (``given``: the non-default ones), else from the config."""
         from determined_lite.launch.worker import fit_arguments
 
+        if self.time_metric is not None:
+            raise ValueError(
+                f"searcher.time_metric {self.time_metric!r}: Trainer.fit trains by batches, epochs or "
+                "records; use one of those as the time metric (or the Core API to report your own)"
+            )
         arguments = fit_arguments(self.spec, self.distributed, context, self._extra)
         for name in ("validation_period", "checkpoint_period", "reporting_period", "checkpoint_policy"):
             if given.get(name) is not None:

@@ -119,3 +119,42 @@ def test_adaptive_asha_resumes_promoted_trials_through_restore_path(tmp_path):
             pattern = r"core: restored ([0-9a-f-]{36}) at (\d+) \(metadata (\d+)\)"
             (restored,) = re.findall(pattern, logs(trial["id"]))
             assert restored[1:] == ("4", "4")
+
+
+def test_time_metric_and_max_time_drive_asha_for_a_script_that_sets_its_own_length(tmp_path):
+    """Determined >= 0.38's searcher: ``time_metric`` (a validation metric the script reports)
+    and ``max_time``, no searcher operations; the script trains to its own length. A run ends
+    (``should_preempt()``) once ``batches_seen`` reaches the rung; the promoted trial resumes
+    there and equals an uninterrupted run."""
+    path = write_config(
+        tmp_path,
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "val_loss",
+            "time_metric": "batches_seen",
+            "max_time": 8,
+            "max_trials": 2,
+            "max_rungs": 2,
+            "divisor": 2,
+            "mode": "aggressive",
+        },
+        hyperparameters={"lr": {"type": "double", "minval": 0.005, "maxval": 0.02}, "own_length": 100},
+        **{"reproducibility.experiment_seed": 1},
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "train to 4 batches_seen" in proc.stdout
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED"
+    assert (
+        exp["config"]["searcher"]["time_metric"] == "batches_seen"
+        and "max_length" not in exp["config"]["searcher"]
+    )
+    assert sorted(t["total_batches"] for t in exp["trials"]) == [4, 8]
+    for trial in exp["trials"]:
+        ws = weights(trial["total_batches"], lr=trial["hparams"]["lr"], gamma=1.0)
+        expected = list(range(2, trial["total_batches"] + 1, 2))
+        assert [v["total_batches"] for v in trial["validation_metrics"]] == expected
+        for v in trial["validation_metrics"]:
+            assert v["metrics"]["weight"] == pytest.approx(ws[v["total_batches"] - 1], rel=1e-12)
+            assert v["metrics"]["batches_seen"] == v["total_batches"]

@@ -64,3 +64,59 @@ def test_a_trainer_script_runs_with_its_cluster_info(tmp_path):
         "container_rank": 0,
         "task_type": "TRIAL",
     }
+
+
+def test_trainer_script_grid_in_list_form_after_the_launcher(tmp_path):
+    """``entrypoint`` as a list with Determined's torch_distributed launcher prefix; a grid over
+    lr: each trial's metrics are its closed form."""
+    path = write_config(
+        tmp_path,
+        "trainer.yaml",
+        entrypoint=["python3", "-m", "determined.launch.torch_distributed", "python3", "train.py"],
+        searcher={"name": "grid", "metric": "val_loss", "max_length": {"batches": 4}},
+        **{"hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02]}},
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    exp = describe(1)
+    assert exp["config"]["entrypoint"] == "python3 train.py"
+    assert sorted(t["hparams"]["lr"] for t in exp["trials"]) == [0.01, 0.02]
+    for trial in exp["trials"]:
+        assert trial["state"] == "COMPLETED" and trial["total_batches"] == 4
+        (v,) = trial["validation_metrics"]
+        w = weights(4, lr=trial["hparams"]["lr"], gamma=1.0)[-1]
+        assert v["metrics"]["val_loss"] == pytest.approx(val_loss(w), rel=1e-9)
+        assert cluster_infos(trial["id"])[0]["argv"] == []
+
+
+def test_trainer_script_adaptive_asha_with_time_metric_batches(tmp_path):
+    """``time_metric: batches`` + ``max_time``: ASHA's rungs are batches; the promoted trial
+    resumes from its rung checkpoint (``info.latest_checkpoint``, a uuid, given to fit) and
+    reaches the uninterrupted run's weights."""
+    path = write_config(
+        tmp_path,
+        "trainer.yaml",
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "val_loss",
+            "time_metric": "batches",
+            "max_time": 8,
+            "max_trials": 2,
+            "max_rungs": 2,
+            "divisor": 2,
+            "mode": "aggressive",
+        },
+        **{"hyperparameters.lr": {"type": "double", "minval": 0.005, "maxval": 0.02}},
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    exp = describe(1)
+    assert sorted(t["total_batches"] for t in exp["trials"]) == [4, 8]
+    for trial in exp["trials"]:
+        ws = weights(trial["total_batches"], lr=trial["hparams"]["lr"], gamma=1.0)
+        for v in trial["validation_metrics"]:
+            assert v["metrics"]["weight"] == pytest.approx(ws[v["total_batches"] - 1], rel=1e-12)
+        infos = cluster_infos(trial["id"])
+        if trial["total_batches"] == 8:
+            assert [v["total_batches"] for v in trial["validation_metrics"]] == [4, 8]
+            assert infos[0]["latest_checkpoint"] is None and infos[1]["latest_checkpoint"] is not None
