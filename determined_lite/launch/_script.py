@@ -25,7 +25,11 @@ from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
 
 
 class ScriptExit(RuntimeError):
-    """The script called ``sys.exit`` with a failure status."""
+    """The script called ``sys.exit`` with a failure status (``code``: what it gave)."""
+
+    def __init__(self, message: str, code: Any) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ScriptTrial:
@@ -233,11 +237,13 @@ def run_as_main(script: ScriptCommand, directory: str) -> None:
             sys.path.insert(0, directory)
             runpy.run_module(script.module, run_name="__main__", alter_sys=True)
         else:
-            path = os.path.join(directory, str(script.path))
+            path = str(script.path)  # run_path makes it sys.argv[0], as python3 PATH does
+            if os.path.realpath(directory) != os.path.realpath(os.getcwd()):
+                path = os.path.join(directory, path)
             sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
             runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
-            raise ScriptExit(f"{script.argv0} exited with status {e.code}") from None
+            raise ScriptExit(f"{script.argv0} exited with status {e.code}", e.code) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
