@@ -155,6 +155,12 @@ _COMMON = (
     "source_checkpoint_uuid",
 )
 _UNIT_TIME_METRICS = ("batches", "epochs", "records")
+# The searcher length of a script that trains to its own (no max_length, no max_time).
+OWN_LENGTH = 0
+_LENGTH_NEEDED = (
+    "the searcher needs a length: max_length ({batches|records|epochs: n}), or time_metric "
+    "(a reported validation metric, or batches|epochs|records) with max_time"
+)
 SEARCHER_FIELDS: Dict[str, Tuple[str, ...]] = {
     "single": _COMMON,
     "grid": _COMMON + ("max_concurrent_trials",),
@@ -217,17 +223,15 @@ class SearcherConfig(Section):
         if self.max_length is not None and (self.time_metric is not None or self.max_time is not None):
             key = "max_time" if self.max_time is not None else "time_metric"
             raise FieldError((key,), "give max_length or time_metric with max_time, not both")
-        if self.max_length is None:
+        if self.max_length is None and (self.time_metric is not None or self.max_time is not None):
             if self.time_metric is None or self.max_time is None:
                 missing = "max_time" if self.time_metric is not None else "time_metric"
                 missing = "max_length" if self.time_metric is None and self.max_time is None else missing
-                raise FieldError(
-                    (missing,),
-                    "the searcher needs a length: max_length ({batches|records|epochs: n}), or "
-                    "time_metric (a reported validation metric, or batches|epochs|records) with max_time",
-                )
-            if not self.time_metric.strip():
+                raise FieldError((missing,), _LENGTH_NEEDED)
+            if not str(self.time_metric).strip():
                 raise FieldError(("time_metric",), "expected the name of a validation metric, got ''")
+        if self.name == "adaptive_asha" and self.max_length is None and self.max_time is None:
+            raise FieldError(("max_length",), _LENGTH_NEEDED)
         if "max_trials" in allowed and self.max_trials is None:
             raise FieldError(("max_trials",), f"the {self.name!r} searcher needs max_trials (a positive int)")
         for key, default in SEARCHER_DEFAULTS.get(self.name, {}).items():
@@ -248,6 +252,8 @@ class SearcherConfig(Section):
         if self.max_length is not None:
             ((unit, length),) = self.max_length.items()
             time_metric = None
+        elif self.max_time is None:  # a script that trains to its own length (single/grid/random)
+            unit, length, time_metric = "batches", OWN_LENGTH, None
         else:  # time_metric + max_time: a unit, or batches carrying a reported metric's value
             assert self.time_metric is not None and self.max_time is not None
             unit = self.time_metric if self.time_metric in _UNIT_TIME_METRICS else "batches"
@@ -466,6 +472,11 @@ class ExperimentConfig(Section):
         if "global_batch_size" in self.hyperparameters or script_command(self.entrypoint) is None:
             # Optional for scripts, as in Determined: a Core API loop batches its own data.
             _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
+        searcher = self.searcher
+        if searcher.max_length is None and searcher.max_time is None:
+            if searcher.name == "adaptive_asha" or script_command(self.entrypoint) is None:
+                # Only a script may train to its own length, and only when no rungs need one.
+                raise FieldError(("searcher", "max_length"), _LENGTH_NEEDED)
         time_metric = self.searcher.time_metric
         if time_metric not in (None,) + _UNIT_TIME_METRICS and script_command(self.entrypoint) is None:
             raise FieldError(

@@ -75,6 +75,11 @@ class SearcherContext:
     ) -> Iterator[SearcherOperation]:
         """One operation to the searcher's length (every rank gets it from the chief)."""
         mode = SearcherMode(searcher_mode)
+        if self._length == 0:
+            raise RuntimeError(
+                "searcher.operations() needs searcher.max_length in the experiment config; without "
+                "it (Determined >= 0.38's form) train to a length of your own"
+            )
         if self._dist.rank == 0:
             op = SearcherOperation(self._length, True, self._trial)
             if mode == SearcherMode.WorkersAskChief:

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 from determined_lite._errors import ActionRequired
 from determined_lite._progress import read_progress
 from determined_lite.config import TrainingSettings, environment_variables, searched_paths, validate_searcher
+from determined_lite.config._schema import OWN_LENGTH
 from determined_lite.config._settings import TEST_MODE_STEPS, TEST_MODE_VALIDATION_BATCHES
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
@@ -379,6 +380,8 @@ class ExperimentRunner:
             )
         else:
             what = f"train to {request.pending} {self.searcher_settings.time_metric or self.unit}"
+            if request.pending == OWN_LENGTH:
+                what = "train to the length the script sets"
         self._log(trial_id, f"trial {trial_id} starts: {what}{resumed}")
         self.progress.start(trial_id, request.hparams)
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from determined_lite._cluster import checkpoint_batches, set_active_trial
 from determined_lite.config._launcher import ScriptCommand
+from determined_lite.config._schema import OWN_LENGTH
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
 
@@ -110,7 +111,7 @@ class ScriptTrial:
         (the run ends there: ``should_preempt()`` says so; the runner resumes it for more)."""
         name = self.time_metric
         value = (self.validation or {}).get(name) if name is not None else None
-        return isinstance(value, (int, float)) and value >= self.target
+        return self.target != OWN_LENGTH and isinstance(value, (int, float)) and value >= self.target
 
     def experiment_best_validation(self) -> Optional[float]:
         settings = self.spec.training_settings()
@@ -170,7 +171,8 @@ class ScriptTrial:
         return bool(info.trial_id == self.spec.trial_id and info.experiment_id == self.spec.experiment_id)
 
     def fit_arguments(self, context: Any, given: Dict[str, Any]) -> Dict[str, Any]:
-        """``Trainer.fit``'s arguments for this trial: the searcher's length, the checkpoint to
+        """``Trainer.fit``'s arguments for this trial: the searcher's length (the script's own
+        when the searcher has none), the checkpoint to
         resume from and the store hooks always; periods and policy from the script when it gave
         them (``given``: the non-default ones), else from the config."""
         from determined_lite.launch.worker import fit_arguments
@@ -181,6 +183,8 @@ class ScriptTrial:
                 "records; use one of those as the time metric (or the Core API to report your own)"
             )
         arguments = fit_arguments(self.spec, self.distributed, context, self._extra)
+        if self.target == OWN_LENGTH:  # no searcher length: the script's own, as Determined >= 0.38
+            arguments["max_length"] = given.get("max_length")
         for name in ("validation_period", "checkpoint_period", "reporting_period", "checkpoint_policy"):
             if given.get(name) is not None:
                 arguments[name] = given[name]

@@ -181,6 +181,7 @@ class Trainer:
                 callbacks=callbacks,
             )
         given = dict(
+            max_length=max_length,
             validation_period=validation_period,
             checkpoint_period=checkpoint_period,
             reporting_period=None if reporting_period == DEFAULT_REPORTING_PERIOD else reporting_period,

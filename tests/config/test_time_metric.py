@@ -65,3 +65,19 @@ def test_a_metric_of_its_own_needs_a_script():
         validate_config(config(dict(ASHA, time_metric="seen", max_time=8), entrypoint="m:T"), "const.yaml")
     assert e.value.path == "searcher.time_metric"
     assert "a time metric of your own needs a script that reports it" in e.value.message
+
+
+def test_a_script_may_train_to_its_own_length_without_rungs():
+    """Determined >= 0.38: ``single``/``grid``/``random`` need no length; the script sets it."""
+    conf = validate_config(config({"name": "single", "metric": "val_loss"}))
+    assert conf.searcher_settings().max_length == 0  # OWN_LENGTH: the script's own
+    assert conf.training_settings().max_length is None
+    stored = conf.to_dict()
+    assert validate_config(stored).to_dict() == stored
+    for searcher, entrypoint in [
+        ({"name": "single", "metric": "val_loss"}, "m:T"),  # a class trains to the searcher's length
+        (dict(ASHA), SCRIPT),  # rungs need a length
+    ]:
+        with pytest.raises(ConfigError) as e:
+            validate_config(config(searcher, entrypoint=entrypoint))
+        assert e.value.path == "searcher.max_length" and "the searcher needs a length" in e.value.message

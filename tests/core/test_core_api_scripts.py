@@ -72,6 +72,24 @@ def test_a_core_api_script_reports_metrics_and_checkpoints(tmp_path):
         assert json.load(f)["w"] == pytest.approx(weights(8, gamma=1.0)[-1], rel=1e-12)
 
 
+def test_a_script_with_no_searcher_length_trains_to_its_own(tmp_path):
+    """Determined >= 0.38's single searcher has no length: the script trains to its own (6
+    batches here), validating as it goes; the last validation is the searcher's."""
+    path = write_config(
+        tmp_path,
+        searcher={"name": "single", "metric": "val_loss"},
+        **{"hyperparameters.own_length": 6},
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "train to the length the script sets" in proc.stdout
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 6
+    assert [v["total_batches"] for v in trial["validation_metrics"]] == [2, 4, 6]
+    w = weights(6, gamma=1.0)[-1]
+    assert trial["best_validation"] == pytest.approx(val_loss(w), rel=1e-12)
+
+
 def test_report_early_exit_ends_only_that_trial(tmp_path):
     """``report_early_exit(INVALID_HP)``: Determined ends that trial; the search goes on."""
     path = write_config(
