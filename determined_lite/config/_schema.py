@@ -447,7 +447,10 @@ class ExperimentConfig(Section):
     name: Optional[StrictStr] = None
     description: Optional[StrictStr] = None
     entrypoint: Annotated[str, PlainValidator(_entrypoint)]
-    hyperparameters: Annotated[Dict[str, Any], PlainValidator(normalize_hyperparameters)]
+    # Optional: a script may have none (a trial class needs global_batch_size: _cross_checks).
+    hyperparameters: Annotated[Dict[str, Any], PlainValidator(normalize_hyperparameters)] = Field(
+        default_factory=dict
+    )
     searcher: SearcherConfig
     records_per_epoch: NonNegativeInt = 0
     min_validation_period: Period = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -419,6 +420,11 @@ class ExperimentRunner:
                 # Resumed from a checkpoint already at the target (its run was interrupted after
                 # the final checkpoint): the validation it reported then is in the store.
                 metric = self._stored_metric(request.trial_id, result.total_batches)
+            if metric is None and run.length == OWN_LENGTH:
+                # A script with no searcher length (Determined >= 0.38): exiting 0 completes it.
+                what = f"trial {request.trial_id} completed without reporting {self.metric!r}"
+                self._log(request.trial_id, what)
+                metric = math.nan
             if metric is None:
                 self._log(request.trial_id, f"trial {request.trial_id} reported no {self.metric!r}")
                 self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)

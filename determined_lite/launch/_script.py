@@ -12,17 +12,21 @@ context, ``Trainer.fit`` its searcher length, checkpoint and store hooks, and
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import runpy
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from determined_lite._cluster import checkpoint_batches, set_active_trial
 from determined_lite.config._launcher import ScriptCommand
 from determined_lite.config._schema import OWN_LENGTH
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+
+logger = logging.getLogger("determined_lite")
 
 
 class ScriptExit(RuntimeError):
@@ -101,10 +105,10 @@ class ScriptTrial:
 
     @functools.cached_property
     def time_metric(self) -> Optional[str]:
-        """``searcher.time_metric`` when it names a metric the script reports (not a unit)."""
-        from determined_lite.config import validate_searcher
-
-        return validate_searcher(self.spec.exp_conf["searcher"]).time_metric
+        """``searcher.time_metric``: the validation metric that measures a Core API script's
+        length (``epochs`` too: Determined's scripts report it as a metric)."""
+        value = (self.spec.exp_conf.get("searcher") or {}).get("time_metric")
+        return str(value) if value is not None else None
 
     def reached_target(self) -> bool:
         """Whether the last validation's ``searcher.time_metric`` reached the searcher's length
@@ -177,7 +181,7 @@ class ScriptTrial:
         them (``given``: the non-default ones), else from the config."""
         from determined_lite.launch.worker import fit_arguments
 
-        if self.time_metric is not None:
+        if self.time_metric not in (None, "batches", "epochs", "records"):
             raise ValueError(
                 f"searcher.time_metric {self.time_metric!r}: Trainer.fit trains by batches, epochs or "
                 "records; use one of those as the time metric (or the Core API to report your own)"
@@ -227,8 +231,36 @@ def run_script(
     """Run ``script`` for the trial of ``spec`` in this worker and return what it reported."""
     trial = ScriptTrial(spec, distributed, extra_callbacks)
     set_active_trial(trial)
-    run_as_main(script, spec.context_dir)
+    with _process_group_joined(distributed):
+        run_as_main(script, spec.context_dir)
     return trial.result()
+
+
+@contextlib.contextmanager
+def _process_group_joined(distributed: Any) -> Iterator[None]:
+    """Determined's torch scripts call ``torch.distributed.init_process_group`` themselves; the
+    worker has joined the trial's process group already (loopback, det-lite's timeouts), so
+    while the script runs a second call is answered by that group instead of failing."""
+    if distributed.backend != "torch":
+        yield
+        return
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if dist.is_initialized():
+            logger.info(
+                "init_process_group: the trial's process group is joined already (%s)", dist.get_backend()
+            )
+            return
+        original(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+    try:
+        yield
+    finally:
+        dist.init_process_group = original
 
 
 def run_as_main(script: ScriptCommand, directory: str) -> None:
