@@ -160,8 +160,29 @@ class Trainer:
         core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
         callbacks: Optional[Callbacks] = None,
     ) -> TrainResult:
-        """Train to ``max_length``, or, in a script det-lite runs, to the searcher's length
-        (from its latest checkpoint; periods and policy not given come from the config).
+        """Train to ``max_length``, validating and checkpointing on the given periods.
+
+        ``latest_checkpoint`` resumes exactly from a checkpoint directory (or the uuid of one in
+        the checkpoint root, as Determined's ``info.latest_checkpoint``). A final validation
+        and checkpoint always happen at the end. ``checkpoint_policy`` adds checkpoints after
+        validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``. Without a
+        searcher metric (``searcher.metric`` of ``exp_conf``), as in Determined's local training
+        mode, ``"best"`` falls back to ``"all"`` with a warning.
+
+        From plain Python (no experiment ids in ``init``'s ``trial_info``), the run is recorded
+        in the store as a ``local`` experiment: its checkpoints are listed by ``det-lite
+        checkpoint list`` and the ``checkpoint_storage`` retention policy (Determined's defaults:
+        the best and the latest) removes the others; ``record=False`` keeps it out of the store
+        (nothing listed, nothing removed). ``progress``: the bar and metric lines on stdout;
+        default on for such runs unless ``$DET_LITE_PROGRESS=0``.
+        ``callbacks`` (det-lite's addition) run for this ``fit`` only, after those given to the
+        ``Trainer``; same forms and names.
+        In a script det-lite runs (``det.get_cluster_info()`` set, ``init()`` without arguments),
+        the trial decides the length (the searcher's; the script's own ``max_length`` when the
+        searcher has none), the checkpoint to resume from and the store hooks; periods and
+        policy given here win over the config's.
+        Returns the reported metrics and the checkpoints written (retention may have removed
+        some of them since).
         """
         script = active_trial()
         if script is None or not script.owns(self.context):
@@ -214,26 +235,7 @@ class Trainer:
         core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
         callbacks: Optional[Callbacks] = None,
     ) -> TrainResult:
-        """Train to ``max_length``, validating and checkpointing on the given periods.
-
-        ``latest_checkpoint`` resumes exactly from a checkpoint directory (or the uuid of one in
-        the checkpoint root, as Determined's ``info.latest_checkpoint``). A final validation
-        and checkpoint always happen at the end. ``checkpoint_policy`` adds checkpoints after
-        validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``. Without a
-        searcher metric (``searcher.metric`` of ``exp_conf``), as in Determined's local training
-        mode, ``"best"`` falls back to ``"all"`` with a warning.
-
-        From plain Python (no experiment ids in ``init``'s ``trial_info``), the run is recorded
-        in the store as a ``local`` experiment: its checkpoints are listed by ``det-lite
-        checkpoint list`` and the ``checkpoint_storage`` retention policy (Determined's defaults:
-        the best and the latest) removes the others; ``record=False`` keeps it out of the store
-        (nothing listed, nothing removed). ``progress``: the bar and metric lines on stdout;
-        default on for such runs unless ``$DET_LITE_PROGRESS=0``.
-        ``callbacks`` (det-lite's addition) run for this ``fit`` only, after those given to the
-        ``Trainer``; same forms and names.
-        Returns the reported metrics and the checkpoints written (retention may have removed
-        some of them since).
-        """
+        """Train (the body of :meth:`fit`)."""
         ctx = self.context
         settings, info = ctx.harness.settings, ctx.harness.trial_info
         if max_length is None:
