@@ -55,6 +55,7 @@ class Context:
 
     def close(self) -> None:
         self.preempt.close()
+        self.train.close()
 
     def __enter__(self) -> "Context":
         self.start()

@@ -1,9 +1,10 @@
 """``core_context.train``: metrics, progress and early exits of a Core API script.
 
 In a trial det-lite runs, the chief writes every report to the experiment store through the
-trial's ``TrialReporter`` (the same writer class trials use), and the progress file the runner's
-bar reads; other ranks write nothing (report from the chief, as Determined's examples do).
-Outside det-lite (local mode) reports are logged only, as Determined's local mode does.
+trial's ``TrialReporter`` (the writer class trials use too), to TensorBoard (``ScalarWriter``,
+as for class trials) and to the progress file the runner's bar reads; other ranks write
+nothing (report from the chief, as Determined's examples do). Outside det-lite (local mode)
+reports are logged only, as Determined's local mode does.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class TrainContext:
             from determined_lite.launch._spec import progress_path
 
             self._progress_path = progress_path(trial.spec.result_path)
+        self._scalars: Any = None  # TensorBoard, as for class trials (the chief's reports)
+        if trial is not None and tensorboard_path is not None and distributed.is_chief:
+            from determined_lite.pytorch._reporting import ScalarWriter
+
+            self._scalars = ScalarWriter(tensorboard_path, trial.spec.hparams)
         self._progress = TrialProgress(
             total_batches=trial.start_steps if trial is not None else 0,
             metric=trial.spec.training_settings().searcher_metric if trial is not None else None,
@@ -84,6 +90,8 @@ class TrainContext:
         if self._reporter is None or group not in ("training", "validation"):
             return
         self._progress.total_batches = steps_completed
+        if self._scalars is not None:
+            self._scalars.write(group, steps_completed, plain)
         if group == "training":
             self._reporter.training(steps_completed, plain)
             loss = plain.get("loss")
@@ -133,3 +141,8 @@ class TrainContext:
 
     def upload_tensorboard_files(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to upload: TensorBoard files are written in place."""
+
+    def close(self) -> None:
+        """Finish the TensorBoard file (``det.core.init()``'s context exit)."""
+        if self._scalars is not None:
+            self._scalars.close()

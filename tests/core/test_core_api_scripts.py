@@ -16,6 +16,7 @@ import pytest
 from tests.cli_helpers import cli, describe
 from tests.cli_helpers import write_config as _write_config
 from tests.compat.test_determined_trial import weights
+from tests.fixtures.tb import scalars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
@@ -48,7 +49,7 @@ def logs(trial_id: int) -> str:
     return cli("trial", "logs", str(trial_id)).stdout
 
 
-def test_a_core_api_script_reports_metrics_and_checkpoints(tmp_path):
+def test_a_core_api_script_reports_metrics_and_checkpoints(tmp_path, _det_lite_home):
     """Determined's launcher prefix, a Core API loop: training metrics at every batch, the
     searcher op's validation at max_length, checkpoints registered (retention: the latest and
     the best are kept)."""
@@ -70,6 +71,10 @@ def test_a_core_api_script_reports_metrics_and_checkpoints(tmp_path):
     assert oct(os.stat(ckpt["path"]).st_mode & 0o777) == "0o700"
     with open(os.path.join(ckpt["path"], "state.json")) as f:
         assert json.load(f)["w"] == pytest.approx(weights(8, gamma=1.0)[-1], rel=1e-12)
+    # TensorBoard, as for class trials: every reported scalar at its batch.
+    tb = scalars(os.path.join(str(_det_lite_home), "tensorboard", "experiment_1", f"trial_{trial['id']}"))
+    assert [step for step, _ in tb["training/weight"]] == list(range(1, 9))
+    assert tb["validation/val_loss"] == [(8, pytest.approx(val_loss(weights(8, gamma=1.0)[-1]), rel=1e-6))]
 
 
 def test_a_script_with_no_searcher_length_trains_to_its_own(tmp_path):
