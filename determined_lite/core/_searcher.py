@@ -41,13 +41,12 @@ class SearcherOperation:
         return self._length
 
     def report_progress(self, length: float) -> None:
-        """Progress towards ``length`` (chief only)."""
+        """Progress towards ``length`` (chief only; the runner's bar follows reported metrics)."""
         if not self._is_chief:
             raise RuntimeError("you must only call op.report_progress() from the chief worker")
         if self._completed and length != self._length:
             raise RuntimeError("you must not call op.report_progress() after op.report_completed()")
-        if self._trial is not None:
-            self._trial.note_op_progress(min(1.0, max(0.0, float(length) / self._length)))
+        logger.debug("op.report_progress(%s)", length)
 
     def report_completed(self, searcher_metric: Any) -> None:
         """The searcher metric at ``length`` (chief only, once)."""

@@ -120,7 +120,7 @@ class TrainContext:
         reason = EarlyExitReason(reason)
         logger.info("report_early_exit(%s)", reason)
         if self._trial is not None and self._dist.is_chief:
-            self._trial.early_exit = reason.value
+            self._trial.early_exit = reason
 
     def get_experiment_best_validation(self) -> Optional[float]:
         """The best searcher metric reported so far by any trial of the experiment."""

@@ -56,7 +56,7 @@ class ScriptTrial:
         self.searcher_metric: Optional[float] = None
         self.checkpoints: List[Dict[str, Any]] = []
         self.stopped = False  # the script stopped for a pause/kill (should_preempt said so)
-        self.early_exit: Optional[str] = None  # an EarlyExitReason's value
+        self.early_exit: Any = None  # the core.EarlyExitReason the script reported
         self.progressed = False  # it reported training after the checkpoint it started from
         self.start_steps = checkpoint_batches(spec.latest_checkpoint)
         self._validation_steps: Optional[int] = None
@@ -82,9 +82,6 @@ class ScriptTrial:
             self.progressed = True
         if group == "validation":
             self.validation, self._validation_steps = dict(metrics), int(steps)
-
-    def note_op_progress(self, fraction: float) -> None:
-        """``op.report_progress``: nothing to keep (the bar follows reported metrics)."""
 
     def note_checkpoint(self, uuid: str, path: str, metadata: Dict[str, Any]) -> None:
         """A checkpoint the script stored: registered in the store (retention applied)."""
@@ -176,9 +173,9 @@ class ScriptTrial:
 
     def fit_arguments(self, context: Any, given: Dict[str, Any]) -> Dict[str, Any]:
         """``Trainer.fit``'s arguments for this trial: the searcher's length (the script's own
-        when the searcher has none), the checkpoint to
-        resume from and the store hooks always; periods and policy from the script when it gave
-        them (``given``: the non-default ones), else from the config."""
+        when the searcher has none), the checkpoint to resume from and the store hooks always;
+        periods and policy from the script when it gave them (``given``: the non-default
+        ones), else from the config."""
         from determined_lite.launch.worker import fit_arguments
 
         if self.time_metric not in (None, "batches", "epochs", "records"):
@@ -206,7 +203,9 @@ class ScriptTrial:
 
     def result(self) -> WorkerResult:
         """What the script did, for the runner."""
-        if self.early_exit == "EXITED_REASON_INVALID_HP":
+        from determined_lite.core import EarlyExitReason
+
+        if self.early_exit is EarlyExitReason.INVALID_HP:
             return WorkerResult(
                 WorkerStatus.INVALID_HP, error="the script reported an early exit: invalid hp"
             )
