@@ -2,7 +2,8 @@
 
 ``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``,
 ``det-lite trial describe|logs``, ``det-lite checkpoint list|export|gc``,
-``det-lite tensorboard EXPERIMENT_ID``; aliases ``e``, ``t``, ``c``, ``ls``.
+``det-lite tensorboard EXPERIMENT_ID``, ``det-lite run SCRIPT [ARGS]`` (a Determined script in
+local mode); aliases ``e``, ``t``, ``c``, ``ls``.
 Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input; errors are one line,
 ``det-lite: error: ...`` (``_common.show_error``). Read-only commands
 import only click and the standard library (never torch).
@@ -18,6 +19,7 @@ from determined_lite import __version__
 from determined_lite.cli._checkpoint import checkpoint
 from determined_lite.cli._common import CommandLine
 from determined_lite.cli._experiment import experiment
+from determined_lite.cli._run import run
 from determined_lite.cli._tensorboard import tensorboard
 from determined_lite.cli._trial import trial
 
@@ -37,6 +39,7 @@ cli.add_command(experiment)
 cli.add_command(trial)
 cli.add_command(checkpoint)
 cli.add_command(tensorboard)
+cli.add_command(run)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -50,8 +50,8 @@ def install_alias() -> bool:
 _PROVIDES = (
     "det-lite's 'determined' alias provides Determined's PyTorchTrial API (determined.pytorch, "
     "determined.pytorch.samplers, determined.InvalidHP, "
-    "determined.tensorboard.metric_writers.pytorch.TorchWriter), not its Core API, client or "
-    "launchers; see docs/migrating-from-determined.md"
+    "determined.tensorboard.metric_writers.pytorch.TorchWriter) and its Core API (determined.core, "
+    "det.get_cluster_info), not its client or experimental APIs; see docs/migrating-from-determined.md"
 )
 
 

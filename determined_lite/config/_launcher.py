@@ -1,16 +1,21 @@
-"""Determined's launcher form of ``entrypoint``, read as a trial class plus an engine.
+"""Determined's command forms of ``entrypoint``: a trial class or a script, plus an engine.
 
 ``entrypoint`` in Determined's launcher form (a shell string or an argv list), e.g.
 ``python3 -m determined.launch.torch_distributed --trial model_def:Trial``, is read as the trial
 class ``model_def:Trial`` plus the engine it implies (``resources.distributed_backend``: ``torch``
-for ``torch_distributed``, ``horovod`` for ``horovod``); ``normalize_launcher`` rewrites the raw
-config before validation, so everything downstream sees only ``module:Class``. Options that only
-steer Determined's cluster launcher (``--autohorovod``) are dropped; anything det-lite cannot
-honour (DeepSpeed, scripts, ``torchrun``/``horovodrun`` overrides, unknown options) is an error.
+for ``torch_distributed``, ``horovod`` for ``horovod``). A script (``python3 train.py ARGS``,
+``python3 -m package.train ARGS``, alone or after a launcher: ``python3 -m
+determined.launch.torch_distributed python3 train.py``) is stored as its own command
+(``python3 train.py ARGS``, shell-quoted) and read back by :func:`script_command`.
+``normalize_launcher`` rewrites the raw config before validation, so everything downstream sees
+``module:Class`` or the script's command. Options that only steer Determined's cluster launcher
+(``--autohorovod``) are dropped; anything det-lite cannot honour (DeepSpeed,
+``torchrun``/``horovodrun`` overrides, unknown options) is an error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -39,11 +44,70 @@ _UNSUPPORTED_LAUNCHERS = {
     "determined.launch.tensorflow": "TensorFlow/Keras trials",
 }
 SUPPORTED_ENTRYPOINTS = (
-    "expected 'package.module:TrialClass', or 'python3 -m determined.launch.torch_distributed "
-    "--trial package.module:TrialClass' (torch backend), or 'python3 -m determined.launch.horovod "
-    "[--autohorovod] --trial package.module:TrialClass' (horovod backend)"
+    "expected 'package.module:TrialClass', a script ('python3 train.py [ARGS]' or 'python3 -m "
+    "package.module [ARGS]'), or either after 'python3 -m determined.launch.torch_distributed' "
+    "(torch backend) or 'python3 -m determined.launch.horovod [--autohorovod]' (horovod backend), "
+    "a class as '--trial package.module:TrialClass'"
 )
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+# Python options a script command may carry; det-lite runs the script in its worker, where
+# output is unbuffered already.
+_PYTHON_FLAGS = frozenset({"-u"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptCommand:
+    """A script entrypoint: ``path`` (a file in the context directory) or ``module`` (run as
+    ``python -m``), and the arguments it gets as ``sys.argv[1:]``."""
+
+    path: Optional[str]
+    module: Optional[str]
+    args: Tuple[str, ...]
+
+    @property
+    def argv0(self) -> str:
+        """``sys.argv[0]`` of the script, as Python sets it."""
+        return self.path if self.path is not None else str(self.module)
+
+    def command(self) -> str:
+        """The stored form: ``python3 PATH ARGS`` or ``python3 -m MODULE ARGS``, shell-quoted."""
+        head = ["python3", self.path] if self.path is not None else ["python3", "-m", str(self.module)]
+        return " ".join(shlex.quote(a) for a in head + list(self.args))
+
+
+def script_command(entrypoint: str) -> Optional[ScriptCommand]:
+    """The script an entrypoint (as stored) runs; None for a trial class."""
+    if TRIAL_CLASS.fullmatch(entrypoint.strip()):
+        return None
+    try:
+        argv = shlex.split(entrypoint)
+    except ValueError:
+        return None
+    return _script(argv)
+
+
+def _script(argv: Sequence[str]) -> Optional[ScriptCommand]:
+    """``argv`` read as a Python script command (``python3 [-u] FILE|-m MODULE ARGS``, or a
+    ``*.py`` file alone), or None."""
+    if not argv:
+        return None
+    if argv[0].endswith(".py"):
+        return ScriptCommand(argv[0], None, tuple(argv[1:]))
+    if not _PYTHON.fullmatch(os.path.basename(argv[0])):
+        return None
+    rest = list(argv[1:])
+    while rest and rest[0] in _PYTHON_FLAGS:
+        rest.pop(0)
+    if not rest:
+        return None
+    if rest[0] == "-m":
+        module = rest[1] if len(rest) > 1 else ""
+        if not module or module.startswith("determined.") or not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+            return None
+        return ScriptCommand(None, module, tuple(rest[2:]))
+    if rest[0].startswith("-"):
+        return None
+    return ScriptCommand(rest[0], None, tuple(rest[1:]))
 
 
 def normalize_launcher(raw: Dict[str, Any]) -> Dict[str, Any]:
@@ -107,13 +171,10 @@ def parse_launcher(argv: Sequence[str]) -> Tuple[str, Optional[str]]:
     command = " ".join(shlex.quote(a) for a in argv)
     if len(argv) == 1 and TRIAL_CLASS.fullmatch(argv[0].strip()):
         return argv[0].strip(), None
+    script = _script(argv)
+    if script is not None:
+        return script.command(), None
     python = _PYTHON.fullmatch(os.path.basename(argv[0])) and len(argv) >= 2
-    if python and argv[1] != "-m" and not argv[1].startswith("-"):
-        raise FieldError(
-            ("entrypoint",),
-            f"{command!r} runs a script: det-lite experiments run PyTorchTrial classes, not Core API or "
-            f"Trainer scripts (run a Trainer script with python itself); {SUPPORTED_ENTRYPOINTS}",
-        )
     if not python or argv[1] != "-m":
         raise FieldError(
             ("entrypoint",), f"{command!r} is not a trial det-lite can run; {SUPPORTED_ENTRYPOINTS}"
@@ -131,7 +192,8 @@ def parse_launcher(argv: Sequence[str]) -> Tuple[str, Optional[str]]:
 
 
 def _launcher_trial(module: str, args: List[str]) -> str:
-    """The ``--trial`` class of ``python3 -m MODULE ARGS``, with Determined's argument rules."""
+    """The ``--trial`` class (or the script's stored command) of ``python3 -m MODULE ARGS``,
+    with Determined's argument rules."""
     if "--" in args:
         split = args.index("--")
         overrides, args = args[:split], args[split + 1 :]
@@ -169,16 +231,20 @@ def _launcher_trial(module: str, args: List[str]) -> str:
                 f"{module}: unknown launcher option {arg!r} (det-lite accepts {', '.join(allowed)})",
             )
         else:
-            script = " ".join(shlex.quote(a) for a in args[i:])
+            text = " ".join(shlex.quote(a) for a in args[i:])
             if trial is not None:
                 raise FieldError(
-                    ("entrypoint",), f"{module}: extra arguments after --trial {trial}: {script!r}"
+                    ("entrypoint",), f"{module}: extra arguments after --trial {trial}: {text!r}"
                 )
-            raise FieldError(
-                ("entrypoint",),
-                f"{module} runs the script {script!r}; det-lite runs PyTorchTrial classes, not Core API "
-                f"or Trainer scripts: use --trial package.module:TrialClass",
-            )
+            script = _script(args[i:])
+            if script is None:
+                raise FieldError(
+                    ("entrypoint",),
+                    f"{module} runs {text!r}, which det-lite cannot run: expected a Python script "
+                    "('python3 train.py [ARGS]', 'python3 -m package.module [ARGS]') or "
+                    "--trial package.module:TrialClass",
+                )
+            return script.command()
         i += 1
     if trial is None:
         raise FieldError(("entrypoint",), f"{module} needs --trial package.module:TrialClass")

@@ -2,13 +2,17 @@
 
 Decisions where det-lite differs from (or has to choose within) Determined:
 
-- ``entrypoint`` is stored as ``module:Class``. Determined's launcher form
-  (``python3 -m determined.launch.torch_distributed --trial model_def:Trial``, string or list)
-  is rewritten to its trial class before validation, and the launcher sets
-  ``resources.distributed_backend`` (see ``_launcher.normalize_launcher``).
+- ``entrypoint`` is stored as ``module:Class`` or a script's command (``python3 train.py ARGS``).
+  Determined's launcher form (``python3 -m determined.launch.torch_distributed --trial
+  model_def:Trial`` or ``... python3 train.py``, string or list) is rewritten to its trial class
+  or script before validation, and the launcher sets ``resources.distributed_backend`` (see
+  ``_launcher.normalize_launcher``).
 
-- ``searcher.max_length`` is required for every searcher, as ``{batches|records|epochs: n}``
-  with ``n >= 1``; a bare integer (older Determined) is read as batches. Lengths in epochs
+- Every searcher needs a length: ``searcher.max_length`` as ``{batches|records|epochs: n}``
+  with ``n >= 1`` (a bare integer, older Determined, is read as batches), or Determined's
+  current form ``time_metric`` + ``max_time``: a ``time_metric`` of ``batches``, ``epochs`` or
+  ``records`` is that unit; any other names a validation metric that a script reports, which
+  ends a run once it reaches the length asked (det-lite's searchers then count in it). Lengths in epochs
   work without ``records_per_epoch``: det-lite measures an epoch as one pass over the trial's
   training DataLoader (``records_per_epoch`` is kept, default 0 = unknown).
 - ``min_validation_period`` / ``min_checkpoint_period``: unset or ``{unit: 0}`` normalise to
@@ -27,9 +31,10 @@ Decisions where det-lite differs from (or has to choose within) Determined:
 - ``optimizations.average_training_metrics`` defaults to true (current Determined docs).
 - ``environment.environment_variables``: a list (all devices) or ``{cpu, cuda, rocm, gpu}``
   lists (``gpu`` is Determined's old name for ``cuda``), normalised to ``{cpu, cuda, rocm}``.
-- ``global_batch_size`` is a required hyperparameter: a positive integer, or an int /
-  categorical hyperparameter of positive integers; constant and categorical values must be
-  divisible by ``slots_per_trial`` (int ranges are checked when a trial's value is drawn).
+- ``global_batch_size`` is a required hyperparameter of trial classes (optional for scripts):
+  a positive integer, or an int / categorical hyperparameter of positive integers; constant
+  and categorical values must be divisible by ``slots_per_trial`` (int ranges are checked
+  when a trial's value is drawn).
 """
 
 from __future__ import annotations
@@ -76,7 +81,12 @@ from determined_lite.config._errors import (
     format_path,
 )
 from determined_lite.config._hparams import iter_leaves, normalize_hyperparameters
-from determined_lite.config._launcher import SUPPORTED_ENTRYPOINTS, TRIAL_CLASS, normalize_launcher
+from determined_lite.config._launcher import (
+    SUPPORTED_ENTRYPOINTS,
+    TRIAL_CLASS,
+    normalize_launcher,
+    script_command,
+)
 from determined_lite.config._resources import ResourcesConfig
 from determined_lite.config._settings import (
     COMPILE_MODES,
@@ -117,9 +127,12 @@ Period = Annotated[Optional[Dict[str, int]], PlainValidator(lambda v: _length(v,
 
 
 def _entrypoint(value: Any) -> str:
-    if not isinstance(value, str) or not TRIAL_CLASS.fullmatch(value.strip()):
+    if isinstance(value, str) and TRIAL_CLASS.fullmatch(value.strip()):
+        return value.strip()
+    script = script_command(value) if isinstance(value, str) else None
+    if script is None:
         raise FieldError((), f"{SUPPORTED_ENTRYPOINTS}, got {describe(value)}")
-    return value.strip()
+    return script.command()
 
 
 def _json_mapping(value: Any) -> Dict[str, Any]:
@@ -133,7 +146,23 @@ def _json_mapping(value: Any) -> Dict[str, Any]:
 
 SEARCHERS = ("single", "grid", "random", "adaptive_asha")
 _DETERMINED_ONLY_SEARCHERS = ("pbt", "custom", "async_halving", "adaptive", "adaptive_simple", "sync_halving")
-_COMMON = ("name", "metric", "smaller_is_better", "max_length", "source_trial_id", "source_checkpoint_uuid")
+_COMMON = (
+    "name",
+    "metric",
+    "smaller_is_better",
+    "max_length",
+    "time_metric",
+    "max_time",
+    "source_trial_id",
+    "source_checkpoint_uuid",
+)
+_UNIT_TIME_METRICS = ("batches", "epochs", "records")
+# The searcher length of a script that trains to its own (no max_length, no max_time).
+OWN_LENGTH = 0
+_LENGTH_NEEDED = (
+    "the searcher needs a length: max_length ({batches|records|epochs: n}), or time_metric "
+    "(a reported validation metric, or batches|epochs|records) with max_time"
+)
 SEARCHER_FIELDS: Dict[str, Tuple[str, ...]] = {
     "single": _COMMON,
     "grid": _COMMON + ("max_concurrent_trials",),
@@ -157,7 +186,9 @@ class SearcherConfig(Section):
     name: Literal["single", "grid", "random", "adaptive_asha"]
     metric: StrictStr
     smaller_is_better: StrictBool = DEFAULT_SMALLER_IS_BETTER
-    max_length: MaxLength
+    max_length: Optional[MaxLength] = None
+    time_metric: Optional[StrictStr] = None
+    max_time: Optional[PositiveInt] = None
     max_trials: Optional[PositiveInt] = None
     max_concurrent_trials: Optional[NonNegativeInt] = None
     divisor: Optional[Annotated[float, Field(gt=1)]] = None
@@ -191,6 +222,18 @@ class SearcherConfig(Section):
                 raise FieldError(
                     (key,), f"not a field of the {self.name!r} searcher (its fields: {', '.join(allowed)})"
                 )
+        if self.max_length is not None and (self.time_metric is not None or self.max_time is not None):
+            key = "max_time" if self.max_time is not None else "time_metric"
+            raise FieldError((key,), "give max_length or time_metric with max_time, not both")
+        if self.max_length is None and (self.time_metric is not None or self.max_time is not None):
+            if self.time_metric is None or self.max_time is None:
+                missing = "max_time" if self.time_metric is not None else "time_metric"
+                missing = "max_length" if self.time_metric is None and self.max_time is None else missing
+                raise FieldError((missing,), _LENGTH_NEEDED)
+            if not str(self.time_metric).strip():
+                raise FieldError(("time_metric",), "expected the name of a validation metric, got ''")
+        if self.name == "adaptive_asha" and self.max_length is None and self.max_time is None:
+            raise FieldError(("max_length",), _LENGTH_NEEDED)
         if "max_trials" in allowed and self.max_trials is None:
             raise FieldError(("max_trials",), f"the {self.name!r} searcher needs max_trials (a positive int)")
         for key, default in SEARCHER_DEFAULTS.get(self.name, {}).items():
@@ -200,11 +243,24 @@ class SearcherConfig(Section):
 
     def to_dict(self) -> Dict[str, Any]:
         allowed = SEARCHER_FIELDS[self.name]
-        return {key: copy.deepcopy(getattr(self, key)) for key in type(self).model_fields if key in allowed}
+        out = {key: copy.deepcopy(getattr(self, key)) for key in type(self).model_fields if key in allowed}
+        for key in ("max_length", "time_metric", "max_time"):  # one length form is stored
+            if out[key] is None:
+                del out[key]
+        return out
 
     def settings(self) -> SearcherSettings:
         """The typed settings the searchers use (ASHA's fields at their defaults for the others)."""
-        ((unit, length),) = self.max_length.items()
+        if self.max_length is not None:
+            ((unit, length),) = self.max_length.items()
+            time_metric = None
+        elif self.max_time is None:  # a script that trains to its own length (single/grid/random)
+            unit, length, time_metric = "batches", OWN_LENGTH, None
+        else:  # time_metric + max_time: a unit, or batches carrying a reported metric's value
+            assert self.time_metric is not None and self.max_time is not None
+            unit = self.time_metric if self.time_metric in _UNIT_TIME_METRICS else "batches"
+            length = self.max_time
+            time_metric = None if self.time_metric in _UNIT_TIME_METRICS else self.time_metric
         asha = SEARCHER_DEFAULTS["adaptive_asha"]
         return SearcherSettings(
             name=self.name,
@@ -217,6 +273,7 @@ class SearcherConfig(Section):
             divisor=float(asha["divisor"] if self.divisor is None else self.divisor),
             max_rungs=asha["max_rungs"] if self.max_rungs is None else self.max_rungs,
             mode=asha["mode"] if self.mode is None else self.mode,
+            time_metric=time_metric,
         )
 
 
@@ -418,7 +475,10 @@ class ExperimentConfig(Section):
     name: Optional[StrictStr] = None
     description: Optional[StrictStr] = None
     entrypoint: Annotated[str, PlainValidator(_entrypoint)]
-    hyperparameters: Annotated[Dict[str, Any], PlainValidator(normalize_hyperparameters)]
+    # Optional: a script may have none (a trial class needs global_batch_size: _cross_checks).
+    hyperparameters: Annotated[Dict[str, Any], PlainValidator(normalize_hyperparameters)] = Field(
+        default_factory=dict
+    )
     searcher: SearcherConfig
     records_per_epoch: NonNegativeInt = 0
     min_validation_period: Period = None
@@ -440,7 +500,21 @@ class ExperimentConfig(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "ExperimentConfig":
-        _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
+        if "global_batch_size" in self.hyperparameters or script_command(self.entrypoint) is None:
+            # Optional for scripts, as in Determined: a Core API loop batches its own data.
+            _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
+        searcher = self.searcher
+        if searcher.max_length is None and searcher.max_time is None:
+            if searcher.name == "adaptive_asha" or script_command(self.entrypoint) is None:
+                # Only a script may train to its own length, and only when no rungs need one.
+                raise FieldError(("searcher", "max_length"), _LENGTH_NEEDED)
+        time_metric = self.searcher.time_metric
+        if time_metric not in (None,) + _UNIT_TIME_METRICS and script_command(self.entrypoint) is None:
+            raise FieldError(
+                ("searcher", "time_metric"),
+                f"{time_metric!r} is not batches, epochs or records: a trial class trains by those units; "
+                "a time metric of your own needs a script that reports it in its validation metrics",
+            )
         if self.searcher.name == "grid":
             for loc, leaf in iter_leaves(self.hyperparameters):
                 if leaf["type"] in ("int", "double", "log") and leaf["count"] is None:

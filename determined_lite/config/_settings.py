@@ -150,7 +150,7 @@ class TrainingSettings:
         return cls(
             searcher_metric=_get(exp_conf, "searcher", "metric"),
             smaller_is_better=_or(_get(exp_conf, "searcher", "smaller_is_better"), d.smaller_is_better),
-            max_length=_period(_get(exp_conf, "searcher", "max_length"), "searcher.max_length"),
+            max_length=_period(_searcher_length(exp_conf), "searcher.max_length"),
             validation_period=_period(_get(exp_conf, "min_validation_period"), "min_validation_period"),
             checkpoint_period=_period(_get(exp_conf, "min_checkpoint_period"), "min_checkpoint_period"),
             reporting_period=Batch(int(unit)) if unit else d.reporting_period,
@@ -224,11 +224,23 @@ class SearcherSettings:
     divisor: float
     max_rungs: int
     mode: str
+    # A validation metric the trial reports as its length (searcher.time_metric); lengths are
+    # then that metric's values, carried as ``unit`` batches. None: lengths are in ``unit``.
+    time_metric: Optional[str] = None
 
     @property
     def length(self) -> TrainUnit:
         """``max_length`` as a :class:`TrainUnit`."""
         return length_from_config({self.unit: self.max_length}, "searcher.max_length")
+
+
+def _searcher_length(exp_conf: Mapping[str, Any]) -> Any:
+    """``searcher.max_length``, or ``{unit: max_time}`` when ``time_metric`` is a unit."""
+    length = _get(exp_conf, "searcher", "max_length")
+    time_metric, max_time = _get(exp_conf, "searcher", "time_metric"), _get(exp_conf, "searcher", "max_time")
+    if length is None and time_metric in ("batches", "epochs", "records") and max_time:
+        return {time_metric: max_time}
+    return length
 
 
 def _or(value: Any, default: Any) -> Any:

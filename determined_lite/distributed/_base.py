@@ -62,6 +62,27 @@ class DistributedContext(abc.ABC):
     def get_cross_size(self) -> int:
         return self.cross_size
 
+    def get_num_agents(self) -> int:
+        """Machines the workers run on (Determined's name for the cross size)."""
+        return self.cross_size
+
+    # Determined's constructors (``det.core.DistributedContext.from_*``).
+    @classmethod
+    def from_torch_distributed(cls, chief_ip: Any = None) -> "DistributedContext":
+        """The torch.distributed context of this worker: in a trial det-lite runs, the one its
+        worker joined (one slot: the single-process context); otherwise torchrun's environment."""
+        return _joined("torch") or _torch_from_environment()
+
+    @classmethod
+    def from_horovod(cls, hvd: Any = None, chief_ip: Any = None) -> "DistributedContext":
+        """The Horovod context of this worker: in a trial det-lite runs, the one its worker
+        joined (one slot: the single-process context); otherwise horovodrun's environment."""
+        return _joined("horovod") or _horovod_from_environment()
+
+    @classmethod
+    def from_deepspeed(cls, chief_ip: Any = None) -> "DistributedContext":
+        raise NotImplementedError("det-lite does not run DeepSpeed; use from_torch_distributed()")
+
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
@@ -87,6 +108,21 @@ class DistributedContext(abc.ABC):
         """Every rank's ``obj`` on ``root`` (ordered by rank), ``None`` elsewhere."""
         gathered = self.allgather(obj)
         return gathered if self.rank == root else None
+
+    # Determined's per-machine collectives, over the object collectives.
+    def allgather_local(self, obj: Any) -> List[Any]:
+        """Every rank's ``obj`` of this machine, ordered by local rank."""
+        pairs = self.allgather((self.cross_rank, self.local_rank, obj))
+        return [o for _, _, o in sorted(p for p in pairs if p[0] == self.cross_rank)]
+
+    def gather_local(self, obj: Any) -> List[Any] | None:
+        """This machine's ``obj``s on its local chief, ``None`` elsewhere."""
+        gathered = self.allgather_local(obj)
+        return gathered if self.local_rank == 0 else None
+
+    def broadcast_local(self, obj: Any = None) -> Any:
+        """The local chief's ``obj`` on every rank of its machine."""
+        return self.allgather_local(obj)[0]
 
     def close(self) -> None:
         """Release the engine's resources."""
@@ -145,3 +181,31 @@ class DistributedContext(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, size={self.size}, backend={self.backend!r})"
+
+
+def _joined(backend: str) -> "DistributedContext | None":
+    """The context the worker of a det-lite script trial joined, when it suits ``backend``."""
+    from determined_lite._cluster import active_trial
+
+    trial = active_trial()
+    if trial is None:
+        return None
+    dist: DistributedContext = trial.distributed
+    if dist.size > 1 and dist.backend != backend:
+        raise RuntimeError(
+            f"the script asks for a {backend} context but the trial runs on {dist.backend} "
+            f"(resources.distributed_backend: {backend!r} to change it)"
+        )
+    return dist
+
+
+def _torch_from_environment() -> "DistributedContext":
+    from determined_lite.distributed._torch import TorchDistributedContext
+
+    return TorchDistributedContext.from_environment()
+
+
+def _horovod_from_environment() -> "DistributedContext":
+    from determined_lite.distributed._horovod import HorovodContext
+
+    return HorovodContext.from_environment()

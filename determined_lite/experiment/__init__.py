@@ -36,7 +36,13 @@ def _error(message: str) -> int:
 
 
 def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
-    """Why ``module:Class`` cannot be found in ``context_dir`` (None when it can), without running it."""
+    """Why ``module:Class`` or a script cannot be found in ``context_dir`` (None when it can),
+    without running it."""
+    from determined_lite.config._launcher import script_command
+
+    script = script_command(entrypoint)
+    if script is not None:
+        return _check_script(script, entrypoint, context_dir)
     module_name, sep, attr = entrypoint.partition(":")
     if not sep or not module_name or not attr:
         return f"entrypoint: expected 'module:Class', got {entrypoint!r}"
@@ -60,6 +66,29 @@ def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
             return f"entrypoint {entrypoint!r}: module {module_name!r} ({origin}) defines no {attr!r}{hint}"
     return None
 
+
+
+def _check_script(script: Any, entrypoint: str, context_dir: str) -> Optional[str]:
+    """Why the script of ``entrypoint`` is missing (None when it is there)."""
+    if script.module is not None:
+        if _find_module(script.module, [context_dir] + sys.path) is None:
+            hint = did_you_mean(script.module, _module_names(context_dir))
+            where = f"in context directory {context_dir}{hint}"
+            return f"entrypoint {entrypoint!r}: no module {script.module!r} {where}"
+        return None
+    path = str(script.path)
+    if os.path.isabs(path) or not os.path.isfile(os.path.join(context_dir, path)):
+        scripts = [n for n in _files(context_dir) if n.endswith(".py")]
+        hint = did_you_mean(path, scripts)
+        return f"entrypoint {entrypoint!r}: no script {path!r} in context directory {context_dir}{hint}"
+    return None
+
+
+def _files(context_dir: str) -> List[str]:
+    try:
+        return sorted(os.listdir(context_dir))
+    except OSError:
+        return []
 
 
 def _module_names(context_dir: str) -> List[str]:
@@ -127,7 +156,10 @@ def _print_determined_notice(raw: Dict[str, Any], context_dir: str) -> None:
     from determined_lite.config import environment_variables
 
     pythonpath = environment_variables(raw).get("PYTHONPATH", "")
-    module = raw["entrypoint"].partition(":")[0]
+    from determined_lite.config._launcher import script_command
+
+    entrypoint = raw["entrypoint"]
+    module = None if script_command(entrypoint) is not None else entrypoint.partition(":")[0]
     notice = determined_notice(context_dir, [p for p in pythonpath.split(os.pathsep) if p], module)
     if notice:
         print(f"det-lite: {notice}", file=sys.stderr)

@@ -19,7 +19,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from determined_lite.experiment._retention import RetentionPolicy, apply_retention
-from determined_lite.experiment._store_reporter import StoreReporter, stop_requested
+from determined_lite.experiment._store_reporter import StoreReporter, TrialReporter, stop_requested
 from determined_lite.store import (
     Action,
     ExperimentKind,
@@ -109,8 +109,16 @@ class LocalRun:
 
     def callbacks(self, context: Any) -> List[Tuple[str, Any]]:
         """The chief's core callbacks: metrics and checkpoints into the store."""
-        reporter = StoreReporter(self.store, self.trial_id, self.experiment_id, self.retention, context)
-        return [("_core.store", reporter)]
+        settings = context.harness.settings
+        reporter = TrialReporter(
+            self.store,
+            self.trial_id,
+            self.experiment_id,
+            self.retention,
+            settings.searcher_metric,
+            settings.smaller_is_better,
+        )
+        return [("_core.store", StoreReporter(reporter, context))]
 
     def should_stop(self) -> bool:
         return stop_requested(self.store, self.experiment_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -23,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 from determined_lite._errors import ActionRequired
 from determined_lite._progress import read_progress
 from determined_lite.config import TrainingSettings, environment_variables, searched_paths, validate_searcher
+from determined_lite.config._schema import OWN_LENGTH
 from determined_lite.config._settings import TEST_MODE_STEPS, TEST_MODE_VALIDATION_BATCHES
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
@@ -381,7 +383,9 @@ class ExperimentRunner:
                 f"{TEST_MODE_VALIDATION_BATCHES} validation batches and a checkpoint"
             )
         else:
-            what = f"train to {request.pending} {self.unit}"
+            what = f"train to {request.pending} {self.searcher_settings.time_metric or self.unit}"
+            if request.pending == OWN_LENGTH:
+                what = "train to the length the script sets"
         self._log(trial_id, f"trial {trial_id} starts: {what}{resumed}")
         self.progress.start(trial_id, request.hparams)
 
@@ -419,6 +423,11 @@ class ExperimentRunner:
                 # Resumed from a checkpoint already at the target (its run was interrupted after
                 # the final checkpoint): the validation it reported then is in the store.
                 metric = self._stored_metric(request.trial_id, result.total_batches)
+            if metric is None and run.length == OWN_LENGTH:
+                # A script with no searcher length (Determined >= 0.38): exiting 0 completes it.
+                what = f"trial {request.trial_id} completed without reporting {self.metric!r}"
+                self._log(request.trial_id, what)
+                metric = math.nan
             if metric is None:
                 self._log(request.trial_id, f"trial {request.trial_id} reported no {self.metric!r}")
                 self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)

@@ -30,8 +30,9 @@ def stop_requested(store: Any, experiment_id: int) -> bool:
     return store.pending_action(experiment_id) in STOP_ACTIONS
 
 
-class StoreReporter(PyTorchCallback):
-    """Chief-side callback: metrics and checkpoints of one trial into the store.
+class TrialReporter:
+    """One trial's store writes, as its chief reports them: the one writer that class trials
+    (through :class:`StoreReporter`) and Core API scripts (``determined_lite.core``) share.
 
     ``experiment_id`` and ``retention``: registering a checkpoint forgets (and removes) the
     trial's checkpoints the policy no longer keeps; without an experiment, nothing is removed.
@@ -43,12 +44,61 @@ class StoreReporter(PyTorchCallback):
         trial_id: int,
         experiment_id: Optional[int],
         retention: Optional[RetentionPolicy],
-        context: Any = None,
+        metric: Optional[str] = None,
+        smaller_is_better: bool = True,
     ) -> None:
-        self._store = store
-        self._trial_id = trial_id
-        self._experiment_id = experiment_id
+        self.store = store
+        self.trial_id = trial_id
+        self.experiment_id = experiment_id
         self._retention = retention
+        self._metric = metric
+        self._smaller_is_better = smaller_is_better
+
+    def restart_at(self, batches: int) -> None:
+        """A resumed trial re-trains what came after its checkpoint: metrics reported past it by
+        the interrupted run are replaced by the ones this run reports."""
+        self.store.delete_metrics_after(self.trial_id, batches)
+
+    def training(self, batches: int, metrics: Dict[str, Any]) -> None:
+        self.store.add_training_metrics(self.trial_id, batches, metrics)
+        self.store.update_trial(self.trial_id, total_batches=batches)
+
+    def validation(self, batches: int, metrics: Dict[str, Any]) -> None:
+        """Record a validation; the trial's best searcher metric follows it."""
+        self.store.add_validation_metrics(self.trial_id, batches, metrics)
+        value = metrics.get(self._metric) if self._metric is not None else None
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+            best = (self.store.get_trial(self.trial_id) or {}).get("best_validation")
+            if is_better(float(value), best, self._smaller_is_better):
+                self.store.update_trial(self.trial_id, best_validation=float(value))
+
+    def checkpoint(
+        self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
+    ) -> None:
+        """Register a checkpoint written (and flushed) to ``checkpoint_dir``."""
+        if self.experiment_id is None or self._retention is None:  # no experiment, no policy
+            self.store.add_checkpoint(self.trial_id, uuid, checkpoint_dir, total_batches, metrics)
+            return
+        checkpoint = {
+            "trial_id": self.trial_id,
+            "uuid": uuid,
+            "path": checkpoint_dir,
+            "total_batches": total_batches,
+            "metrics": metrics,
+        }
+        register_checkpoint(self.store, self.experiment_id, self._retention, checkpoint)
+
+    def stop_requested(self) -> bool:
+        """Whether ``pause`` or ``kill`` was asked of the trial's experiment."""
+        return self.experiment_id is not None and stop_requested(self.store, self.experiment_id)
+
+
+class StoreReporter(PyTorchCallback):
+    """Chief-side callback: metrics and checkpoints of a class trial into the store, through its
+    :class:`TrialReporter` (the searcher metric is the harness's)."""
+
+    def __init__(self, reporter: TrialReporter, context: Any = None) -> None:
+        self._reporter = reporter
         self._context: Any = context
         self._written: Dict[str, str] = {}  # uuid -> directory, until flushed to disk
 
@@ -61,25 +111,16 @@ class StoreReporter(PyTorchCallback):
         return self._context.harness
 
     def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
-        # A resumed trial re-trains what came after its checkpoint: metrics reported past it by
-        # the interrupted run are replaced by the ones this run reports.
-        self._store.delete_metrics_after(self._trial_id, first_batch_idx)
+        self._reporter.restart_at(first_batch_idx)
 
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
     ) -> None:
-        done = self._harness().state.batches_done
-        self._store.add_training_metrics(self._trial_id, done, avg_metrics)
-        self._store.update_trial(self._trial_id, total_batches=done)
+        self._reporter.training(self._harness().state.batches_done, avg_metrics)
 
     def on_validation_end(self, metrics: Dict[str, Any]) -> None:
-        self._store.add_validation_metrics(self._trial_id, self._harness().state.batches_done, metrics)
-        settings = self._harness().settings
-        value = metrics.get(settings.searcher_metric)  # numpy values reach callbacks, as in Determined
-        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-            best = (self._store.get_trial(self._trial_id) or {}).get("best_validation")
-            if is_better(float(value), best, settings.smaller_is_better):
-                self._store.update_trial(self._trial_id, best_validation=float(value))
+        # numpy values reach callbacks, as in Determined
+        self._reporter.validation(self._harness().state.batches_done, metrics)
 
     def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
         self._written[os.path.basename(os.path.normpath(checkpoint_dir))] = checkpoint_dir
@@ -90,15 +131,6 @@ class StoreReporter(PyTorchCallback):
         checkpoint_dir = self._written.pop(uuid)
         with open(os.path.join(checkpoint_dir, "metadata.json")) as f:
             metadata = json.load(f)
-        total, metrics = metadata["total_batches"], metadata.get("validation_metrics")
-        if self._experiment_id is None or self._retention is None:  # no experiment, no policy
-            self._store.add_checkpoint(self._trial_id, uuid, checkpoint_dir, total, metrics)
-            return
-        checkpoint = {
-            "trial_id": self._trial_id,
-            "uuid": uuid,
-            "path": checkpoint_dir,
-            "total_batches": total,
-            "metrics": metrics,
-        }
-        register_checkpoint(self._store, self._experiment_id, self._retention, checkpoint)
+        self._reporter.checkpoint(
+            uuid, checkpoint_dir, metadata["total_batches"], metadata.get("validation_metrics")
+        )

@@ -19,6 +19,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import determined_lite
+from determined_lite._cluster import SPEC_ENV
 from determined_lite.launch._failures import STOP_GRACE_S, worker_command
 from determined_lite.launch._spec import WorkerResult, WorkerSpec
 from determined_lite.store._paths import private_umask
@@ -138,6 +139,7 @@ def launch(
     paths = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         full_env["PYTHONPATH"] = os.pathsep.join([root] + paths)
+    full_env[SPEC_ENV] = os.path.abspath(spec_path)  # det.get_cluster_info() reads it
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
     return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds)

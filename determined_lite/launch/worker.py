@@ -187,14 +187,11 @@ def _experiment_hooks(spec: WorkerSpec, is_chief: bool) -> Hooks:
     return worker_hooks(spec, is_chief)
 
 
-def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] = ()) -> WorkerResult:
-    """Run the trial of ``spec`` on this worker and return what it did."""
-    from determined_lite.compat import install_alias
-    from determined_lite.pytorch import Trainer, TrialInfo, init
+def trial_info(spec: WorkerSpec) -> Any:
+    """The ``TrialInfo`` of the trial ``spec`` runs (ids, seed, where its files go)."""
+    from determined_lite.pytorch import TrialInfo
 
-    install_alias()  # trial code's `import determined` gets det-lite's alias, unless one is installed
-    trial_cls = import_entrypoint(spec.entrypoint, spec.context_dir)
-    info = TrialInfo(
+    return TrialInfo(
         trial_id=spec.trial_id,
         experiment_id=spec.experiment_id,
         trial_seed=spec.trial_seed,
@@ -203,28 +200,38 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
         tensorboard_path=spec.tensorboard_path,
         store_path=os.path.realpath(spec.store_path) if spec.store_path else None,
     )
+
+
+def fit_arguments(
+    spec: WorkerSpec, dist: Any, ctx: Any, extra_callbacks: Sequence[Tuple[str, Any]]
+) -> Dict[str, Any]:
+    """What ``Trainer.fit`` gets in a worker: the searcher's length, the latest checkpoint, the
+    config's periods and policy, and the chief's store hooks (bound to ``ctx``)."""
     callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
+    core = list(callbacks) + list(extra_callbacks)
+    for _, callback in core:
+        if hasattr(callback, "bind"):
+            callback.bind(ctx)
     settings = spec.training_settings()
-    with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
-        for _, callback in list(callbacks) + list(extra_callbacks):
-            if hasattr(callback, "bind"):
-                callback.bind(ctx)
-        trial = trial_cls(ctx)
-        result = Trainer(trial, ctx).fit(
-            max_length=length_from_config(spec.max_length, "max_length"),
-            latest_checkpoint=spec.latest_checkpoint,
-            warm_start=spec.warm_start,
-            test_mode=spec.test_mode,
-            should_stop=should_stop,
-            core_callbacks=list(callbacks) + list(extra_callbacks),
-            validation_period=settings.validation_period,
-            checkpoint_period=settings.checkpoint_period,
-            reporting_period=settings.reporting_period,
-            checkpoint_policy=settings.checkpoint_policy,
-            step_zero_validation=settings.step_zero_validation,
-            progress=False,  # the runner draws the bars, from the chief's progress file
-            record=False,  # an experiment trial's chief writes to the store through its hooks
-        )
+    return dict(
+        max_length=length_from_config(spec.max_length, "max_length"),
+        latest_checkpoint=spec.latest_checkpoint,
+        warm_start=spec.warm_start,
+        test_mode=spec.test_mode,
+        should_stop=should_stop,
+        core_callbacks=core,
+        validation_period=settings.validation_period,
+        checkpoint_period=settings.checkpoint_period,
+        reporting_period=settings.reporting_period,
+        checkpoint_policy=settings.checkpoint_policy,
+        step_zero_validation=settings.step_zero_validation,
+        progress=False,  # the runner draws the bars, from the chief's progress file
+        record=False,  # an experiment trial's chief writes to the store through its hooks
+    )
+
+
+def result_of(result: Any) -> WorkerResult:
+    """The ``WorkerResult`` of a ``TrainResult``."""
     last = result.validation_metrics[-1]["metrics"] if result.validation_metrics else None
     return WorkerResult(
         status=WorkerStatus.STOPPED if result.stopped_early else WorkerStatus.COMPLETED,
@@ -233,6 +240,27 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
         validation_metrics=last,
         checkpoints=result.checkpoints,
     )
+
+
+def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] = ()) -> WorkerResult:
+    """Run the trial of ``spec`` on this worker and return what it did."""
+    from determined_lite.compat import install_alias
+    from determined_lite.config._launcher import script_command
+    from determined_lite.pytorch import Trainer, init
+
+    install_alias()  # trial code's `import determined` gets det-lite's alias, unless one is installed
+    script = script_command(spec.entrypoint)
+    if script is not None:
+        from determined_lite.launch._script import run_script
+
+        return run_script(spec, script, dist, extra_callbacks)
+    trial_cls = import_entrypoint(spec.entrypoint, spec.context_dir)
+    info = trial_info(spec)
+    with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
+        arguments = fit_arguments(spec, dist, ctx, extra_callbacks)
+        trial = trial_cls(ctx)
+        result = Trainer(trial, ctx).fit(**arguments)
+    return result_of(result)
 
 
 def _watch_supervisor() -> None:
@@ -306,7 +334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stderr.write(f"det-lite: stopping: another worker failed ({type(e).__name__})\n")
         else:
             sys.stderr.write(traceback.format_exc())
-            kind = failure_kind(e, watch.progressed)
+            kind = failure_kind(e, watch.progressed or _script_progressed())
             if kind is not None:
                 record_no_restart(spec.result_path, NoRestart(dist.rank, kind, _first_line(e)))
         sys.stderr.flush()
@@ -320,6 +348,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _save_result(result, spec)
     dist.close()
     return code
+
+
+def _script_progressed() -> bool:
+    """Whether a script trial reported progress through the Core API (its own loop)."""
+    from determined_lite._cluster import active_trial
+
+    script = active_trial()
+    return script is not None and bool(script.progressed)
 
 
 def _first_line(error: BaseException) -> str:

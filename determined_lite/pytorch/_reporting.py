@@ -54,10 +54,35 @@ class MetricLogger(PyTorchCallback):
         self._say("validation", metrics)
 
 
+class ScalarWriter:
+    """A trial's reported scalar metrics as TensorBoard scalars (``training/<name>``,
+    ``validation/<name>`` at the batch count), and its hyperparameters for the HParams plugin
+    (one row per trial directory; ``TorchWriter.add_hparams_session``). The one writer of
+    class trials (``TensorBoardMetrics``) and Core API scripts (``core.TrainContext``)."""
+
+    def __init__(self, path: str, hparams: Optional[Dict[str, Any]] = None) -> None:
+        self._path = path
+        self._hparams = dict(hparams or {})
+        self._writer: Any = None
+
+    def write(self, prefix: str, step: int, metrics: Dict[str, Any]) -> None:
+        if self._writer is None:
+            from determined_lite.tensorboard.metric_writers.pytorch import TorchWriter
+
+            self._writer = TorchWriter(self._path)
+            self._writer.add_hparams_session(self._hparams)
+        for name, value in _scalars(metrics).items():
+            self._writer.add_scalar(f"{prefix}/{name}", value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
 class TensorBoardMetrics(PyTorchCallback):
-    """Writes every reported scalar metric under ``training/`` and ``validation/`` (chief only),
-    and the trial's hyperparameters for TensorBoard's HParams plugin (one row per trial
-    directory; ``TorchWriter.add_hparams_session``)."""
+    """Writes every reported scalar metric of a class trial to TensorBoard (chief only)."""
 
     def __init__(
         self,
@@ -66,24 +91,12 @@ class TensorBoardMetrics(PyTorchCallback):
         state: TrainingState,
         hparams: Optional[Dict[str, Any]] = None,
     ) -> None:
-        self._path = path
-        self._enabled = is_chief and path is not None
         self._state = state
-        self._hparams = dict(hparams or {})
-        self._writer: Any = None
+        self._scalars = ScalarWriter(path, hparams) if is_chief and path is not None else None
 
     def _write(self, prefix: str, metrics: Dict[str, Any]) -> None:
-        if not self._enabled:
-            return
-        if self._writer is None:
-            from determined_lite.tensorboard.metric_writers.pytorch import TorchWriter
-
-            self._writer = TorchWriter(self._path)
-            self._writer.add_hparams_session(self._hparams)
-        step = self._state.batches_done
-        for name, value in _scalars(metrics).items():
-            self._writer.add_scalar(f"{prefix}/{name}", value, step)
-        self._writer.flush()
+        if self._scalars is not None:
+            self._scalars.write(prefix, self._state.batches_done, metrics)
 
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
@@ -94,6 +107,5 @@ class TensorBoardMetrics(PyTorchCallback):
         self._write("validation", metrics)
 
     def on_trial_shutdown(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        if self._scalars is not None:
+            self._scalars.close()

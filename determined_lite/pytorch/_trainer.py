@@ -18,6 +18,7 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from determined_lite import tensorboard
+from determined_lite._cluster import active_trial
 from determined_lite.config import (
     DEFAULT_REPORTING_PERIOD,
     CheckpointPolicy,
@@ -64,7 +65,16 @@ def init(
     ``compile`` (det-lite's): ``True``, or the fields of ``optimizations.compile`` as a dict
     (``{"backend": "aot_eager", "retrace_every_iteration": True}``), replaces that section of
     ``exp_conf``: ``wrap_model`` then compiles the trial's models (``torch.compile``).
+    In a script that det-lite runs (``det.get_cluster_info()`` is set), what is not given comes
+    from the trial: its hyperparameters, config, distributed context and identity.
     """
+    script = active_trial()
+    if script is not None and trial_info is None:
+        # A script run by det-lite (Determined's on-cluster init): the trial's own values.
+        hparams = script.spec.hparams if hparams is None else hparams
+        exp_conf = script.spec.exp_conf if exp_conf is None else exp_conf
+        distributed = distributed or script.distributed
+        trial_info = script.trial_info()
     exp_conf = dict(exp_conf or {})
     if compile is not None:
         chosen = CompileSettings.from_value(compile, "init(compile=...)")
@@ -173,7 +183,8 @@ class Trainer:
     ) -> TrainResult:
         """Train to ``max_length``, validating and checkpointing on the given periods.
 
-        ``latest_checkpoint`` resumes exactly from a checkpoint directory. A final validation
+        ``latest_checkpoint`` resumes exactly from a checkpoint directory (or the uuid of one in
+        the checkpoint root, as Determined's ``info.latest_checkpoint``). A final validation
         and checkpoint always happen at the end. ``checkpoint_policy`` adds checkpoints after
         validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``. Without a
         searcher metric (``searcher.metric`` of ``exp_conf``), as in Determined's local training
@@ -191,9 +202,67 @@ class Trainer:
         det-lite's or Determined's, that a run not resuming starts from as Determined's warm
         start does: weights, optimizer, LR scheduler, scaler, callback and random states, with
         training at batch 0.
+        In a script det-lite runs (``det.get_cluster_info()`` set, ``init()`` without arguments),
+        the trial decides the length (the searcher's; the script's own ``max_length`` when the
+        searcher has none), the checkpoint to resume from and the store hooks; periods and
+        policy given here win over the config's.
         Returns the reported metrics and the checkpoints written (retention may have removed
         some of them since).
         """
+        script = active_trial()
+        if script is None or not script.owns(self.context):
+            return self._fit(
+                checkpoint_period,
+                validation_period,
+                max_length,
+                reporting_period,
+                checkpoint_policy,
+                latest_checkpoint,
+                step_zero_validation,
+                test_mode,
+                progress=progress,
+                record=record,
+                should_stop=should_stop,
+                core_callbacks=core_callbacks,
+                callbacks=callbacks,
+                warm_start=warm_start,
+            )
+        given = dict(
+            max_length=max_length,
+            validation_period=validation_period,
+            checkpoint_period=checkpoint_period,
+            reporting_period=None if reporting_period == DEFAULT_REPORTING_PERIOD else reporting_period,
+            checkpoint_policy=None if checkpoint_policy == CheckpointPolicy.BEST else checkpoint_policy,
+            step_zero_validation=step_zero_validation,
+            test_mode=test_mode,
+            callbacks=callbacks,
+        )
+        arguments = script.fit_arguments(self.context, given)
+        if arguments["latest_checkpoint"] is None:
+            arguments["latest_checkpoint"] = latest_checkpoint  # a warm start the script chose
+        result = self._fit(**arguments)
+        script.fit_done(result)
+        return result
+
+    def _fit(
+        self,
+        checkpoint_period: Optional[TrainUnit] = None,
+        validation_period: Optional[TrainUnit] = None,
+        max_length: Optional[TrainUnit] = None,
+        reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD,
+        checkpoint_policy: Union[str, CheckpointPolicy] = CheckpointPolicy.BEST,
+        latest_checkpoint: Optional[str] = None,
+        step_zero_validation: bool = False,
+        test_mode: bool = False,
+        *,
+        progress: Optional[bool] = None,
+        record: Optional[bool] = None,
+        should_stop: Optional[Callable[[], bool]] = None,
+        core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
+        callbacks: Optional[Callbacks] = None,
+        warm_start: Optional[str] = None,
+    ) -> TrainResult:
+        """Train (the body of :meth:`fit`)."""
         ctx = self.context
         settings, info = ctx.harness.settings, ctx.harness.trial_info
         if max_length is None:
@@ -212,6 +281,9 @@ class Trainer:
             checkpoint_policy = CheckpointPolicy.ALL
         is_chief, state = ctx.distributed.is_chief, ctx.harness.state
         root = info.checkpoint_root or checkpoint_root(ctx.get_experiment_config())
+        if latest_checkpoint is not None and not os.path.isdir(latest_checkpoint):
+            by_uuid = os.path.join(root, latest_checkpoint)
+            latest_checkpoint = by_uuid if os.path.isdir(by_uuid) else latest_checkpoint
         code_source = _code_source(self.trial, info)
         local = info.experiment_id is None and info.trial_id is None
         if progress is None:

@@ -1,10 +1,11 @@
-"""Determined's launcher ``entrypoint`` forms: read as ``module:Class`` plus the backend they imply.
+"""Determined's ``entrypoint`` forms: a class or a script, plus the backend a launcher implies.
 
 ``python3 -m determined.launch.torch_distributed --trial model_def:Trial`` is what Determined's docs
 recommend for distributed PyTorchTrial; det-lite stores ``entrypoint: model_def:Trial`` with
 ``resources.distributed_backend: torch`` (``horovod`` for ``determined.launch.horovod``), so the
-runner, the entrypoint check and the workers only ever see the class. Forms det-lite cannot run
-(DeepSpeed, scripts, launcher overrides, unknown options) are one-line errors at ``entrypoint``.
+runner, the entrypoint check and the workers only ever see the class. Scripts (``python3
+train.py ARGS``, alone or after a launcher) are stored as their own command. Forms det-lite
+cannot run (DeepSpeed, launcher overrides, unknown options) are one-line errors at ``entrypoint``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ HVD = "python3 -m determined.launch.horovod"
 TORCH = f"{TD} --trial model_def:Trial"
 HOROVOD = f"{HVD} --autohorovod --trial model_def:Trial"
 CLASS = "model_def:Trial"
-SUPPORTED = "expected 'package.module:TrialClass', or 'python3 -m determined.launch.torch_distributed"
+SUPPORTED = "expected 'package.module:TrialClass', a script ('python3 train.py [ARGS]'"
 
 
 def config(entrypoint: Any, resources: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -59,6 +60,18 @@ ACCEPTED = [
     (TORCH, {"distributed_backend": "torch", "slots_per_trial": 2}, CLASS, "torch"),
     (HOROVOD, {"distributed_backend": "horovod", "slots_per_trial": 2}, CLASS, "horovod"),
     (TORCH, {"slots_per_trial": 2, "distributed_backend": None}, CLASS, "torch"),
+    # scripts (Determined's Trainer-API and Core-API form), stored as their own command
+    ("python3 train.py --epochs 3", None, "python3 train.py --epochs 3", "horovod"),
+    (["python3", "train.py", "a b"], None, "python3 train.py 'a b'", "horovod"),
+    ("python train.py", None, "python3 train.py", "horovod"),
+    ("python3 -u train.py", None, "python3 train.py", "horovod"),
+    ("train.py", None, "python3 train.py", "horovod"),
+    ("python3 -m pkg.train --x 1", None, "python3 -m pkg.train --x 1", "horovod"),
+    (f"{TD} python3 train.py --epochs 3", None, "python3 train.py --epochs 3", "torch"),
+    (f"{TD} -- python3 train.py", None, "python3 train.py", "torch"),
+    (TD.split() + ["python3", "-m", "pkg.train"], None, "python3 -m pkg.train", "torch"),
+    (f"{HVD} --autohorovod python3 train.py", None, "python3 train.py", "horovod"),
+    (f"{HVD} train.py", {"slots_per_trial": 2}, "python3 train.py", "horovod"),
     # the legacy class form is unchanged: default horovod (Determined's own default), or as given
     (CLASS, None, CLASS, "horovod"),
     (CLASS, {"distributed_backend": "torch"}, CLASS, "torch"),
@@ -129,23 +142,15 @@ REJECTED = [
     ),
     ("python3 -m determined.launch.wrap_rank RANK -- x", "entrypoint", "determined.launch.wrap_rank is not"),
     (
-        "python3 train.py --epochs 3",
+        "python3 -m determined.launch.torch_distributed torchrun train.py",
         "entrypoint",
-        "'python3 train.py --epochs 3' runs a script: det-lite experiments run PyTorchTrial classes, "
-        "not Core API or Trainer scripts",
+        "determined.launch.torch_distributed runs 'torchrun train.py', which det-lite cannot run: "
+        "expected a Python script",
     ),
-    (["python3", "train.py"], "entrypoint", "runs a script"),
-    (["python3", "train.py"], "entrypoint", "expected 'package.module:TrialClass'"),
-    (
-        "python3 -m determined.launch.torch_distributed python3 train.py",
-        "entrypoint",
-        "determined.launch.torch_distributed runs the script 'python3 train.py'; det-lite runs "
-        "PyTorchTrial classes, not Core API or Trainer scripts: use --trial package.module:TrialClass",
-    ),
-    ("python3 -m torch.distributed.run --nproc_per_node 2 t.py", "entrypoint", "'torch.distributed.run' is"),
     ("torchrun --nproc_per_node 2 train.py", "entrypoint", "is not a trial det-lite can run; " + SUPPORTED),
-    ("python3 -u train.py", "entrypoint", "'python3 -u train.py' is not a trial det-lite can run"),
+    ("python3 -X dev train.py", "entrypoint", "'python3 -X dev train.py' is not a trial det-lite can run"),
     ("python3 -m", "entrypoint", "'python -m' is not a Determined trial launcher"),
+    ("python3 -m determined.launch.wrap_rank", "entrypoint", "launcher determined.launch.wrap_rank is not"),
     (
         "python3 -m determined.launch.torch_distributed --autohorovod --trial model_def:Trial",
         "entrypoint",
@@ -200,7 +205,7 @@ def _write(tmp_path, raw: Dict[str, Any]) -> str:
     "entrypoint, words",
     [
         ("python3 -m determined.launch.deepspeed --trial model_def:Trial", "DeepSpeed trials"),
-        ("python3 train.py", "runs a script"),
+        ("torchrun --nproc_per_node 2 train.py", "is not a trial det-lite can run"),
     ],
 )
 def test_unsupported_entrypoint_exits_2_through_the_cli(tmp_path, entrypoint, words):
@@ -242,6 +247,22 @@ def test_unknown_field_without_a_close_name_still_lists_the_section():
     assert e.value.message == (
         "unknown field; resources fields are: slots_per_trial, distributed_backend, hosts, ddp_options"
     )
+
+
+@pytest.mark.parametrize(
+    "entrypoint, words",
+    [
+        ("python3 trian.py", "no script 'trian.py' in context directory"),
+        ("python3 -m no_such_module", "no module 'no_such_module' in context directory"),
+    ],
+)
+def test_a_missing_script_exits_2_through_the_cli(tmp_path, entrypoint, words):
+    path = _write(tmp_path, config(entrypoint))
+    proc = cli("experiment", "create", path, FIXTURE)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "entrypoint " in ln]
+    assert line.startswith(f"det-lite: error: {path}: entrypoint ") and words in line, line
+    assert "Traceback" not in proc.stderr and "Created experiment" not in proc.stdout
 
 
 def test_typo_hint_through_the_cli(tmp_path):

@@ -452,7 +452,7 @@ BROKEN = [
     # (changes, path, words in the message)
     ({"entrypoint": DELETE}, "entrypoint", "missing required field"),
     ({"entrypoint": "model_def.MyTrial"}, "entrypoint", "expected 'package.module:TrialClass'"),
-    ({"entrypoint": ["python3", "train.py"]}, "entrypoint", "expected 'package.module:TrialClass'"),
+    ({"entrypoint": ["torchrun", "train.py"]}, "entrypoint", "expected 'package.module:TrialClass'"),
     ({"name": 5}, "name", "expected a string, got 5"),
     ({"searcher": DELETE}, "searcher", "missing required section"),
     ({"searcher": "single"}, "searcher", "expected a mapping, got 'single'"),
@@ -465,7 +465,7 @@ BROKEN = [
         "expected 'single', 'grid', 'random' or 'adaptive_asha'",
     ),
     ({"searcher.name": "pbt"}, "searcher.name", "Determined's 'pbt' searcher is not available in det-lite"),
-    ({"searcher.max_length": DELETE}, "searcher.max_length", "missing required field"),
+    ({"searcher.max_length": DELETE}, "searcher.max_length", "the searcher needs a length: max_length"),
     ({"searcher.max_length": {"batches": 0}}, "searcher.max_length", "positive int}, got {'batches': 0}"),
     ({"searcher.max_length": {"batches": 5, "epochs": 1}}, "searcher.max_length", "expected {batches|"),
     ({"searcher.max_length": "100"}, "searcher.max_length", "got '100'"),

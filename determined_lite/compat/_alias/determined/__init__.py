@@ -8,21 +8,19 @@ import logging as _logging
 
 from determined_lite import InvalidHP
 from determined_lite import __version__ as __version__
+from determined_lite._cluster import ClusterInfo as ClusterInfo
+from determined_lite._cluster import ClusterTrialInfo as TrialInfo
+from determined_lite._cluster import get_cluster_info as get_cluster_info
 from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSubmoduleFinder
 from determined_lite.compat._install import missing_attribute as _missing_attribute
 from determined_lite.pytorch import PyTorchTrialContext as TrialContext
 
-from . import errors, pytorch, tensorboard
+from . import core, errors, pytorch, tensorboard
 
 __det_lite_alias__ = True
 
 # Determined's log line format (its harness configures logging with it).
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
-
-
-def get_cluster_info() -> None:
-    """None: the trial is not running on a Determined cluster (what Determined returns off-cluster)."""
-    return None
 
 
 def __getattr__(name: str) -> object:
@@ -34,4 +32,15 @@ _logging.getLogger("determined_lite").info(
     "trial imports 'determined': det-lite's compatibility alias (determined_lite %s)", __version__
 )
 
-__all__ = ["LOG_FORMAT", "InvalidHP", "TrialContext", "errors", "get_cluster_info", "pytorch", "tensorboard"]
+__all__ = [
+    "ClusterInfo",
+    "InvalidHP",
+    "LOG_FORMAT",
+    "TrialContext",
+    "TrialInfo",
+    "core",
+    "errors",
+    "get_cluster_info",
+    "pytorch",
+    "tensorboard",
+]

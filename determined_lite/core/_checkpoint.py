@@ -1,0 +1,197 @@
+"""``core_context.checkpoint``: checkpoints of a Core API script in det-lite's checkpoint root.
+
+A checkpoint is a directory ``<root>/<uuid>/`` like a class trial's: written under
+``.tmp-<uuid>/`` (its ``metadata.json`` naming the writer first), renamed when complete, made
+private and durable, then registered in the store with the trial's retention policy applied
+(``TrialReporter.checkpoint``). ``metadata`` must hold ``steps_completed`` (Determined's rule);
+``metadata.json`` holds it plus det-lite's fields (``trial_id``, ``experiment_id``,
+``total_batches``, ``store``, ``writer``), so ``det-lite checkpoint`` commands and the garbage
+collection know it. Storage is a local (or shared) filesystem: ``restore_path`` and
+``download`` read the directory in place or copy it, without collectives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import enum
+import json
+import os
+import pathlib
+import shutil
+import uuid as uuidlib
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+
+import determined_lite
+from determined_lite.storage import METADATA_FILE, TMP_PREFIX, make_durable
+from determined_lite.storage._layout import WRITER_KEY, writer_record
+from determined_lite.store._paths import make_private_dirs, restrict_tree
+
+Selector = Optional[Callable[[str], bool]]
+
+
+class DownloadMode(enum.Enum):
+    LocalWorkersShareDownload = "LOCAL_WORKERS_SHARE_DOWNLOAD"
+    NoSharedDownload = "NO_SHARED_DOWNLOAD"
+
+
+def _copy(source: str, target: str, selector: Selector) -> None:
+    for directory, _, files in os.walk(source):
+        for name in files:
+            path = os.path.join(directory, name)
+            relative = os.path.relpath(path, source)
+            if selector is not None and not selector(relative):
+                continue
+            os.makedirs(os.path.join(target, os.path.dirname(relative)), exist_ok=True)
+            shutil.copy2(path, os.path.join(target, relative))
+
+
+class CheckpointContext:
+    """``core_context.checkpoint``.
+
+    ``trial``: the worker's ``launch._script.ScriptTrial`` (None in local mode: checkpoints are
+    written to ``root`` and registered nowhere).
+    """
+
+    def __init__(self, distributed: Any, root: str, trial: Any = None) -> None:
+        self._dist = distributed
+        self._root = root
+        self._trial = trial
+
+    def _path(self, storage_id: str) -> str:
+        path = os.path.join(self._root, storage_id)
+        if os.sep in storage_id or not os.path.isdir(path):
+            raise FileNotFoundError(f"no checkpoint {storage_id!r} in {self._root}")
+        return path
+
+    def _metadata(self, storage_id: str, metadata: Dict[str, Any]) -> Dict[str, Any]:
+        if "steps_completed" not in metadata:
+            raise ValueError("checkpoint metadata must include 'steps_completed' (as in Determined)")
+        meta = dict(metadata)
+        meta.update(
+            uuid=storage_id,
+            total_batches=int(metadata["steps_completed"]),
+            framework="determined_lite.core",
+            determined_lite_version=determined_lite.__version__,
+            created=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        )
+        meta[WRITER_KEY] = writer_record()
+        if self._trial is not None:
+            meta.update(self._trial.checkpoint_identity())
+        return meta
+
+    @contextlib.contextmanager
+    def _store(self, metadata: Optional[Dict[str, Any]], shard: bool) -> Iterator[Tuple[pathlib.Path, str]]:
+        if not shard and self._dist.rank != 0:
+            raise RuntimeError(
+                f"cannot call store_path(shard=False) or upload(shard=False) from a non-chief worker "
+                f"(rank={self._dist.rank})"
+            )
+        storage_id = str(uuidlib.uuid4()) if self._dist.rank == 0 else None
+        if shard:
+            storage_id = self._dist.broadcast(storage_id)
+            metadata = _merged(self._dist.allgather(metadata or {}))
+        assert storage_id is not None
+        meta = self._metadata(storage_id, metadata or {}) if self._dist.rank == 0 else {}
+        tmp = os.path.join(self._root, f"{TMP_PREFIX}{storage_id}")
+        final = os.path.join(self._root, storage_id)
+        if self._dist.rank == 0:
+            make_private_dirs(self._root)
+            os.makedirs(tmp)
+            _write_json(os.path.join(tmp, METADATA_FILE), meta)
+        if shard:
+            self._dist.barrier()
+        try:
+            yield pathlib.Path(tmp), storage_id
+            if shard:
+                self._dist.barrier()
+        except BaseException:
+            if self._dist.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if self._dist.rank == 0:
+            _write_json(os.path.join(tmp, METADATA_FILE), meta)  # the script may have written one
+            restrict_tree(tmp)
+            os.rename(tmp, final)
+            make_durable(final)
+            if self._trial is not None:
+                self._trial.note_checkpoint(storage_id, final, meta)
+        if shard:
+            self._dist.barrier()
+
+    def store_path(self, metadata: Optional[Dict[str, Any]] = None, *, shard: bool = False) -> Any:
+        """A context manager giving ``(path, storage_id)``: write the checkpoint's files into
+        ``path``; on exit it is stored and registered. ``shard=True``: every rank calls it and
+        writes into the same directory."""
+        return self._store(metadata, shard)
+
+    def upload(
+        self,
+        ckpt_dir: Optional[Union[str, "os.PathLike[str]"]],
+        metadata: Optional[Dict[str, Any]] = None,
+        *,
+        shard: bool = False,
+        selector: Selector = None,
+    ) -> str:
+        """Store a copy of ``ckpt_dir`` as a new checkpoint; returns its ``storage_id``."""
+        if ckpt_dir is None and not shard:
+            raise RuntimeError("cannot call .upload(ckpt_dir=None, shard=False), which would do nothing")
+        with self._store(metadata, shard) as (path, storage_id):
+            if ckpt_dir is not None:
+                _copy(os.fspath(ckpt_dir), str(path), selector)
+        return storage_id
+
+    @contextlib.contextmanager
+    def restore_path(
+        self,
+        storage_id: str,
+        download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Selector = None,
+    ) -> Iterator[pathlib.Path]:
+        """The directory of checkpoint ``storage_id`` (read in place; do not modify it)."""
+        DownloadMode(download_mode)
+        yield pathlib.Path(self._path(storage_id))
+
+    def download(
+        self,
+        storage_id: str,
+        ckpt_dir: Union[str, "os.PathLike[str]"],
+        download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Selector = None,
+    ) -> None:
+        """Copy checkpoint ``storage_id`` into ``ckpt_dir``."""
+        DownloadMode(download_mode)
+        _copy(self._path(storage_id), os.fspath(ckpt_dir), selector)
+
+    def get_metadata(self, storage_id: str) -> Dict[str, Any]:
+        """The checkpoint's ``metadata.json``."""
+        with open(os.path.join(self._path(storage_id), METADATA_FILE)) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+
+    def delete(self, storage_id: str) -> None:
+        """Remove checkpoint ``storage_id`` (and forget it in the store)."""
+        path = self._path(storage_id)
+        if self._trial is not None:
+            self._trial.forget_checkpoint(storage_id)
+        shutil.rmtree(path)
+
+
+def _merged(all_metadata: Any) -> Dict[str, Any]:
+    """Every rank's metadata in one dict; a key given different values is an error."""
+    out: Dict[str, Any] = {}
+    for metadata in all_metadata:
+        for key, value in metadata.items():
+            if key in out and out[key] != value:
+                raise ValueError(
+                    f"checkpoint metadata {key!r} differs between workers: {out[key]!r} != {value!r}"
+                )
+            out[key] = value
+    return out
+
+
+def _write_json(path: str, data: Dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)

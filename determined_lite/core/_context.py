@@ -1,0 +1,133 @@
+"""``det.core.init()``: the Core API context of a script, backed by det-lite's store.
+
+In a trial det-lite runs (``det.get_cluster_info()`` is set) every part reports to the trial:
+metrics and checkpoints to the experiment store, the searcher's length, pause/kill as
+preemption, the distributed context the worker joined. Outside det-lite it is Determined's
+local mode: metrics are logged, checkpoints go to ``checkpoint_storage`` (a directory; default:
+det-lite's checkpoint root), the searcher asks for one operation of length 1 (as Determined's
+dummy searcher does) and nothing preempts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, Optional, Union
+
+from determined_lite._cluster import active_trial, get_cluster_info
+from determined_lite.core._checkpoint import CheckpointContext
+from determined_lite.core._preempt import PreemptContext, PreemptMode
+from determined_lite.core._searcher import SearcherContext, Unit
+from determined_lite.core._train import EarlyExitReason, TrainContext
+
+logger = logging.getLogger("determined_lite")
+
+
+class TensorboardMode:
+    """Determined's TensorBoard modes; det-lite writes TensorBoard files in place either way."""
+
+    AUTO = "AUTO"
+    MANUAL = "MANUAL"
+
+
+class Context:
+    """``core_context``: ``checkpoint``, ``distributed``, ``preempt``, ``train``, ``searcher``,
+    ``info`` (the cluster info, None in local mode). Use it as ``with det.core.init() as c:``."""
+
+    def __init__(
+        self,
+        checkpoint: CheckpointContext,
+        distributed: Any,
+        preempt: PreemptContext,
+        train: TrainContext,
+        searcher: SearcherContext,
+        info: Any = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.distributed = distributed
+        self.preempt = preempt
+        self.train = train
+        self.searcher = searcher
+        self.info = info
+
+    def start(self) -> None:
+        self.preempt.start()
+
+    def close(self) -> None:
+        self.preempt.close()
+        self.train.close()
+
+    def __enter__(self) -> "Context":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        from determined_lite import InvalidHP
+
+        if isinstance(exc, InvalidHP):  # as Determined: the trial ends, the search goes on
+            self.train.report_early_exit(EarlyExitReason.INVALID_HP)
+        self.close()
+
+
+def _units(exp_conf: Dict[str, Any]) -> Optional[Unit]:
+    length = (exp_conf.get("searcher") or {}).get("max_length")
+    if isinstance(length, dict) and len(length) == 1:
+        return Unit(next(iter(length)).upper())
+    return None
+
+
+def _storage_root(checkpoint_storage: Union[None, str, Dict[str, Any]]) -> str:
+    from determined_lite.store._paths import checkpoint_root
+
+    if checkpoint_storage is None:
+        return checkpoint_root({})
+    if isinstance(checkpoint_storage, str):
+        if "://" in checkpoint_storage:
+            raise ValueError(
+                f"checkpoint_storage {checkpoint_storage!r}: det-lite stores checkpoints in a directory"
+            )
+        return os.path.abspath(checkpoint_storage)
+    return checkpoint_root({"checkpoint_storage": checkpoint_storage})
+
+
+def init(
+    *,
+    distributed: Any = None,
+    checkpoint_storage: Union[None, str, Dict[str, Any]] = None,
+    preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+    tensorboard_mode: Any = TensorboardMode.AUTO,
+) -> Context:
+    """The Core API context of this process (use it as a context manager)."""
+    trial = active_trial()
+    info = get_cluster_info()
+    if trial is None:
+        from determined_lite.distributed import SingleProcessContext
+
+        dist = distributed or SingleProcessContext()
+        root = _storage_root(checkpoint_storage)
+        return Context(
+            CheckpointContext(dist, root),
+            dist,
+            PreemptContext(dist, preempt_mode),
+            TrainContext(dist),
+            SearcherContext(dist, 1, None),
+            info,
+        )
+    dist = distributed or trial.distributed
+    if dist is not trial.distributed and dist.size != trial.distributed.size:
+        raise ValueError(
+            f"det.core.init(distributed=...) got {dist.size} workers but the trial runs "
+            f"{trial.distributed.size}: use det.core.DistributedContext.from_torch_distributed() "
+            "or from_horovod() as the config's engine says"
+        )
+    spec = trial.spec
+    root = _storage_root(checkpoint_storage) if checkpoint_storage is not None else str(spec.checkpoint_root)
+    trial.core_started()
+    return Context(
+        CheckpointContext(dist, root, trial),
+        dist,
+        PreemptContext(dist, preempt_mode, trial),
+        TrainContext(dist, trial, spec.tensorboard_path),
+        SearcherContext(dist, int(trial.target), _units(spec.exp_conf), trial),
+        info,
+    )

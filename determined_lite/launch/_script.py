@@ -1,0 +1,284 @@
+"""A script entrypoint in a worker: ``python3 train.py ARGS`` run as Determined runs it.
+
+The worker has joined the engine already (one process per slot, under torchrun or horovodrun
+as for class trials); it runs the script in this process with :mod:`runpy` (``sys.argv`` set,
+the script's directory first on ``sys.path``, ``__name__ == "__main__"``) in the trial's
+context directory, with the ``determined`` alias importable. The script finds its trial through
+``det.get_cluster_info()`` (``$DET_LITE_TRIAL_SPEC``) and the live :class:`ScriptTrial`
+registered here: ``det.pytorch.init()`` takes its hyperparameters, config and distributed
+context, ``Trainer.fit`` its searcher length, checkpoint and store hooks, and
+``det.core.init()`` its store writer. What the script reported becomes the worker's result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import runpy
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from determined_lite._cluster import checkpoint_batches, set_active_trial
+from determined_lite.config._launcher import ScriptCommand
+from determined_lite.config._schema import OWN_LENGTH
+from determined_lite.config.units import length_from_config
+from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+
+logger = logging.getLogger("determined_lite")
+
+
+class ScriptExit(RuntimeError):
+    """The script called ``sys.exit`` with a failure status (``code``: what it gave)."""
+
+    def __init__(self, message: str, code: Any) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ScriptTrial:
+    """The trial a script runs in this worker: what ``det.pytorch.init()``, ``Trainer.fit`` and
+    ``det.core.init()`` read, and what they report back (the worker's result)."""
+
+    def __init__(
+        self, spec: WorkerSpec, distributed: Any, extra_callbacks: Sequence[Tuple[str, Any]]
+    ) -> None:
+        self.spec = spec
+        self.distributed = distributed
+        self._extra = list(extra_callbacks)
+        self._fit_result: Optional[WorkerResult] = None
+        self._reporter: Any = None
+        self._reporter_made = False
+        # What the Core API reported (det.core); the Trainer's result wins when there is one.
+        self.steps_completed = 0
+        self.validation: Optional[Dict[str, Any]] = None
+        self.searcher_metric: Optional[float] = None
+        self.checkpoints: List[Dict[str, Any]] = []
+        self.stopped = False  # the script stopped for a pause/kill (should_preempt said so)
+        self.early_exit: Any = None  # the core.EarlyExitReason the script reported
+        self.progressed = False  # it reported training after the checkpoint it started from
+        self.start_steps = checkpoint_batches(spec.latest_checkpoint)
+        self._validation_steps: Optional[int] = None
+        self._store: Any = None
+        self._core_started = False
+
+    @property
+    def target(self) -> int:
+        """The searcher's length for this run, as a number in its unit (``op.length``)."""
+        return int(next(iter(self.spec.max_length.values())))
+
+    # --- what det.core reports --------------------------------------------------------------
+    def core_started(self) -> None:
+        """``det.core.init()`` in the script: metrics the interrupted run reported after the
+        checkpoint this run starts from are replaced by what this run reports."""
+        if not self._core_started and self.reporter is not None:
+            self.reporter.restart_at(self.start_steps)
+        self._core_started = True
+
+    def note_report(self, group: str, steps: int, metrics: Dict[str, Any]) -> None:
+        self.steps_completed = max(self.steps_completed, int(steps))
+        if group == "training" and steps > self.start_steps:
+            self.progressed = True
+        if group == "validation":
+            self.validation, self._validation_steps = dict(metrics), int(steps)
+
+    def note_checkpoint(self, uuid: str, path: str, metadata: Dict[str, Any]) -> None:
+        """A checkpoint the script stored: registered in the store (retention applied)."""
+        total = int(metadata["total_batches"])
+        metrics = self.validation if self._validation_steps == total else None
+        self.checkpoints.append({"uuid": uuid, "path": path, "total_batches": total})
+        if self.reporter is not None:
+            self.reporter.checkpoint(uuid, path, total, metrics)
+
+    def forget_checkpoint(self, uuid: str) -> None:
+        if self.reporter is not None:
+            self.reporter.store.delete_checkpoint(uuid)
+
+    def checkpoint_identity(self) -> Dict[str, Any]:
+        """What a checkpoint's ``metadata.json`` says of its trial and store."""
+        store = os.path.realpath(self.spec.store_path) if self.spec.store_path else None
+        return {"trial_id": self.spec.trial_id, "experiment_id": self.spec.experiment_id, "store": store}
+
+    @functools.cached_property
+    def time_metric(self) -> Optional[str]:
+        """``searcher.time_metric``: the validation metric that measures a Core API script's
+        length (``epochs`` too: Determined's scripts report it as a metric)."""
+        value = (self.spec.exp_conf.get("searcher") or {}).get("time_metric")
+        return str(value) if value is not None else None
+
+    def reached_target(self) -> bool:
+        """Whether the last validation's ``searcher.time_metric`` reached the searcher's length
+        (the run ends there: ``should_preempt()`` says so; the runner resumes it for more)."""
+        name = self.time_metric
+        value = (self.validation or {}).get(name) if name is not None else None
+        return self.target != OWN_LENGTH and isinstance(value, (int, float)) and value >= self.target
+
+    def experiment_best_validation(self) -> Optional[float]:
+        settings = self.spec.training_settings()
+        store, eid = self._store_reader(), self.spec.experiment_id
+        if store is None or eid is None:
+            return None
+        values = [
+            t["best_validation"] for t in store.list_trials(eid) if t.get("best_validation") is not None
+        ]
+        if not values:
+            return None
+        return float(min(values) if settings.smaller_is_better else max(values))
+
+    def _store_reader(self) -> Any:
+        if self.reporter is not None:
+            return self.reporter.store
+        if self._store is None and self.spec.store_path is not None:
+            from determined_lite.store import Store
+
+            self._store = Store(self.spec.store_path)
+        return self._store
+
+    @property
+    def max_length(self) -> Any:
+        """The length the searcher asks of this run (a ``TrainUnit``)."""
+        return length_from_config(self.spec.max_length, "max_length")
+
+    @property
+    def reporter(self) -> Any:
+        """The chief's ``TrialReporter`` (store writes), None on other ranks and outside experiments."""
+        if not self._reporter_made:
+            from determined_lite.experiment._worker_hooks import trial_reporter
+
+            self._reporter = trial_reporter(self.spec, self.distributed.is_chief)
+            self._reporter_made = True
+        return self._reporter
+
+    def stop_requested(self) -> bool:
+        """Whether ``pause`` or ``kill`` was asked of the experiment (from any rank)."""
+        if self.reporter is not None:
+            return bool(self.reporter.stop_requested())
+        store, eid = self._store_reader(), self.spec.experiment_id
+        if store is None or eid is None:
+            return False
+        from determined_lite.experiment._store_reporter import stop_requested
+
+        return stop_requested(store, eid)
+
+    def trial_info(self) -> Any:
+        from determined_lite.launch.worker import trial_info
+
+        return trial_info(self.spec)
+
+    def owns(self, context: Any) -> bool:
+        """Whether ``context`` was made for this trial (``det.pytorch.init()`` in the script)."""
+        info = context.harness.trial_info
+        return bool(info.trial_id == self.spec.trial_id and info.experiment_id == self.spec.experiment_id)
+
+    def fit_arguments(self, context: Any, given: Dict[str, Any]) -> Dict[str, Any]:
+        """``Trainer.fit``'s arguments for this trial: the searcher's length (the script's own
+        when the searcher has none), the checkpoint to resume from and the store hooks always;
+        periods and policy from the script when it gave them (``given``: the non-default
+        ones), else from the config."""
+        from determined_lite.launch.worker import fit_arguments
+
+        if self.time_metric not in (None, "batches", "epochs", "records"):
+            raise ValueError(
+                f"searcher.time_metric {self.time_metric!r}: Trainer.fit trains by batches, epochs or "
+                "records; use one of those as the time metric (or the Core API to report your own)"
+            )
+        arguments = fit_arguments(self.spec, self.distributed, context, self._extra)
+        if self.target == OWN_LENGTH:  # no searcher length: the script's own, as Determined >= 0.38
+            arguments["max_length"] = given.get("max_length")
+        for name in ("validation_period", "checkpoint_period", "reporting_period", "checkpoint_policy"):
+            if given.get(name) is not None:
+                arguments[name] = given[name]
+        arguments["step_zero_validation"] = (
+            bool(given.get("step_zero_validation")) or arguments["step_zero_validation"]
+        )
+        arguments["test_mode"] = bool(given.get("test_mode")) or arguments["test_mode"]
+        arguments["callbacks"] = given.get("callbacks")
+        return arguments
+
+    def fit_done(self, result: Any) -> None:
+        from determined_lite.launch.worker import result_of
+
+        self._fit_result = result_of(result)
+
+    def result(self) -> WorkerResult:
+        """What the script did, for the runner."""
+        from determined_lite.core import EarlyExitReason
+
+        if self.early_exit is EarlyExitReason.INVALID_HP:
+            return WorkerResult(
+                WorkerStatus.INVALID_HP, error="the script reported an early exit: invalid hp"
+            )
+        if self._fit_result is not None and self.validation is None:
+            return self._fit_result
+        validation = dict(self.validation or {})
+        metric = self.spec.training_settings().searcher_metric
+        if self.searcher_metric is not None and metric is not None:
+            validation[metric] = self.searcher_metric
+        stopped = self.stopped or self.early_exit is not None
+        return WorkerResult(
+            status=WorkerStatus.STOPPED if stopped else WorkerStatus.COMPLETED,
+            total_batches=self.steps_completed,
+            validation_metrics=validation or None,
+            checkpoints=self.checkpoints,
+        )
+
+
+def run_script(
+    spec: WorkerSpec, script: ScriptCommand, distributed: Any, extra_callbacks: Sequence[Tuple[str, Any]]
+) -> WorkerResult:
+    """Run ``script`` for the trial of ``spec`` in this worker and return what it reported."""
+    trial = ScriptTrial(spec, distributed, extra_callbacks)
+    set_active_trial(trial)
+    with _process_group_joined(distributed):
+        run_as_main(script, spec.context_dir)
+    return trial.result()
+
+
+@contextlib.contextmanager
+def _process_group_joined(distributed: Any) -> Iterator[None]:
+    """Determined's torch scripts call ``torch.distributed.init_process_group`` themselves; the
+    worker has joined the trial's process group already (loopback, det-lite's timeouts), so
+    while the script runs a second call is answered by that group instead of failing."""
+    if distributed.backend != "torch":
+        yield
+        return
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if dist.is_initialized():
+            logger.info(
+                "init_process_group: the trial's process group is joined already (%s)", dist.get_backend()
+            )
+            return
+        original(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+    try:
+        yield
+    finally:
+        dist.init_process_group = original
+
+
+def run_as_main(script: ScriptCommand, directory: str) -> None:
+    """Run ``script`` as ``python3 PATH|-m MODULE ARGS`` would, from ``directory``; a non-zero
+    ``sys.exit`` raises :class:`ScriptExit`."""
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv = [script.argv0, *script.args]
+    try:
+        if script.module is not None:
+            sys.path.insert(0, directory)
+            runpy.run_module(script.module, run_name="__main__", alter_sys=True)
+        else:
+            path = str(script.path)  # run_path makes it sys.argv[0], as python3 PATH does
+            if os.path.realpath(directory) != os.path.realpath(os.getcwd()):
+                path = os.path.join(directory, path)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise ScriptExit(f"{script.argv0} exited with status {e.code}", e.code) from None
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
