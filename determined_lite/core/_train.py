@@ -1,7 +1,7 @@
 """``core_context.train``: metrics, progress and early exits of a Core API script.
 
 In a trial det-lite runs, the chief writes every report to the experiment store through the
-trial's ``TrialReporter`` (the writer class trials use too), to TensorBoard (``ScalarWriter``,
+trial's ``TrialReporter`` (the writer class trials use too), to TensorBoard (``MetricScalars``,
 as for class trials) and to the progress file the runner's bar reads; other ranks write
 nothing (report from the chief, as Determined's examples do). Outside det-lite (local mode)
 reports are logged only, as Determined's local mode does.
@@ -49,9 +49,9 @@ class TrainContext:
             self._progress_path = progress_path(trial.spec.result_path)
         self._scalars: Any = None  # TensorBoard, as for class trials (the chief's reports)
         if trial is not None and tensorboard_path is not None and distributed.is_chief:
-            from determined_lite.pytorch._reporting import ScalarWriter
+            from determined_lite.pytorch._reporting import MetricScalars
 
-            self._scalars = ScalarWriter(tensorboard_path, trial.spec.hparams)
+            self._scalars = MetricScalars(tensorboard_path, trial.spec.hparams)
         self._progress = TrialProgress(
             total_batches=trial.start_steps if trial is not None else 0,
             metric=trial.spec.training_settings().searcher_metric if trial is not None else None,

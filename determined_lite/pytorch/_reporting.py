@@ -54,7 +54,7 @@ class MetricLogger(PyTorchCallback):
         self._say("validation", metrics)
 
 
-class ScalarWriter:
+class MetricScalars:
     """A trial's reported scalar metrics as TensorBoard scalars (``training/<name>``,
     ``validation/<name>`` at the batch count), and its hyperparameters for the HParams plugin
     (one row per trial directory; ``TorchWriter.add_hparams_session``). The one writer of
@@ -92,7 +92,7 @@ class TensorBoardMetrics(PyTorchCallback):
         hparams: Optional[Dict[str, Any]] = None,
     ) -> None:
         self._state = state
-        self._scalars = ScalarWriter(path, hparams) if is_chief and path is not None else None
+        self._scalars = MetricScalars(path, hparams) if is_chief and path is not None else None
 
     def _write(self, prefix: str, metrics: Dict[str, Any]) -> None:
         if self._scalars is not None:
