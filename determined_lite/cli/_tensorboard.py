@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import signal
 import socket
 import sys
 import time
@@ -52,9 +53,12 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def _first_free_port(host: str, port: int) -> int:
-    """``port`` or one of the next ``PORT_TRIES - 1`` when free; 0 (any) when none is."""
+    """``port`` or one of the next ``PORT_TRIES - 1`` when free; 0 (any) when none is, or when
+    ``port`` is 0."""
+    if port == 0:
+        return 0
     for candidate in range(port, min(port + PORT_TRIES, 65536)):
-        if candidate and _port_free(host, candidate):
+        if _port_free(host, candidate):
             return candidate
     return 0
 
@@ -119,6 +123,10 @@ def tensorboard(
     url = serve(arguments, port, host)
     which = ", ".join(str(i) for i in ids)
     click.echo(f"TensorBoard for experiment{'s' if len(ids) > 1 else ''} {which} at {url} (Ctrl-C to stop)")
+    # Ctrl-C and SIGTERM stop the server (exit 0), also when a shell started this process with
+    # SIGINT ignored, as it does for a background job: the server only reads, nothing to save.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
     try:
         while True:
             time.sleep(3600)

@@ -74,6 +74,8 @@ def test_two_experiments_on_a_taken_port_with_hparams(tmp_path, _det_lite_home):
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        # As a shell starts a background job: SIGINT ignored. Ctrl-C must still stop the server.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         line = _read_line(proc, timeout=90)
@@ -110,8 +112,11 @@ def test_two_experiments_on_a_taken_port_with_hparams(tmp_path, _det_lite_home):
             assert shown["validation/val_loss"] == pytest.approx(final, rel=1e-6)
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=30)
-        taken.close()
+        try:
+            code = proc.wait(timeout=30)
+        finally:
+            proc.kill()  # no server outlives the test, whatever happened
+            taken.close()
     assert code == 0
 
 
@@ -126,3 +131,16 @@ def test_several_experiments_without_launch(_det_lite_home):
     assert shown["command"][3:] == ["--logdir_spec", spec, "--port", "6006", "--host", "127.0.0.1"]
     missing = cli("tensorboard", "1", "9", "--no-launch")
     assert missing.returncode == 2 and "experiment 9 not found" in missing.stderr
+
+
+def test_port_zero_means_any_free_port():
+    # `--port 0` is documented as "any free port": it must not be read as "0, else the next ten"
+    # (which gave port 1 to a root user).
+    from determined_lite.cli._tensorboard import _first_free_port
+
+    assert _first_free_port("127.0.0.1", 0) == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert _first_free_port("127.0.0.1", port) != port  # a taken port is skipped
