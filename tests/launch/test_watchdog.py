@@ -82,7 +82,9 @@ def test_a_hung_rank_ends_the_trial_and_is_named(tmp_path, slots, backend, hang_
         resources={"slots_per_trial": slots, "distributed_backend": backend},
         **{"hyperparameters.hang_at": 3, "hyperparameters.hang_rank": hang_rank},
     )
-    proc = cli("experiment", "create", path, LINEAR, env={**os.environ, "DET_LITE_STALL_TIMEOUT": "4"})
+    # 10 s: the watchdog also times a worker's setup (imports, the process group), which took
+    # over 4 s on a loaded 2-core machine and named the wrong rank.
+    proc = cli("experiment", "create", path, LINEAR, env={**os.environ, "DET_LITE_STALL_TIMEOUT": "10"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "ERROR"
