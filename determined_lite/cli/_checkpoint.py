@@ -21,6 +21,7 @@ from determined_lite.cli._common import (
     open_store,
     warn,
 )
+from determined_lite.store import Store
 
 
 @click.group("checkpoint", cls=AliasedGroup, aliases={"ls": "list", "download": "export"})
@@ -65,17 +66,51 @@ def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_j
 
 @checkpoint.command("export", short_help="Copy a checkpoint directory (download).")
 @click.argument("uuid")
-@click.argument("dest", type=click.Path(file_okay=False, writable=True))
-def export(uuid: str, dest: str) -> None:
+@click.argument("dest", required=False, type=click.Path(file_okay=False, writable=True))
+@click.option(
+    "-o",
+    "--output-dir",
+    "output_dir",
+    type=click.Path(file_okay=False, writable=True),
+    default=None,
+    help="Where to copy it (Determined's `checkpoint download -o DIR`); the same as DEST.",
+)
+def export(uuid: str, dest: Optional[str], output_dir: Optional[str]) -> None:
     """Copy checkpoint UUID's directory to DEST (created; an existing DEST must be empty).
 
     UUID may be a unique prefix of at least 4 characters (as the tables show: the first 8).
-    Determined calls this `checkpoint download`; that name works too.
+    Determined calls this `checkpoint download UUID -o DIR`; that form works too.
     """
+    dest = _destination(dest, output_dir)
+    _copy_checkpoint(open_store(), uuid, dest)
+
+
+def _destination(dest: Optional[str], output_dir: Optional[str]) -> str:
+    if dest is not None and output_dir is not None and dest != output_dir:
+        raise click.UsageError("give the destination once: DEST or -o/--output-dir")
+    found = dest if dest is not None else output_dir
+    if found is None:
+        raise click.UsageError("missing the destination: DEST or -o/--output-dir DIR")
+    return found
+
+
+def _copy_as_users(source: str, target: str) -> None:
+    """Copy a checkpoint's tree as new files of the user's: contents and links, never the
+    checkpoint's private modes (files and directories get the user's umask, as any copy)."""
+    import shutil
+
+    shutil.copytree(source, target, symlinks=True, copy_function=shutil.copyfile)
+    mask = os.umask(0)
+    os.umask(mask)
+    for directory, _, _ in os.walk(target):
+        os.chmod(directory, 0o777 & ~mask)
+
+
+def _copy_checkpoint(store: Store, uuid: str, dest: str) -> None:
+    """Copy a checkpoint's directory next to ``dest``, then rename it there."""
     import shutil
     import tempfile
 
-    store = open_store()
     found = get_checkpoint(store, uuid)
     uuid = found["uuid"]
     source = found["path"]
@@ -90,7 +125,7 @@ def export(uuid: str, dest: str) -> None:
     # Copy next to DEST, then rename: DEST never holds a partial checkpoint.
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.tmp-", dir=parent)
     try:
-        shutil.copytree(source, os.path.join(staging, "c"), symlinks=True)
+        _copy_as_users(source, os.path.join(staging, "c"))
         if os.path.isdir(dest):
             os.rmdir(dest)
         os.replace(os.path.join(staging, "c"), dest)

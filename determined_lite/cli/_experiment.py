@@ -95,6 +95,14 @@ def _parse_overrides(overrides: Sequence[str]) -> List[str]:
     help="Override a config field (dotted key, YAML value), e.g. --config hyperparameters.lr=0.1.",
 )
 @click.option("--detach", is_flag=True, help="Run in the background and return the experiment id at once.")
+@click.option(
+    "-f",
+    "--follow",
+    "--follow-first-trial",
+    "follow",
+    is_flag=True,
+    help="Determined's flag: stay and show the run (what det-lite does without --detach).",
+)
 @click.option("--test", "test_mode", is_flag=True, help="Run a short test of the trial instead.")
 @click.pass_context
 def create(
@@ -103,12 +111,15 @@ def create(
     context_dir: str,
     overrides: Tuple[str, ...],
     detach: bool,
+    follow: bool,
     test_mode: bool,
 ) -> None:
     """Create an experiment from CONFIG_FILE with the trial code in CONTEXT_DIR, and run it.
 
     In the foreground, exits 0 only when the experiment COMPLETED.
     """
+    if detach and follow:
+        raise click.UsageError("--detach returns at once; -f/--follow stays with the run: give one")
     parsed = _parse_overrides(overrides)
     from determined_lite.experiment import create_experiment
 
