@@ -12,7 +12,6 @@ from determined_lite.cli._common import (
     BadInput,
     Failed,
     echo_json,
-    echo_table,
     format_mapping,
     format_time,
     get_checkpoint,
@@ -21,7 +20,13 @@ from determined_lite.cli._common import (
     open_store,
     warn,
 )
+from determined_lite.cli._table import Cut, Fit, echo_rows
 from determined_lite.store import Store
+
+LIST_FIT = Fit(
+    cut={"Path": Cut.START, "UUID": Cut.END, "Validation Metrics": Cut.ITEMS},
+    drop=("Path", "Time", "Experiment ID", "State"),
+)
 
 
 @click.group("checkpoint", cls=AliasedGroup, aliases={"ls": "list", "download": "export"})
@@ -33,8 +38,13 @@ def checkpoint() -> None:
 @click.option("--experiment", "experiment_id", type=int, default=None, help="Only this experiment's.")
 @click.option("--trial", "trial_id", type=int, default=None, help="Only this trial's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
-def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_json: bool) -> None:
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV (every column, whole).")
+def list_checkpoints(
+    experiment_id: Optional[int], trial_id: Optional[int], as_json: bool, as_csv: bool
+) -> None:
     """List checkpoints (all, or one experiment's, or one trial's), by trial and batch."""
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
     if experiment_id is not None and trial_id is not None:
         raise click.UsageError("give --experiment or --trial, not both")
     store = open_store()
@@ -46,7 +56,7 @@ def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_j
     if as_json:
         echo_json(found)
         return
-    echo_table(
+    echo_rows(
         ["UUID", "Experiment ID", "Trial ID", "# of Batches", "State", "Validation Metrics", "Time", "Path"],
         [
             (
@@ -55,12 +65,14 @@ def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_j
                 c["trial_id"],
                 c["total_batches"],
                 c["state"],
-                format_mapping(c["metrics"]),
+                c["metrics"] if as_csv else format_mapping(c["metrics"]),
                 format_time(c["created_at"]),
                 c["path"],
             )
             for c in found
         ],
+        LIST_FIT,
+        as_csv,
     )
 
 
