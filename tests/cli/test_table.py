@@ -44,7 +44,9 @@ def _fill(home) -> None:
     store = Store()
     for i in range(3):
         exp = store.create_experiment(
-            {"name": f"a-rather-long-experiment-name-{i}", "searcher": {"name": "grid"}}, "/ctx", "/ctx/e.yaml"
+            {"name": f"a-rather-long-experiment-name-{i}", "searcher": {"name": "grid"}},
+            "/ctx",
+            "/ctx/e.yaml",
         )
         trial = store.create_trial(exp, 0, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}, 1)
         path = os.path.join(str(home), "checkpoints", f"{i}" * 32)
