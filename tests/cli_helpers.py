@@ -15,15 +15,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cli(
-    *args: str, check: bool = False, timeout: float = 240, env: Optional[Dict[str, str]] = None
+    *args: str,
+    check: bool = False,
+    timeout: float = 240,
+    env: Optional[Dict[str, str]] = None,
+    cwd: str = REPO,
 ) -> subprocess.CompletedProcess:
-    """``det-lite ARGS`` in a subprocess (DET_LITE_HOME comes from the environment)."""
+    """``det-lite ARGS`` in a subprocess from ``cwd`` (DET_LITE_HOME comes from the environment)."""
     proc = subprocess.run(
         [sys.executable, "-m", "determined_lite.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=REPO,
+        cwd=cwd,
         env=env,
     )
     if check and proc.returncode != 0:

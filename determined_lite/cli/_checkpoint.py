@@ -12,7 +12,6 @@ from determined_lite.cli._common import (
     BadInput,
     Failed,
     echo_json,
-    echo_table,
     format_mapping,
     format_time,
     get_checkpoint,
@@ -20,6 +19,13 @@ from determined_lite.cli._common import (
     get_trial,
     open_store,
     warn,
+)
+from determined_lite.cli._table import Cut, Fit, echo_rows
+from determined_lite.store import Store
+
+LIST_FIT = Fit(
+    cut={"Path": Cut.START, "UUID": Cut.END, "Validation Metrics": Cut.ITEMS},
+    drop=("Path", "Time", "Experiment ID", "State"),
 )
 
 
@@ -32,8 +38,13 @@ def checkpoint() -> None:
 @click.option("--experiment", "experiment_id", type=int, default=None, help="Only this experiment's.")
 @click.option("--trial", "trial_id", type=int, default=None, help="Only this trial's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
-def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_json: bool) -> None:
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV (every column, whole).")
+def list_checkpoints(
+    experiment_id: Optional[int], trial_id: Optional[int], as_json: bool, as_csv: bool
+) -> None:
     """List checkpoints (all, or one experiment's, or one trial's), by trial and batch."""
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
     if experiment_id is not None and trial_id is not None:
         raise click.UsageError("give --experiment or --trial, not both")
     store = open_store()
@@ -45,7 +56,7 @@ def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_j
     if as_json:
         echo_json(found)
         return
-    echo_table(
+    echo_rows(
         ["UUID", "Experiment ID", "Trial ID", "# of Batches", "State", "Validation Metrics", "Time", "Path"],
         [
             (
@@ -54,28 +65,64 @@ def list_checkpoints(experiment_id: Optional[int], trial_id: Optional[int], as_j
                 c["trial_id"],
                 c["total_batches"],
                 c["state"],
-                format_mapping(c["metrics"]),
+                c["metrics"] if as_csv else format_mapping(c["metrics"]),
                 format_time(c["created_at"]),
                 c["path"],
             )
             for c in found
         ],
+        LIST_FIT,
+        as_csv,
     )
 
 
 @checkpoint.command("export", short_help="Copy a checkpoint directory (download).")
 @click.argument("uuid")
-@click.argument("dest", type=click.Path(file_okay=False, writable=True))
-def export(uuid: str, dest: str) -> None:
+@click.argument("dest", required=False, type=click.Path(file_okay=False, writable=True))
+@click.option(
+    "-o",
+    "--output-dir",
+    "output_dir",
+    type=click.Path(file_okay=False, writable=True),
+    default=None,
+    help="Where to copy it (Determined's `checkpoint download -o DIR`); the same as DEST.",
+)
+def export(uuid: str, dest: Optional[str], output_dir: Optional[str]) -> None:
     """Copy checkpoint UUID's directory to DEST (created; an existing DEST must be empty).
 
     UUID may be a unique prefix of at least 4 characters (as the tables show: the first 8).
-    Determined calls this `checkpoint download`; that name works too.
+    Determined calls this `checkpoint download UUID -o DIR`; that form works too.
     """
+    dest = _destination(dest, output_dir)
+    _copy_checkpoint(open_store(), uuid, dest)
+
+
+def _destination(dest: Optional[str], output_dir: Optional[str]) -> str:
+    if dest is not None and output_dir is not None and dest != output_dir:
+        raise click.UsageError("give the destination once: DEST or -o/--output-dir")
+    found = dest if dest is not None else output_dir
+    if found is None:
+        raise click.UsageError("missing the destination: DEST or -o/--output-dir DIR")
+    return found
+
+
+def _copy_as_users(source: str, target: str) -> None:
+    """Copy a checkpoint's tree as new files of the user's: contents and links, never the
+    checkpoint's private modes (files and directories get the user's umask, as any copy)."""
+    import shutil
+
+    shutil.copytree(source, target, symlinks=True, copy_function=shutil.copyfile)
+    mask = os.umask(0)
+    os.umask(mask)
+    for directory, _, _ in os.walk(target):
+        os.chmod(directory, 0o777 & ~mask)
+
+
+def _copy_checkpoint(store: Store, uuid: str, dest: str) -> None:
+    """Copy a checkpoint's directory next to ``dest``, then rename it there."""
     import shutil
     import tempfile
 
-    store = open_store()
     found = get_checkpoint(store, uuid)
     uuid = found["uuid"]
     source = found["path"]
@@ -90,7 +137,7 @@ def export(uuid: str, dest: str) -> None:
     # Copy next to DEST, then rename: DEST never holds a partial checkpoint.
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.tmp-", dir=parent)
     try:
-        shutil.copytree(source, os.path.join(staging, "c"), symlinks=True)
+        _copy_as_users(source, os.path.join(staging, "c"))
         if os.path.isdir(dest):
             os.rmdir(dest)
         os.replace(os.path.join(staging, "c"), dest)

@@ -11,7 +11,7 @@ import datetime
 import json
 import math
 import sys
-from typing import IO, Any, Dict, Iterable, List, Optional, Sequence
+from typing import IO, Any, Dict, List, Optional, Sequence
 
 import click
 
@@ -189,9 +189,24 @@ def format_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, list) and (len(value) > MAX_LIST_SHOWN or any(isinstance(v, list) for v in value)):
+        return _shape(value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"), default=str)
     return str(value)
+
+
+MAX_LIST_SHOWN = 4
+
+
+def _shape(value: Any) -> str:
+    """A long or nested list (a confusion matrix) as its shape, ``[10x10]``: tables show it;
+    ``--json`` and ``--csv`` hold the values."""
+    dims = []
+    while isinstance(value, list):
+        dims.append(str(len(value)))
+        value = value[0] if value else None
+    return "[" + "x".join(dims) + "]"
 
 
 def format_mapping(mapping: Optional[Dict[str, Any]]) -> str:
@@ -215,33 +230,3 @@ def display_state(exp: Dict[str, Any]) -> str:
     if state == ExperimentState.ACTIVE and exp.get("pid") and not exp.get("running"):
         return f"{state} (not running)"
     return state
-
-
-def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A plain-text table: `` a | b`` header, ``---+---`` rule, numbers right-aligned."""
-    rows = [list(row) for row in rows]
-    cells = [[c if isinstance(c, str) else format_value(c) for c in row] for row in rows]
-    numeric = [
-        bool(rows) and all(_is_number(row[i]) for row in rows if row[i] is not None)
-        for i in range(len(headers))
-    ]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-
-    def line(values: Sequence[str], right: Sequence[bool]) -> str:
-        parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)]
-        return " " + " | ".join(parts).rstrip()
-
-    out = [line(headers, [False] * len(headers)), "-" + "-+-".join("-" * w for w in widths) + "-"]
-    out.extend(line(row, numeric) for row in cells)
-    return "\n".join(out)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    click.echo(render_table(headers, rows))

@@ -9,18 +9,15 @@ CSV, so ``pandas.read_csv`` gets numbers.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
-import math
 import numbers
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import click
 
-from determined_lite.cli._common import display_name, display_state, echo_table, format_mapping, format_time
+from determined_lite.cli._common import display_name, display_state, format_mapping, format_time
+from determined_lite.cli._table import Cut, Fit, csv_text, echo_table
 
 
 @dataclasses.dataclass
@@ -29,6 +26,7 @@ class Table:
     filename: str  # its file with --outdir ("trials.csv")
     headers: List[str]
     rows: List[List[Any]]  # raw values: numbers, strings, None, mappings
+    fit: Fit = Fit()  # what it gives up on a narrow terminal
 
 
 TRIAL_HEADERS = [
@@ -58,7 +56,8 @@ def experiment_table(exp: Dict[str, Any]) -> Table:
         exp["context_dir"] or "",
     ]
     headers = ["ID", "Name", "State", "Searcher", "Start Time", "End Time", "Context Directory"]
-    return Table("Experiment", "experiments.csv", headers, [row])
+    fit = Fit(cut={"Context Directory": Cut.START, "Name": Cut.END}, drop=("Context Directory", "End Time"))
+    return Table("Experiment", "experiments.csv", headers, [row], fit)
 
 
 def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
@@ -77,7 +76,11 @@ def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
         ]
         for t in trials
     ]
-    return Table("Trials", "trials.csv", list(TRIAL_HEADERS), rows)
+    fit = Fit(
+        cut={"Latest Checkpoint": Cut.END, "H-Params": Cut.ITEMS},
+        drop=("Start Time", "End Time", "Seed", "Restarts", "Latest Checkpoint"),
+    )
+    return Table("Trials", "trials.csv", list(TRIAL_HEADERS), rows, fit)
 
 
 def _is_scalar(value: Any) -> bool:
@@ -123,7 +126,9 @@ def workloads_table(trials: Sequence[Dict[str, Any]], metrics: bool) -> Table:
             else:
                 cells = [train, val]
             rows.append([t["id"], batches, *cells, " ".join(found.get("checkpoint", []))])
-    return Table("Workloads", "workloads.csv", headers, rows)
+    text_columns = ["Checkpoint", "Training Metrics", "Validation Metrics"]
+    fit = Fit(cut={name: Cut.ITEMS for name in text_columns}, drop=headers[2:-1] if metrics else ())
+    return Table("Workloads", "workloads.csv", headers, rows, fit)
 
 
 def _text_cell(value: Any) -> Any:
@@ -132,24 +137,8 @@ def _text_cell(value: Any) -> Any:
     return value  # render_table formats numbers (6 significant digits) and aligns them
 
 
-def _csv_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else str(value)
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
-
-
 def to_csv(table: Table) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(table.headers)
-    writer.writerows([[_csv_cell(v) for v in row] for row in table.rows])
-    return out.getvalue()
+    return csv_text(table.headers, table.rows)
 
 
 def emit(tables: Sequence[Table], as_csv: bool, outdir: Optional[str]) -> None:
@@ -168,7 +157,7 @@ def emit(tables: Sequence[Table], as_csv: bool, outdir: Optional[str]) -> None:
         if as_csv:
             click.echo(to_csv(table), nl=False)
         else:
-            echo_table(table.headers, [[_text_cell(v) for v in row] for row in table.rows])
+            echo_table(table.headers, [[_text_cell(v) for v in row] for row in table.rows], table.fit)
 
 
 def output_options(command: Any) -> Any:

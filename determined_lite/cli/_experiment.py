@@ -15,7 +15,6 @@ from determined_lite.cli._common import (
     display_name,
     display_state,
     echo_json,
-    echo_table,
     experiment_finished,
     format_time,
     get_experiment,
@@ -31,9 +30,11 @@ from determined_lite.cli._describe import (
     workloads_table,
 )
 from determined_lite.cli._logs import print_logs
+from determined_lite.cli._table import Cut, Fit, echo_rows
 from determined_lite.store import Action, ActionOutcome, ExperimentState, det_lite_home
 
 DEFAULT_LIST_LIMIT = 100
+LIST_FIT = Fit(cut={"Name": Cut.END}, drop=("End Time", "Start Time"))
 
 
 @click.group("experiment", cls=AliasedGroup, aliases={"ls": "list"})
@@ -95,6 +96,14 @@ def _parse_overrides(overrides: Sequence[str]) -> List[str]:
     help="Override a config field (dotted key, YAML value), e.g. --config hyperparameters.lr=0.1.",
 )
 @click.option("--detach", is_flag=True, help="Run in the background and return the experiment id at once.")
+@click.option(
+    "-f",
+    "--follow",
+    "--follow-first-trial",
+    "follow",
+    is_flag=True,
+    help="Determined's flag: stay and show the run (what det-lite does without --detach).",
+)
 @click.option("--test", "test_mode", is_flag=True, help="Run a short test of the trial instead.")
 @click.pass_context
 def create(
@@ -103,12 +112,15 @@ def create(
     context_dir: str,
     overrides: Tuple[str, ...],
     detach: bool,
+    follow: bool,
     test_mode: bool,
 ) -> None:
     """Create an experiment from CONFIG_FILE with the trial code in CONTEXT_DIR, and run it.
 
     In the foreground, exits 0 only when the experiment COMPLETED.
     """
+    if detach and follow:
+        raise click.UsageError("--detach returns at once; -f/--follow stays with the run: give one")
     parsed = _parse_overrides(overrides)
     from determined_lite.experiment import create_experiment
 
@@ -139,8 +151,11 @@ def activate(ctx: click.Context, experiment_id: int, detach: bool) -> None:
     help=f"List every experiment (default: the newest {DEFAULT_LIST_LIMIT}).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
-def list_experiments(show_all: bool, as_json: bool) -> None:
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV (every column, whole).")
+def list_experiments(show_all: bool, as_json: bool, as_csv: bool) -> None:
     """List experiments, oldest first."""
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
     store = open_store()
     limit = None if show_all else DEFAULT_LIST_LIMIT
     exps = store.list_experiments(limit=limit, with_config=as_json)
@@ -158,7 +173,7 @@ def list_experiments(show_all: bool, as_json: bool) -> None:
         )
         for e in exps
     ]
-    echo_table(["ID", "Name", "State", "Trials", "Start Time", "End Time"], rows)
+    echo_rows(["ID", "Name", "State", "Trials", "Start Time", "End Time"], rows, LIST_FIT, as_csv)
     if limit is not None and len(exps) == limit:
         total = store.count_experiments()
         if total > limit:

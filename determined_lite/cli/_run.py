@@ -9,11 +9,14 @@ and ``det.core.init()`` take their local forms. The exit status is the script's.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from typing import Optional, Tuple
 
 import click
+
+from determined_lite.cli._common import BadInput
 
 
 @click.command(
@@ -32,11 +35,12 @@ def run(module: Optional[str], script_and_args: Tuple[str, ...]) -> None:
     if module is None and not script_and_args:
         raise click.UsageError("det-lite run needs a script (det-lite run train.py [ARGS]) or -m MODULE")
     if module is not None:
+        _check_module(module)
         script = ScriptCommand(None, module, tuple(script_and_args))
     else:
         path, *args = script_and_args
         if not os.path.isfile(path):
-            raise click.UsageError(f"no script {path!r} in {os.getcwd()}")
+            raise BadInput(f"no script {path!r} in {os.getcwd()}")
         script = ScriptCommand(path, None, tuple(args))
     os.environ.pop(SPEC_ENV, None)  # a local run: no cluster info, also in its subprocesses
     install_alias()
@@ -45,3 +49,17 @@ def run(module: Optional[str], script_and_args: Tuple[str, ...]) -> None:
     except ScriptExit as e:
         code = e.code
         sys.exit(code if isinstance(code, int) else 1)
+
+
+def _check_module(module: str) -> None:
+    """A module that cannot be found from the current directory is one line (as a missing
+    script is), not runpy's traceback; errors raised while the module runs stay the script's."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path.pop(0)
+    if not found:
+        raise BadInput(f"no module {module!r} importable from {os.getcwd()}")

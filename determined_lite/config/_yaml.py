@@ -161,18 +161,31 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, 
         if _expanded_size(value, MAX_VALUES) > MAX_VALUES:
             message = f"the value expands to more than {MAX_VALUES} values"
             raise ConfigError(message, path=key, source="--config")
-        node = raw
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                parent = ".".join(parts[: i + 1])
-                raise ConfigError(
-                    f"cannot set {key}: {parent} is {describe(child)}, not a mapping",
-                    path=key,
-                    source="--config",
-                )
-            node = child
-        node[parts[-1]] = value
+        _set_path(raw, parts, value, key)
     return raw
+
+
+# Determined's length units: ``{batches|epochs|records: n}`` holds exactly one of them.
+_LENGTH_UNITS = frozenset({"batches", "epochs", "records"})
+
+
+def _set_path(raw: Dict[str, Any], parts: Sequence[str], value: Any, key: str) -> None:
+    """Set ``raw[parts[0]][parts[1]]... = value``, creating missing mappings. Setting a length's
+    unit (``searcher.max_length.batches=1`` on ``{epochs: 3}``) replaces the unit, since a length
+    holds one unit only."""
+    node = raw
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            parent = ".".join(parts[: i + 1])
+            raise ConfigError(
+                f"cannot set {key}: {parent} is {describe(child)}, not a mapping",
+                path=key,
+                source="--config",
+            )
+        node = child
+    if parts[-1] in _LENGTH_UNITS and node and set(node) <= _LENGTH_UNITS:
+        node.clear()
+    node[parts[-1]] = value

@@ -558,3 +558,47 @@ def test_module_entry_point_exit_codes(filled):
         timeout=120,
     )
     assert (missing.returncode, missing.stderr.strip()) == (2, "det-lite: error: experiment 7 not found")
+
+
+def test_checkpoint_download_with_determineds_output_dir_option(filled, tmp_path):
+    dest = tmp_path / "dl"
+    result = run("checkpoint", "download", "uuid-a", "-o", str(dest))  # `det checkpoint download -o`
+    assert result.exit_code == 0, result.stderr
+    assert (dest / "metadata.json").read_text() == '{"total_batches": 20}'
+    assert run("checkpoint", "download", "uuid-b", "--output-dir", str(tmp_path / "dl2")).exit_code == 0
+    neither = run("checkpoint", "download", "uuid-a")
+    assert neither.exit_code == 2 and "DEST or -o/--output-dir" in neither.stderr
+    both = run("checkpoint", "download", "uuid-a", str(tmp_path / "p"), "-o", str(tmp_path / "q"))
+    assert both.exit_code == 2 and not (tmp_path / "p").exists() and not (tmp_path / "q").exists()
+
+
+def test_checkpoint_export_gives_the_users_modes_not_the_checkpoints(filled, tmp_path):
+    os.chmod(os.path.join(filled["paths"][0], "metadata.json"), 0o400)
+    os.chmod(os.path.join(filled["paths"][0], "code"), 0o700)
+    old = os.umask(0o022)
+    try:
+        assert run("checkpoint", "export", "uuid-a", str(tmp_path / "e")).exit_code == 0
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "e" / "metadata.json").st_mode & 0o777 == 0o644
+    assert os.stat(tmp_path / "e" / "code").st_mode & 0o777 == 0o755
+    assert os.stat(tmp_path / "e").st_mode & 0o777 == 0o755
+
+
+def test_create_accepts_determineds_follow_flag(tmp_path, monkeypatch):
+    import determined_lite.experiment as experiment
+
+    calls = []
+
+    def fake_create(config_path, context_dir, overrides, detach, test):
+        calls.append(detach)
+        return 0
+
+    monkeypatch.setattr(experiment, "create_experiment", fake_create, raising=False)
+    config = tmp_path / "exp.yaml"
+    config.write_text("name: x\n")
+    assert run("experiment", "create", str(config), str(tmp_path), "-f").exit_code == 0
+    assert run("experiment", "create", str(config), str(tmp_path), "--follow-first-trial").exit_code == 0
+    both = run("experiment", "create", str(config), str(tmp_path), "-f", "--detach")
+    assert both.exit_code == 2 and "give one" in both.stderr
+    assert calls == [False, False]

@@ -49,3 +49,17 @@ def test_det_lite_run_without_a_script_is_a_usage_error(tmp_path):
     assert proc.returncode == 2
     assert f"det-lite: error: no script '{tmp_path / 'missing.py'}'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_det_lite_run_of_a_missing_module_is_one_line(tmp_path):
+    for args in (("-m", "nosuchmod"), ("-m", "nosuch.sub"), (str(tmp_path / "trian.py"),)):
+        proc = cli("run", *args, cwd=str(tmp_path))
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("det-lite: error: no "), proc.stderr
+
+
+def test_det_lite_run_module_errors_stay_the_scripts(tmp_path):
+    (tmp_path / "broken.py").write_text("import nosuchdependency\n")
+    proc = cli("run", "-m", "broken", cwd=str(tmp_path))
+    assert proc.returncode == 1 and "No module named 'nosuchdependency'" in proc.stderr

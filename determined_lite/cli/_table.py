@@ -1,0 +1,179 @@
+"""Text tables that fit the terminal: the CLI's one table renderer.
+
+A table is as wide as its content when stdout is not a terminal (pipes and files get every
+column whole; ``--json`` and ``--csv`` are the forms for programs). On a terminal it fits the
+terminal's width: first the columns a table names as cuttable are cut (a
+name at its end, a path at its start, ``k=v`` lists between whole items, never inside a
+number), then the least useful columns are left out, and one line on stderr says which.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import shutil
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import click
+
+from determined_lite.cli._common import format_value
+
+ELLIPSIS = "…"
+MIN_CUT_WIDTH = 10
+
+
+class Cut:
+    """How a cuttable column loses characters."""
+
+    END = "end"  # names: "a-long-na…"
+    START = "start"  # paths: "…/ckpts/abc"
+    ITEMS = "items"  # "k=v k=v" lists: whole items only, "acc=0.97 …"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """What a table may give up to fit the terminal: ``cut`` columns (in the order to cut) and
+    then ``drop`` columns (least useful first)."""
+
+    cut: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    drop: Sequence[str] = ()
+
+
+def terminal_width() -> Optional[int]:
+    """The width to fit (the terminal's, ``COLUMNS`` first); None when stdout is no terminal."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def cut_text(text: str, width: int, how: str) -> str:
+    """``text`` in at most ``width`` characters, marked with an ellipsis where it was cut."""
+    if len(text) <= width:
+        return text
+    if how == Cut.START:
+        return ELLIPSIS + text[len(text) - width + 1 :]
+    if how == Cut.ITEMS:
+        kept = ""
+        for item in text.split(" "):
+            candidate = f"{kept} {item}" if kept else item
+            if len(candidate) + 2 > width:
+                break
+            kept = candidate
+        if kept:
+            return f"{kept} {ELLIPSIS}"
+    return text[: width - 1] + ELLIPSIS
+
+
+def _total(widths: Mapping[int, int]) -> int:
+    return 2 + sum(widths.values()) + 3 * (len(widths) - 1)  # the rule line: "-" both ends
+
+
+def _cut_to(widths: Dict[int, int], cuts: Sequence[Tuple[int, int]], width: int) -> Dict[int, int]:
+    """``widths`` with the cuttable columns (index, floor), in order, narrowed as far as needed."""
+    widths = dict(widths)
+    for i, floor in cuts:
+        over = _total(widths) - width
+        if over <= 0:
+            break
+        if i in widths:
+            widths[i] = max(min(floor, widths[i]), widths[i] - over)
+    return widths
+
+
+def fit_columns(
+    headers: Sequence[str], cells: Sequence[Sequence[str]], width: int, fit: Fit
+) -> Tuple[Dict[int, int], List[str]]:
+    """The columns kept (index -> width) and the headers left out, so the table fits ``width``:
+    cut columns first; when cutting all of them is not enough, leave out columns (least useful
+    first) and cut what remains only as far as needed."""
+    natural = {i: max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)}
+    index = {h: i for i, h in enumerate(headers)}
+    cuts = [(index[h], max(MIN_CUT_WIDTH, len(h))) for h in fit.cut if h in index]
+    dropped: List[str] = []
+    for name in fit.drop:
+        if _total(_cut_to(natural, cuts, width)) <= width or len(natural) == 1:
+            break
+        if index.get(name) in natural:
+            del natural[index[name]]
+            dropped.append(name)
+    return _cut_to(natural, cuts, width), dropped
+
+
+def render_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    width: Optional[int] = None,
+    fit: Fit = Fit(),
+) -> Tuple[str, List[str]]:
+    """A plain-text table (`` a | b`` header, ``---+---`` rule, numbers right-aligned) fitted to
+    ``width`` (None: no limit), and the headers left out to fit."""
+    rows = [list(row) for row in rows]
+    cells = [[c if isinstance(c, str) else format_value(c) for c in row] for row in rows]
+    numeric = [
+        bool(rows) and all(_is_number(row[i]) for row in rows if row[i] is not None)
+        for i in range(len(headers))
+    ]
+    if width is None:
+        widths = {i: max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)}
+        dropped: List[str] = []
+    else:
+        widths, dropped = fit_columns(headers, cells, width, fit)
+    how = {i: fit.cut.get(h, Cut.END) for i, h in enumerate(headers)}
+
+    def line(values: Sequence[str], right: Sequence[bool]) -> str:
+        parts = []
+        for i, w in widths.items():
+            v = cut_text(values[i], w, how[i])
+            parts.append(v.rjust(w) if right[i] else v.ljust(w))
+        return " " + " | ".join(parts).rstrip()
+
+    out = [line(headers, [False] * len(headers)), "-" + "-+-".join("-" * w for w in widths.values()) + "-"]
+    out.extend(line(row, numeric) for row in cells)
+    return "\n".join(out), dropped
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fit: Fit = Fit()) -> None:
+    """Print a table fitted to the terminal; say on stderr which columns were left out."""
+    width = terminal_width()
+    text, dropped = render_table(headers, rows, width, fit)
+    click.echo(text)
+    if dropped and width is not None:
+        note = f"(not shown: {', '.join(dropped)}; --json or --csv has every column)"
+        click.echo(cut_text(note, width - 1, Cut.END), err=True)
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """The rows as CSV with a header line: full precision, mappings and lists as JSON."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows([[_csv_cell(v) for v in row] for row in rows])
+    return out.getvalue()
+
+
+def echo_rows(headers: Sequence[str], rows: Sequence[Sequence[Any]], fit: Fit, as_csv: bool) -> None:
+    """A list command's output: CSV (``--csv``) or a table fitted to the terminal."""
+    if as_csv:
+        click.echo(csv_text(headers, rows), nl=False)
+    else:
+        echo_table(headers, rows, fit)
