@@ -9,6 +9,7 @@ import io
 import os
 import pathlib
 import re
+import sys
 import tempfile
 import time
 from typing import Any, Dict, Union
@@ -25,15 +26,12 @@ class ExperimentCreateError(ValueError):
     """det-lite refused the config or the model directory (the message says why)."""
 
 
-def create(session: Session, config: Union[str, pathlib.Path, Dict[str, Any]], model_dir: str) -> int:
-    """Validate, record and start an experiment in the background; returns its id."""
+def create(config: Union[str, pathlib.Path, Dict[str, Any]], model_dir: str) -> int:
+    """Validate, record and start an experiment in the background, in the store of
+    ``$DET_LITE_HOME``; returns its id. det-lite's warnings (unused config fields, which
+    ``determined`` the trial imports) go to stderr as the CLI prints them."""
     from determined_lite.experiment import EXIT_OK, create_experiment
 
-    if session.db_path != Session.at().db_path:
-        raise ValueError(
-            f"create_experiment runs experiments in the default store ({Session.at().db_path}); "
-            f"this client uses {session.db_path}: set DET_LITE_HOME instead"
-        )
     with contextlib.ExitStack() as stack:
         if isinstance(config, dict):
             directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="det-lite-sdk-"))
@@ -51,6 +49,7 @@ def create(session: Session, config: Union[str, pathlib.Path, Dict[str, Any]], m
     if code != EXIT_OK or found is None:
         message = err.getvalue().strip() or out.getvalue().strip() or f"exit code {code}"
         raise ExperimentCreateError(message)
+    sys.stderr.write(err.getvalue())
     return int(found.group(1))
 
 
@@ -73,8 +72,6 @@ def activate(session: Session, experiment_id: int) -> None:
     activating one that already runs does nothing, as in Determined."""
     from determined_lite.experiment import activate_experiment
 
-    if session.db_path != Session.at().db_path:
-        raise ValueError(f"activate runs experiments of the default store only ({Session.at().db_path})")
     found = session.store().get_experiment(experiment_id)
     if found is None:
         raise NotFoundError(f"experiment {experiment_id} not found")

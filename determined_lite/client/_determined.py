@@ -69,8 +69,7 @@ class Determined:
             raise ValueError("det-lite runs the trial code of model_dir: pass the model directory")
         if includes or template:
             raise ValueError("det-lite's create_experiment takes no includes or template")
-        session = self._session
-        experiment_id = _control.create(session, config, model_dir)
+        experiment_id = _control.create(config, model_dir)
         return self.get_experiment(experiment_id)
 
     def get_experiment(self, experiment_id: int) -> Experiment:

@@ -176,3 +176,17 @@ def test_pause_and_kill_without_a_running_process_change_the_store(tmp_path):
     assert store.get_trial(trial_id)["state"] == "CANCELED"
     assert [e.id for e in client.list_experiments()] == [exp_id]
     assert client.list_experiments(states=[ExperimentState.ACTIVE]) == []
+
+
+def test_create_experiment_refusals_raise_with_det_lites_message(tmp_path):
+    linear = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "experiments", "linear")
+    config = {
+        "entrypoint": "model_def:NoSuchTrial",
+        "hyperparameters": {"global_batch_size": 2, "lr": 0.01},
+        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"batches": 2}},
+    }
+    with pytest.raises(client.ExperimentCreateError, match="defines no 'NoSuchTrial'"):
+        client.create_experiment(config, linear)
+    with pytest.raises(ValueError, match="model_dir"):
+        client.create_experiment(config)
+    assert client.list_experiments() == []
