@@ -8,6 +8,9 @@ Experiment and trial states (Determined's, the subset det-lite needs; ``Experime
 * ``COMPLETED``, ``CANCELED`` (killed), ``ERROR``: terminal (``TERMINAL_STATES``), stamped with
   ``ended_at``.
 
+The Python SDK's model registry and checkpoint metadata are ``ModelRegistry`` (``_registry.py``),
+another view of the same file.
+
 Pause and kill from another terminal are requests (``Action``; ``request_action`` /
 ``apply_action``) that the experiment's processes read at their next scheduling-unit boundary.
 Importing this package imports only the standard library.
@@ -21,6 +24,7 @@ from determined_lite.store._paths import (
     process_alive,
     tensorboard_dir,
 )
+from determined_lite.store._registry import ModelRegistry
 from determined_lite.store._states import (
     TERMINAL_STATES,
     Action,
@@ -37,6 +41,7 @@ __all__ = [
     "ActionOutcome",
     "ExperimentKind",
     "ExperimentState",
+    "ModelRegistry",
     "NotFoundError",
     "Store",
     "StoreError",

@@ -93,4 +93,39 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE experiments ADD COLUMN kind TEXT NOT NULL DEFAULT 'experiment'")
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2]
+def _v3(conn: sqlite3.Connection) -> None:
+    """The Python SDK's records: user metadata on checkpoints (NULL: the ``metadata.json`` the
+    checkpoint was written with) and the model registry (``models``, ``model_versions``)."""
+    for statement in _V3_STATEMENTS:
+        conn.execute(statement)
+
+
+# A model version names its checkpoint by uuid without a foreign key: deleting a checkpoint
+# (retention, ``experiment delete``) never fails because it is registered.
+_V3_STATEMENTS = [
+    "ALTER TABLE checkpoints ADD COLUMN metadata TEXT",
+    """CREATE TABLE models (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        description TEXT NOT NULL DEFAULT '',
+        metadata TEXT NOT NULL DEFAULT '{}',
+        labels TEXT NOT NULL DEFAULT '[]',
+        archived INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE model_versions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        model_id INTEGER NOT NULL REFERENCES models(id) ON DELETE CASCADE,
+        version INTEGER NOT NULL,
+        checkpoint_uuid TEXT NOT NULL,
+        name TEXT,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        notes TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        UNIQUE (model_id, version)
+    )""",
+]
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3]

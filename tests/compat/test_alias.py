@@ -62,10 +62,10 @@ def test_the_alias_re_exports_det_lite_objects_under_determineds_names():
         assert det.core is core and core.init is lite_core.init
         assert all(getattr(core, n) is getattr(lite_core, n) for n in lite_core.__all__)
         try:
-            det.experimental
+            det.keras
         except AttributeError as e:
             print("ERROR:", e)
-        for statement in ("import determined.experimental", "import determined.pytorch.deepspeed"):
+        for statement in ("import determined.keras", "import determined.pytorch.deepspeed"):
             try:
                 exec(statement)
             except ModuleNotFoundError as e:
@@ -74,9 +74,9 @@ def test_the_alias_re_exports_det_lite_objects_under_determineds_names():
         print("FILE:", det.__file__)
         """
     )
-    assert "IMPORT: cannot import 'determined.experimental': det-lite's 'determined' alias provides" in out
+    assert "IMPORT: cannot import 'determined.keras': det-lite's 'determined' alias provides" in out
     assert "IMPORT: cannot import 'determined.pytorch.deepspeed': det-lite's 'determined' alias" in out
-    assert "ERROR: module 'determined' has no attribute 'experimental': det-lite's 'determined' alias" in out
+    assert "ERROR: module 'determined' has no attribute 'keras': det-lite's 'determined' alias" in out
     assert "docs/migrating-from-determined.md" in out
     assert os.path.join("determined_lite", "compat", "_alias", "determined", "__init__.py") in out
 

@@ -1,0 +1,181 @@
+"""``Experiment``: an experiment of the store as Determined's SDK shows it."""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from typing import Any, Dict, List, Optional, Set
+
+from determined_lite.client import _control
+from determined_lite.client._checkpoint import Checkpoint
+from determined_lite.client._enums import TERMINAL_STATES, ExperimentState, OrderBy, TrialSortBy
+from determined_lite.client._session import Session
+from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints
+from determined_lite.client._trial import Trial
+from determined_lite.store import Action, NotFoundError
+
+_TRIAL_KEYS = {
+    TrialSortBy.ID: lambda t: t["id"],
+    TrialSortBy.START_TIME: lambda t: t["created_at"],
+    TrialSortBy.END_TIME: lambda t: t["ended_at"] or float("inf"),
+    TrialSortBy.STATE: lambda t: t["state"],
+    TrialSortBy.BEST_VALIDATION_METRIC: lambda t: (t["best_validation"] is None, t["best_validation"] or 0.0),
+    TrialSortBy.BATCHES_PROCESSED: lambda t: t["total_batches"],
+    TrialSortBy.RESTARTS: lambda t: t["restarts"],
+}
+
+
+class Experiment:
+    """An experiment of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
+    ``config``, ``state`` (``ExperimentState``), ``name``, ``archived`` (False), ``progress``,
+    ``description``, ``notes``, ``labels`` (None: not kept locally)."""
+
+    def __init__(self, experiment_id: int, session: Session) -> None:
+        self._id = experiment_id
+        self._session = session
+        self.config: Optional[Dict[str, Any]] = None
+        self.state: Optional[ExperimentState] = None
+        self.labels: Optional[Set[str]] = None
+        self.archived: Optional[bool] = None
+        self.name: Optional[str] = None
+        self.progress: Optional[float] = None
+        self.description: Optional[str] = None
+        self.notes: Optional[str] = None
+        self._running = False
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @classmethod
+    def _from_record(cls, session: Session, record: Dict[str, Any]) -> "Experiment":
+        exp = cls(record["id"], session)
+        exp._hydrate(record)
+        return exp
+
+    def _hydrate(self, record: Dict[str, Any]) -> None:
+        self.config = record.get("config")
+        self.state = ExperimentState[record["state"]]
+        self.name = record["name"]
+        self.archived = False
+        self._running = bool(record["running"])
+
+    def reload(self) -> None:
+        """Read the experiment again from the store."""
+        record = self._session.store().get_experiment(self._id)
+        if record is None:
+            raise NotFoundError(f"experiment {self._id} not found")
+        self._hydrate(record)
+
+    # --- control: the same functions as det-lite experiment pause / kill / activate ------------
+
+    def pause(self) -> None:
+        """Pause: the running trials checkpoint and stop at their next scheduling-unit boundary."""
+        _control.apply(self._session, self._id, Action.PAUSE)
+
+    def kill(self) -> None:
+        """Kill (the experiment ends CANCELED): its trials stop at the next boundary."""
+        _control.apply(self._session, self._id, Action.KILL)
+
+    def cancel(self) -> None:
+        """As ``kill`` (det-lite keeps no partial work to finish)."""
+        self.kill()
+
+    def activate(self) -> None:
+        """Resume a PAUSED experiment in the background, from its trials' latest checkpoints."""
+        _control.activate(self._session, self._id)
+
+    def wait(self, interval: float = 5.0) -> ExperimentState:
+        """Wait until the experiment ends; returns its state (``ExperimentState.COMPLETED``, ...).
+        ``ValueError`` when it is PAUSED (as Determined); ``RuntimeError`` when it is ACTIVE but
+        no process runs it (a local runner that died: ``activate()`` resumes it)."""
+        waited = 0.0
+        while True:
+            self.reload()
+            if self.state in TERMINAL_STATES:
+                assert self.state is not None
+                return self.state
+            if self.state == ExperimentState.PAUSED:
+                raise ValueError(
+                    f"Experiment {self.id} is in paused state. Make sure the experiment is active."
+                )
+            if not self._running:
+                raise RuntimeError(
+                    f"Experiment {self.id} is ACTIVE but no process runs it (its runner died); "
+                    "Experiment.activate() resumes it"
+                )
+            time.sleep(interval)
+            waited += interval
+            if waited % 60 == 0:
+                print(
+                    f"Waiting for Experiment {self.id} to complete. Elapsed {waited / 60} minutes",
+                    file=sys.stderr,
+                )
+
+    # --- trials and checkpoints ---------------------------------------------------------------
+
+    def list_trials(
+        self,
+        sort_by: TrialSortBy = TrialSortBy.ID,
+        order_by: OrderBy = OrderBy.ASCENDING,
+        limit: Optional[int] = None,
+    ) -> List[Trial]:
+        """The experiment's trials, sorted (``limit`` is a page size in Determined: all are returned)."""
+        records = sorted(
+            self._session.store().list_trials(self._id),
+            key=_TRIAL_KEYS[sort_by],
+            reverse=order_by.value == OrderBy.DESC.value,
+        )
+        return [Trial._from_record(self._session, r) for r in records]
+
+    def iter_trials(
+        self,
+        sort_by: TrialSortBy = TrialSortBy.ID,
+        order_by: OrderBy = OrderBy.ASCENDING,
+        limit: Optional[int] = None,
+    ) -> Any:
+        """``list_trials`` as an iterator."""
+        return iter(self.list_trials(sort_by, order_by, limit))
+
+    def list_checkpoints(
+        self,
+        sort_by: Optional[SortBy] = None,
+        order_by: Optional[OrderBy] = None,
+        max_results: Optional[int] = None,
+    ) -> List[Checkpoint]:
+        """The experiment's COMPLETED checkpoints, sorted by Determined's rules (``_sorting.py``):
+        by default by the searcher metric in the searcher's direction."""
+        check_sort_args(sort_by, order_by)
+        store = self._session.store()
+        experiment = store.get_experiment(self._id)
+        if experiment is None:
+            raise NotFoundError(f"experiment {self._id} not found")
+        trials = {t["id"]: t for t in store.list_trials(self._id)}
+        checkpoints = [
+            Checkpoint._from_record(self._session, r, experiment, trials.get(r["trial_id"]))
+            for r in store.list_checkpoints(experiment_id=self._id)
+            if r["state"] == "COMPLETED"
+        ]
+        return sort_checkpoints(checkpoints, sort_by, order_by, experiment["config"], max_results)
+
+    def top_checkpoint(
+        self, sort_by: Optional[str] = None, smaller_is_better: Optional[bool] = None
+    ) -> Checkpoint:
+        """The best checkpoint: by the searcher metric and direction when ``sort_by`` is left
+        out; with ``sort_by``, ascending only when ``smaller_is_better`` is true (Determined:
+        descending when it is left out). Deprecated in Determined, with its FutureWarning."""
+        warnings.warn(
+            "Experiment.top_checkpoint() has been deprecated and will be removed in a future version."
+            "Please call Experiment.list_checkpoints(...,max_results=1) instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
+        checkpoints = self.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
+        if not checkpoints:
+            raise AssertionError(f"No checkpoints found for experiment {self.id}")
+        return checkpoints[0]
+
+    def __repr__(self) -> str:
+        return f"Experiment(id={self.id})"

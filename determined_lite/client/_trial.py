@@ -1,0 +1,167 @@
+"""``Trial`` and ``TrialMetrics``: a trial of the store as Determined's SDK shows it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+import warnings
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+from determined_lite.client._checkpoint import Checkpoint
+from determined_lite.client._enums import OrderBy, TrialState
+from determined_lite.client._session import Session
+from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints
+from determined_lite.store import TERMINAL_STATES, NotFoundError
+
+# The metric groups det-lite records (Determined's names); other groups have no reports.
+_GROUPS = {"training": "training_metrics", "validation": "validation_metrics"}
+
+
+@dataclasses.dataclass
+class TrialMetrics:
+    """One metrics report of a trial: ``steps_completed`` (batches), ``end_time``, ``metrics``
+    and its ``group`` (``"training"`` or ``"validation"``). det-lite does not return either
+    per report: ``trial_run_id`` is the trial's restart count and ``end_time`` the time of
+    reading."""
+
+    trial_id: int
+    trial_run_id: int
+    steps_completed: int
+    end_time: datetime.datetime
+    metrics: Dict[str, Any]
+    group: str
+    batch_metrics: Optional[List[Dict[str, Any]]] = None
+
+    @property
+    def total_batches(self) -> int:
+        """Deprecated in Determined: ``steps_completed``."""
+        return self.steps_completed
+
+
+class Trial:
+    """A trial of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
+    ``experiment_id``, ``hparams``, ``state``, ``summary_metrics`` (None: not kept locally)."""
+
+    def __init__(self, trial_id: int, session: Session) -> None:
+        self.id = trial_id
+        self._session = session
+        self.experiment_id: Optional[int] = None
+        self.hparams: Optional[Dict[str, Any]] = None
+        self.summary_metrics: Optional[Dict[str, Any]] = None
+        self.state: Optional[TrialState] = None
+        self._record: Dict[str, Any] = {}
+
+    @classmethod
+    def _from_record(cls, session: Session, record: Dict[str, Any]) -> "Trial":
+        trial = cls(record["id"], session)
+        trial._hydrate(record)
+        return trial
+
+    def _hydrate(self, record: Dict[str, Any]) -> None:
+        self._record = record
+        self.experiment_id = record["experiment_id"]
+        self.hparams = record["hparams"]
+        self.state = TrialState[record["state"]]
+
+    def reload(self) -> None:
+        """Read the trial again from the store."""
+        record = self._session.store().get_trial(self.id)
+        if record is None:
+            raise NotFoundError(f"trial {self.id} not found")
+        self._hydrate(record)
+
+    def _experiment_record(self) -> Dict[str, Any]:
+        if self.experiment_id is None:
+            self.reload()
+        found = self._session.store().get_experiment(int(self.experiment_id))  # type: ignore[arg-type]
+        if found is None:
+            raise NotFoundError(f"experiment {self.experiment_id} not found")
+        return found
+
+    def list_checkpoints(
+        self,
+        sort_by: Optional[SortBy] = None,
+        order_by: Optional[OrderBy] = None,
+        max_results: Optional[int] = None,
+    ) -> List[Checkpoint]:
+        """The trial's checkpoints, sorted by Determined's rules (``_sorting.py``): by default
+        by the searcher metric in the searcher's direction."""
+        check_sort_args(sort_by, order_by)
+        experiment = self._experiment_record()
+        if not self._record:
+            self.reload()
+        records = self._session.store().list_checkpoints(trial_id=self.id)
+        checkpoints = [Checkpoint._from_record(self._session, r, experiment, self._record) for r in records]
+        return sort_checkpoints(checkpoints, sort_by, order_by, experiment["config"], max_results)
+
+    def top_checkpoint(
+        self, sort_by: Optional[str] = None, smaller_is_better: Optional[bool] = None
+    ) -> Checkpoint:
+        """The best checkpoint: by the searcher metric and direction when ``sort_by`` is left
+        out; with ``sort_by``, ascending only when ``smaller_is_better`` is true (Determined:
+        descending when it is left out). Deprecated in Determined, with its FutureWarning."""
+        warnings.warn(
+            "Trial.top_checkpoint() has been deprecated and will be removed in a future version."
+            "Please call Trial.list_checkpoints(...,max_results=1) instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
+        checkpoints = self.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
+        if not checkpoints:
+            raise ValueError("No checkpoints found for criteria.")
+        return checkpoints[0]
+
+    def iter_metrics(self, group: str) -> Iterator[TrialMetrics]:
+        """The trial's metric reports of ``group`` (``"training"`` or ``"validation"``), by batch."""
+        table = _GROUPS.get(group)
+        if table is None:
+            return iter(())
+        store = self._session.store()
+        rows = (
+            store.training_metrics(self.id)
+            if table == "training_metrics"
+            else store.validation_metrics(self.id)
+        )
+        record = store.get_trial(self.id) or {}
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return (
+            TrialMetrics(
+                trial_id=self.id,
+                trial_run_id=int(record.get("restarts") or 0),
+                steps_completed=row["total_batches"],
+                end_time=now,
+                metrics=row["metrics"],
+                group=group,
+            )
+            for row in rows
+        )
+
+    def iter_logs(
+        self, follow: bool = False, *, head: Optional[int] = None, tail: Optional[int] = None, **_filters: Any
+    ) -> Iterator[str]:
+        """The trial's log lines (each ending with a newline); ``follow`` waits for new ones
+        until the trial ends. Determined's other filters are accepted and ignored."""
+        if sum(bool(x) for x in (follow, head is not None, tail is not None)) > 1:
+            raise ValueError("follow, head and tail are mutually exclusive")
+        store = self._session.store()
+        after = 0
+        while True:
+            lines = store.logs(trial_id=self.id, after_id=after, tail=tail, limit=head)
+            for line in lines:
+                after = line["id"]
+                yield line["line"] + "\n"
+            if not follow:
+                return
+            record = store.get_trial(self.id)
+            if not lines and (record is None or record["state"] in TERMINAL_STATES):
+                return
+            time.sleep(0.5)
+
+    def logs(self, *args: Any, **kwargs: Any) -> Iterable[str]:
+        """Deprecated in Determined: ``iter_logs``."""
+        return self.iter_logs(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Trial(id={self.id})"
