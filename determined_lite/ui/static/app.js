@@ -121,7 +121,8 @@ function curveChart(name, container, payload, labels, view) {
   const options = {
     title: `${payload.kind} ${payload.metric}`,
     scales: { x: { time: false }, y: view.log ? { distr: 3 } : {} },
-    axes: [{ label: "batches" }, { label: payload.metric, size: 70 }],
+    axes: [{ label: "batches", values: (u, ticks) => ticks.map((v) => (Number.isInteger(v) ? v : "")) },
+      { label: payload.metric, size: 70, values: (u, ticks) => ticks.map((v) => num(v, 3)) }],
     series: [{ label: "batches" }].concat(series.map((s, i) => ({
       label: labels(s.trial_id), stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
       points: { show: s.x.length < 60 },
