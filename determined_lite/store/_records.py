@@ -50,7 +50,7 @@ def _bucket_sql(kind: str, checked: bool) -> str:
         "SELECT trial_id, MIN(total_batches), MAX(total_batches), COUNT(*), MIN(v), MAX(v) FROM"
         f" (SELECT trial_id, total_batches, total_batches / ? AS bucket, {value} AS v"
         f" FROM {_METRIC_TABLES[kind]} WHERE trial_id IN (SELECT value FROM json_each(?))"
-        " ORDER BY trial_id, total_batches LIMIT -1)"
+        " AND total_batches > ? ORDER BY trial_id, total_batches LIMIT -1)"
         " WHERE typeof(v) IN ('integer', 'real') GROUP BY trial_id, bucket ORDER BY trial_id, bucket"
     )
 
@@ -130,10 +130,11 @@ class TrialRecords(Database):
         return self._read(body)
 
     def metric_buckets(
-        self, trial_ids: Sequence[int], kind: str, name: str, width: int
+        self, trial_ids: Sequence[int], kind: str, name: str, width: int, after: int = 0
     ) -> List[Tuple[int, int, int, int, float, float]]:
         """Metric ``name`` of ``kind`` (``training`` or ``validation``) for ``trial_ids``, in
-        buckets of ``width`` batches: ``(trial_id, first batch, last batch, rows, minimum,
+        buckets of ``width`` batches (bucket ``i``: batches ``i * width`` to ``(i + 1) * width - 1``),
+        reported after batch ``after``: ``(trial_id, first batch, last batch, rows, minimum,
         maximum)`` by trial then bucket. SQLite reads the value out of each row
         (no JSON decoding in Python), so millions of rows take one scan; rows whose JSON SQLite
         cannot read (a NaN or Infinity value) or that lack ``name`` are left out."""
@@ -141,7 +142,7 @@ class TrialRecords(Database):
             raise ValueError(f"metric kind must be one of {', '.join(_METRIC_TABLES)}; got {kind!r}")
         if '"' in str(name):
             return []
-        params = (max(int(width), 1), f'$."{name}"', json.dumps([int(t) for t in trial_ids]))
+        params = (max(int(width), 1), f'$."{name}"', json.dumps([int(t) for t in trial_ids]), int(after))
         try:
             rows = self._read(lambda conn: conn.execute(_bucket_sql(kind, checked=False), params).fetchall())
         except sqlite3.OperationalError as e:

@@ -2,7 +2,8 @@
 every bucket's minimum and maximum, so spikes and the best value survive at any zoom-out.
 
 The store does the heavy part in SQLite (``Store.metric_buckets``: per trial and bucket of
-``width`` batches, the first and last batch, the row count, the minimum and the maximum); here
+``width`` batches, the first and last batch, the row count, the minimum and the maximum;
+``_curves.py`` caches them and merges them to the chart's width); here
 each bucket becomes one point (one row) or two (its minimum and maximum, at its first and last
 batch, in the order that continues the curve from the previous point: a falling curve stays
 falling, a rising one rising).
@@ -15,14 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 Bucket = Tuple[int, int, int, int, float, float]  # trial, first batch, last batch, rows, min, max
 
-DEFAULT_POINTS = 1000  # buckets per trial: about one per pixel of a wide chart
-MAX_POINTS = 10000
-
-
-def bucket_width(max_batches: int, points: int) -> int:
-    """Batches per bucket so that ``max_batches`` fit in ``points`` buckets (1: every row)."""
-    points = max(1, min(int(points), MAX_POINTS))
-    return max(1, math.ceil(max(int(max_batches), 0) / points))
+MAX_POINTS = 10000  # buckets per trial a request may ask for
 
 
 def _finite(value: float) -> Optional[float]:

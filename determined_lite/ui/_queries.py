@@ -15,6 +15,7 @@ import yaml
 from determined_lite.config import searched_paths
 from determined_lite.store import TERMINAL_STATES, NotFoundError, Store
 from determined_lite.ui import _downsample
+from determined_lite.ui._curves import CurveCache, default_points
 from determined_lite.ui._searcher import progress, rungs, searcher_metric
 
 LOG_TAIL = 200
@@ -45,6 +46,7 @@ class Queries:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.curve_cache = CurveCache(store)
         self._ended_progress: Dict[int, Optional[float]] = {}
         self._lock = threading.Lock()
 
@@ -164,24 +166,23 @@ class Queries:
 
     # --- curves and logs -------------------------------------------------------------------------
 
-    def curves(self, trial_ids: Sequence[int], kind: str, metric: str, points: int) -> Dict[str, Any]:
-        """``{"kind", "metric", "width", "series": [{"trial_id", "x", "y", "rows"}]}``: down-sampled
-        to about ``points`` buckets per trial (minima and maxima kept)."""
+    def curves(self, trial_ids: Sequence[int], kind: str, metric: str, points: int = 0) -> Dict[str, Any]:
+        """``{"kind", "metric", "width", "series": [{"trial_id", "x", "y", "rows"}]}``: about
+        ``points`` buckets per trial (0: as many as suit a chart of that many trials), each
+        bucket's minimum and maximum kept."""
         if kind not in ("training", "validation"):
             raise QueryError("kind must be training or validation")
         if not metric:
             raise QueryError("metric is required")
-        batches = [t["total_batches"] for t in map(self.store.get_trial, trial_ids) if t is not None]
-        width = _downsample.bucket_width(max(batches, default=0), points)
-        buckets = self.store.metric_buckets(trial_ids, kind, metric, width)
-        return {
-            "kind": kind,
-            "metric": metric,
-            "width": width,
-            "series": _downsample.curves(buckets, trial_ids),
-        }
+        trials = [t for t in map(self.store.get_trial, trial_ids) if t is not None]
+        points = min(points, _downsample.MAX_POINTS) if points > 0 else default_points(len(trials))
+        width, buckets = self.curve_cache.buckets(trials, kind, metric, points)
+        series = _downsample.curves(buckets, [t["id"] for t in trials])
+        return {"kind": kind, "metric": metric, "width": width, "series": series}
 
-    def experiment_curves(self, experiment_id: int, kind: str, metric: str, points: int) -> Dict[str, Any]:
+    def experiment_curves(
+        self, experiment_id: int, kind: str, metric: str, points: int = 0
+    ) -> Dict[str, Any]:
         self._experiment(experiment_id)
         return self.curves([t["id"] for t in self.store.list_trials(experiment_id)], kind, metric, points)
 

@@ -26,7 +26,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.store import NotFoundError, Store, StoreError
 from determined_lite.ui._actions import ActionRefused, run_action
-from determined_lite.ui._downsample import DEFAULT_POINTS
 from determined_lite.ui._queries import Queries, QueryError
 
 TOKEN_HEADER = "X-Det-Lite-Token"
@@ -67,7 +66,7 @@ def _curve_args(params: Params) -> Tuple[str, str, int]:
     return (
         params.get("kind", "validation"),
         params.get("metric", ""),
-        _int(params, "points", DEFAULT_POINTS) or 1,
+        _int(params, "points", 0) or 0,
     )
 
 
@@ -260,6 +259,10 @@ class DashboardServer(http.server.ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
         self.cookie_name = f"det_lite_ui_{self.server_address[1]}"
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.queries.curve_cache.close()
 
     def url(self) -> str:
         """The URL to open, token included."""

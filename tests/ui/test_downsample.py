@@ -3,20 +3,11 @@ maximum kept, exact when the data is small."""
 
 from __future__ import annotations
 
-import math
 import random
 
 from determined_lite.store import Store
-from determined_lite.ui._downsample import DEFAULT_POINTS, MAX_POINTS, bucket_width, curves
-
-
-def test_bucket_width():
-    assert bucket_width(0, 1000) == 1
-    assert bucket_width(1000, 1000) == 1
-    assert bucket_width(1001, 1000) == 2
-    assert bucket_width(10**6, 1000) == 1000
-    assert bucket_width(10**6, 10**9) == math.ceil(10**6 / MAX_POINTS)  # points are capped
-    assert bucket_width(50, 0) == 50  # at least one bucket
+from determined_lite.ui._curves import BASE_BUCKETS, CurveCache, default_points
+from determined_lite.ui._downsample import curves
 
 
 def test_one_point_per_single_row_bucket_and_an_empty_series_for_a_silent_trial():
@@ -47,10 +38,12 @@ def test_store_buckets_keep_every_minimum_and_maximum(tmp_path):
         for batch, value in enumerate(values[t], start=1):
             store.add_training_metrics(t, batch, {"loss": value, "other": 1})
     store.add_training_metrics(trials[1], 5001, {"loss": float("nan"), "other": 1})  # skipped, not fatal
-    width = bucket_width(5001, DEFAULT_POINTS // 10)
-    series = curves(store.metric_buckets(trials, "training", "loss", width), trials)
+    rows = [store.get_trial(t) for t in trials]
+    width, buckets = CurveCache(store).buckets(rows, "training", "loss", 100)
+    assert width == 64  # the power of two that makes 5001 batches about 100 buckets
+    series = curves(buckets, trials)
     for one, t in zip(series, trials):
-        assert len(one["x"]) <= 2 * (DEFAULT_POINTS // 10) + 2
+        assert len(one["x"]) <= 2 * (5001 // 64 + 1)
         assert one["rows"] == 5000
         assert min(one["y"]) == min(values[t]) and max(one["y"]) == max(values[t])
         assert one["x"] == sorted(one["x"])
@@ -64,5 +57,46 @@ def test_every_row_when_the_curve_is_short(tmp_path):
     trial = store.create_trial(exp, 1, {}, 0)
     for batch in (2, 4, 6):
         store.add_validation_metrics(trial, batch, {"val_loss": 1.0 / batch})
-    series = curves(store.metric_buckets([trial], "validation", "val_loss", bucket_width(6, 1000)), [trial])
-    assert series[0]["x"] == [2, 4, 6] and series[0]["y"] == [0.5, 0.25, 1 / 6]
+    width, buckets = CurveCache(store).buckets([store.get_trial(trial)], "validation", "val_loss", 1000)
+    series = curves(buckets, [trial])
+    assert width == 1 and series[0]["x"] == [2, 4, 6] and series[0]["y"] == [0.5, 0.25, 1 / 6]
+
+
+def test_the_cache_reads_only_new_rows_and_starts_over_after_a_restart(tmp_path, monkeypatch):
+    store = Store(str(tmp_path / "det-lite.db"))
+    exp = store.create_experiment({"name": "x"}, None, None)
+    trial = store.create_trial(exp, 1, {}, 0)
+    cache = CurveCache(store)
+    scans = []
+    real = store.metric_buckets
+    monkeypatch.setattr(store, "metric_buckets", lambda *a: scans.append(a[-1]) or real(*a))
+
+    def report(batches, value):
+        for batch in batches:
+            store.add_training_metrics(trial, batch, {"loss": value(batch)})
+        return curves(cache.buckets([store.get_trial(trial)], "training", "loss", 1000)[1], [trial])[0]
+
+    assert report(range(1, 11), float)["y"] == [float(b) for b in range(1, 11)]
+    assert report(range(11, 21), float)["y"] == [float(b) for b in range(1, 21)]
+    assert scans == [0, 10]  # the second read started after batch 10
+    store.delete_metrics_after(trial, 5)
+    store.update_trial(trial, restarts=1)
+    assert report(range(6, 9), lambda b: -b)["y"] == [1.0, 2.0, 3.0, 4.0, 5.0, -6.0, -7.0, -8.0]
+    assert scans[-1] == 0  # read again from the start
+
+
+def test_a_long_curve_is_coarsened_exactly(tmp_path):
+    store = Store(str(tmp_path / "det-lite.db"))
+    exp = store.create_experiment({"name": "x"}, None, None)
+    trial = store.create_trial(exp, 1, {}, 0)
+    cache = CurveCache(store)
+    store.add_training_metrics(trial, 1, {"loss": 5.0})
+    cache.buckets([store.get_trial(trial)], "training", "loss", 10)
+    store.add_training_metrics(trial, 3 * BASE_BUCKETS, {"loss": -5.0})  # the width must grow
+    width, buckets = cache.buckets([store.get_trial(trial)], "training", "loss", 10)
+    assert [(b[1], b[3], b[4], b[5]) for b in buckets] == [
+        (1, 1, 5.0, 5.0),
+        (3 * BASE_BUCKETS, 1, -5.0, -5.0),
+    ]
+    assert width >= 3 * BASE_BUCKETS / 10
+    assert default_points(1) == 1000 and default_points(100) == 200 and default_points(10**6) == 100
