@@ -137,7 +137,7 @@ class CurveCache:
             width = max([_pow2(longest / max(points, 1))] + [c.width for c in curves.values()])
             out: List[Bucket] = []
             for trial_id, curve in curves.items():
-                out.extend((trial_id, *cell) for cell in curve.cells(width))  # type: ignore[misc]
+                out.extend((trial_id, *cell) for cell in curve.cells(width))
             return width, out
 
     def close(self) -> None:
