@@ -253,6 +253,7 @@ def test_trial_page(site, page):
 
 
 def _press(page, button: str) -> None:
+    page.execute_script("document.getElementById('action-message').textContent = ''")  # the last answer
     page.find_element("id", button).click()
     page.switch_to.alert.accept()  # the confirmation
     _wait(page, "document.getElementById('action-message').textContent", f"{button}'s answer")

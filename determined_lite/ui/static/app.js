@@ -51,6 +51,13 @@ function num(value, digits) {
   return Math.abs(value) >= 1e4 || Math.abs(value) < 1e-3 ? value.toExponential(3) : value.toFixed(digits || 4);
 }
 
+// An axis label: 3 significant digits; on a log scale only the powers of ten are labelled.
+function tick(value, logScale) {
+  if (value === null || value === undefined) return "";
+  if (logScale && value > 0 && Math.abs(Math.log10(value) - Math.round(Math.log10(value))) > 1e-9) return "";
+  return String(Number(value.toPrecision(3)));
+}
+
 function when(seconds) {
   if (!seconds) return "-";
   const d = new Date(seconds * 1000);
@@ -118,18 +125,27 @@ function drawChart(name, container, options, data) {
 function curveChart(name, container, payload, labels, view) {
   const series = payload.series;
   const data = aligned(series, view.smoothing, view.log);
+  const shape = JSON.stringify([payload.kind, payload.metric, view.log, series.map((s) => s.trial_id)]);
+  const current = detLite.charts[name];
+  detLite.data[name] = payload;
+  if (current && current.shape === shape) {  // a live refresh: new data, same chart (zoom kept)
+    current.setData(data, false);
+    current.redraw();
+    return current;
+  }
   const options = {
     title: `${payload.kind} ${payload.metric}`,
     scales: { x: { time: false }, y: view.log ? { distr: 3 } : {} },
     axes: [{ label: "batches", values: (u, ticks) => ticks.map((v) => (Number.isInteger(v) ? v : "")) },
-      { label: payload.metric, size: 70, values: (u, ticks) => ticks.map((v) => num(v, 3)) }],
+      { label: payload.metric, size: 70, values: (u, ticks) => ticks.map((v) => tick(v, view.log)) }],
     series: [{ label: "batches" }].concat(series.map((s, i) => ({
       label: labels(s.trial_id), stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
       points: { show: s.x.length < 60 },
     }))),
   };
-  detLite.data[name] = payload;
-  return drawChart(name, container, options, data);
+  const chart = drawChart(name, container, options, data);
+  chart.shape = shape;
+  return chart;
 }
 
 // One scatter per varying hyperparameter: the searcher metric of each trial against its value.
@@ -177,7 +193,10 @@ function checkpointsTable(checkpoints) {
 function curvesSection(name, metrics, defaultMetric, fetchCurves, labels) {
   const kinds = ["validation", "training"].filter((k) => (metrics[k] || []).length);
   const section = el("section", { id: `${name}-section` }, el("h2", {}, "Learning curves"));
-  if (!kinds.length) return section.appendChild(el("p", { className: "muted" }, "No metrics yet.")).parentNode;
+  if (!kinds.length) {
+    section.append(el("p", { className: "muted" }, "No metrics yet."));
+    return section;
+  }
   const view = { kind: kinds[0], metric: null, log: false, smoothing: 0 };
   const kind = el("select", { id: `${name}-kind` }, kinds.map((k) => el("option", { value: k }, k)));
   const metric = el("select", { id: `${name}-metric` });
@@ -299,7 +318,10 @@ function rungsSection(rungs) {
 
 function hparamsSection(data) {
   const section = el("section", { id: "hparams-section" }, el("h2", {}, "Hyperparameters against the searcher metric"));
-  if (!data.varying.length) return section.appendChild(el("p", { className: "muted" }, "No hyperparameter varies.")).parentNode;
+  if (!data.varying.length) {
+    section.append(el("p", { className: "muted" }, "No hyperparameter varies."));
+    return section;
+  }
   const grid = el("div", { className: "grid", id: "hparam-plots" });
   section.append(grid);
   section.draw = () => data.varying.forEach((h) => hparamChart(`hparam:${h}`, grid, data.trials, h, data.experiment.metric));
