@@ -20,8 +20,8 @@ def test_dashboard_rows_exist():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)
-    size = "10_trials_10000_rows"
-    assert [r["name"] for r in rows] == [f"ui_{k}_{size}" for k in ("open_cold", "training_cold", "open_warm")]
+    names = [f"ui_{k}_10_trials_10000_rows" for k in ("open_cold", "training_cold", "open_warm")]
+    assert [r["name"] for r in rows] == names
     for row in rows:
         assert row["goal"] == 1.0 and row["baseline_s"] is None, row
         assert row["det_lite_s"] > 0 and row["server_cpu_s"] >= 0 and row["points"] > 0, row
