@@ -50,6 +50,7 @@ MEASURES = {
     "startup": ("_startup", {}),
     "memory": ("_memory", {}),
     "compile": ("_compile", {}),
+    "dashboard": ("_dashboard", {}),
 }
 # The measures ``--peers`` also runs with Lightning's Trainer, Fabric and Accelerate.
 PEER_MEASURES = ("single", "ddp", "validation")

@@ -3,7 +3,7 @@
 ``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``,
 ``det-lite trial describe|logs``, ``det-lite checkpoint list|export|gc``,
 ``det-lite tensorboard EXPERIMENT_ID``, ``det-lite run SCRIPT [ARGS]`` (a Determined script in
-local mode); aliases ``e``, ``t``, ``c``, ``ls``.
+local mode), ``det-lite ui`` (the web dashboard); aliases ``e``, ``t``, ``c``, ``ls``, ``dashboard``.
 Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input; errors are one line,
 ``det-lite: error: ...`` (``_common.show_error``). Read-only commands
 import only click and the standard library (never torch).
@@ -22,12 +22,13 @@ from determined_lite.cli._experiment import experiment
 from determined_lite.cli._run import run
 from determined_lite.cli._tensorboard import tensorboard
 from determined_lite.cli._trial import trial
+from determined_lite.cli._ui import ui
 
 
 @click.group(
     "det-lite",
     cls=CommandLine,
-    aliases={"e": "experiment", "t": "trial", "c": "checkpoint"},
+    aliases={"e": "experiment", "t": "trial", "c": "checkpoint", "dashboard": "ui"},
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="det-lite")
@@ -40,6 +41,7 @@ cli.add_command(trial)
 cli.add_command(checkpoint)
 cli.add_command(tensorboard)
 cli.add_command(run)
+cli.add_command(ui)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -31,7 +31,7 @@ from determined_lite.cli._describe import (
 )
 from determined_lite.cli._logs import print_logs
 from determined_lite.cli._table import Cut, Fit, echo_rows
-from determined_lite.store import Action, ActionOutcome, ExperimentState, det_lite_home
+from determined_lite.store import Action, ExperimentState, det_lite_home
 
 DEFAULT_LIST_LIMIT = 100
 LIST_FIT = Fit(cut={"Name": Cut.END}, drop=("End Time", "Start Time"))
@@ -223,23 +223,10 @@ def logs(experiment_id: int, follow: bool, tail: int, timestamps: bool) -> None:
 def _apply(experiment_id: int, action: Action) -> None:
     store = open_store()
     get_experiment(store, experiment_id)
-    outcome = store.apply_action(experiment_id, action)
-    if outcome in (ActionOutcome.PAUSED, ActionOutcome.CANCELED):
-        # No process was running it: what its dead processes left is registered or removed here.
-        from determined_lite.experiment._gc import reconcile_experiment
+    from determined_lite.experiment._control import control_experiment
 
-        for line in reconcile_experiment(store, experiment_id).lines():
-            click.echo(line)
-    if outcome == ActionOutcome.REQUESTED:
-        click.echo(
-            f"Requested {action} of experiment {experiment_id}; its trials stop at the next "
-            "scheduling-unit boundary" + (" with a checkpoint." if action == Action.PAUSE else ".")
-        )
-    elif outcome == ActionOutcome.NOOP:
-        state = store.get_experiment(experiment_id)["state"]  # type: ignore[index]
-        click.echo(f"Experiment {experiment_id} is already {state}; nothing to do.")
-    else:
-        click.echo(f"Experiment {experiment_id} had no running process; it is now {outcome.upper()}.")
+    for line in control_experiment(store, experiment_id, action):
+        click.echo(line)
 
 
 @experiment.command("pause", short_help="Pause an experiment at a checkpoint.")

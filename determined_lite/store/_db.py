@@ -29,6 +29,7 @@ import shutil
 import sqlite3
 import threading
 import time
+import urllib.parse
 from typing import Any, Callable, List, Optional, TypeVar
 
 from determined_lite._errors import ActionRequired
@@ -115,18 +116,22 @@ class Database:
     """The SQLite file at ``path`` (default ``$DET_LITE_HOME/det-lite.db``), in WAL mode.
 
     Opening creates the directory and the database when missing and upgrades an older schema.
-    Each thread (and each process after ``fork``) gets its own connection.
+    Each thread (and each process after ``fork``) gets its own connection. ``read_only``: open
+    an existing store of the current schema for reading only (SQLite refuses every write); it
+    creates, upgrades and re-permissions nothing (``det-lite ui`` reads through one).
     """
 
-    def __init__(self, path: Optional[str] = None, timeout: float = 30.0) -> None:
+    def __init__(self, path: Optional[str] = None, timeout: float = 30.0, read_only: bool = False) -> None:
         self.path = os.path.abspath(os.path.expanduser(path or default_db_path()))
         self.home = os.path.dirname(self.path)
         self.timeout = float(timeout)
+        self.read_only = bool(read_only)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: List[sqlite3.Connection] = []  # referenced so a fork child never closes them
         self._conn()
-        self._restrict_files()
+        if not self.read_only:
+            self._restrict_files()
 
     def _restrict_files(self) -> None:
         """Take group and other permissions off the store's files (and off the det-lite home)."""
@@ -139,16 +144,7 @@ class Database:
         conn = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             return conn
-        try:
-            make_private_dirs(self.home)
-            if not os.path.exists(self.path):
-                os.close(open_private(self.path, os.O_WRONLY | os.O_CREAT))  # 0600 before SQLite opens it
-        except OSError as e:
-            raise StoreError(f"cannot create the det-lite store {self.path}: {e}") from None
-        try:
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot open the det-lite store {self.path}: {e}") from None
+        conn = self._connect()
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
@@ -167,8 +163,26 @@ class Database:
             self._open.append(conn)
         return conn
 
+    def _connect(self) -> sqlite3.Connection:
+        """A new connection: read-only to an existing file, or read-write (file created 0600)."""
+        target, uri = self.path, False
+        if self.read_only:
+            target, uri = f"file:{urllib.parse.quote(self.path)}?mode=ro", True
+        else:
+            try:
+                make_private_dirs(self.home)
+                if not os.path.exists(self.path):
+                    os.close(open_private(self.path, os.O_WRONLY | os.O_CREAT))  # 0600 before SQLite opens it
+            except OSError as e:
+                raise StoreError(f"cannot create the det-lite store {self.path}: {e}") from None
+        try:
+            return sqlite3.connect(target, timeout=self.timeout, isolation_level=None, uri=uri)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open the det-lite store {self.path}: {e}") from None
+
     def _prepare(self, conn: sqlite3.Connection) -> None:
-        """WAL mode, and the schema brought to the current version (one transaction)."""
+        """WAL mode, and the schema brought to the current version (one transaction); a
+        read-only store must already be both."""
         latest = schema_version()
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > latest:
@@ -176,6 +190,10 @@ class Database:
                 f"the det-lite store {self.path} has schema version {version}, newer than the "
                 f"{latest} this determined_lite understands; upgrade determined_lite"
             )
+        if self.read_only:
+            if version != latest:
+                raise StoreError(f"the det-lite store {self.path} needs an upgrade; open it read-write once")
+            return
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             conn.execute("PRAGMA journal_mode = WAL")
         if version == latest:

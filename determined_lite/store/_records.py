@@ -6,6 +6,7 @@ experiment and trial rows themselves are ``Store``'s (``_store.py``).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -13,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from determined_lite.store._db import Database, NotFoundError, dumps_json, loads_json
 
 LogLine = Union[str, Tuple[Optional[int], str]]
+_METRIC_TABLES = {"training": "training_metrics", "validation": "validation_metrics"}
 
 
 def checkpoint_rows(conn: sqlite3.Connection, where: str, params: Tuple[Any, ...]) -> List[Dict[str, Any]]:
@@ -36,6 +38,21 @@ def checkpoint_rows(conn: sqlite3.Connection, where: str, params: Tuple[Any, ...
         }
         for r in rows
     ]
+
+
+def _bucket_sql(kind: str, checked: bool) -> str:
+    """``metric_buckets``' query; ``checked`` skips rows SQLite cannot parse (NaN, Infinity),
+    at the cost of parsing each row twice (only used once the plain query met one)."""
+    value = "json_extract(metrics, ?)"
+    if checked:
+        value = f"CASE WHEN json_valid(metrics) THEN {value} END"
+    return (
+        "SELECT trial_id, MIN(total_batches), MAX(total_batches), COUNT(*), MIN(v), MAX(v) FROM"
+        f" (SELECT trial_id, total_batches, total_batches / ? AS bucket, {value} AS v"
+        f" FROM {_METRIC_TABLES[kind]} WHERE trial_id IN (SELECT value FROM json_each(?))"
+        " AND total_batches > ? ORDER BY trial_id, total_batches LIMIT -1)"
+        " WHERE typeof(v) IN ('integer', 'real') GROUP BY trial_id, bucket ORDER BY trial_id, bucket"
+    )
 
 
 class TrialRecords(Database):
@@ -88,6 +105,51 @@ class TrialRecords(Database):
     def validation_metrics(self, trial_id: int) -> List[Dict[str, Any]]:
         """``[{"total_batches", "metrics"}]`` by batch."""
         return self._metrics("validation_metrics", trial_id)
+
+    def metric_names(self, trial_ids: Sequence[int]) -> Dict[str, List[str]]:
+        """``{"training": [...], "validation": [...]}``: the metric names in the first and last
+        report of each of ``trial_ids`` (sorted; read without scanning every row)."""
+        ids = [int(t) for t in trial_ids]
+
+        def body(conn: sqlite3.Connection) -> Dict[str, List[str]]:
+            names: Dict[str, List[str]] = {}
+            for kind, table in _METRIC_TABLES.items():
+                found: set = set()
+                for order in ("ASC", "DESC"):
+                    for trial_id in ids:
+                        row = conn.execute(
+                            f"SELECT metrics FROM {table} WHERE trial_id = ? ORDER BY total_batches {order}"
+                            " LIMIT 1",
+                            (trial_id,),
+                        ).fetchone()
+                        if row is not None and isinstance(metrics := loads_json(row[0]), dict):
+                            found.update(str(k) for k in metrics)
+                names[kind] = sorted(found)
+            return names
+
+        return self._read(body)
+
+    def metric_buckets(
+        self, trial_ids: Sequence[int], kind: str, name: str, width: int, after: int = 0
+    ) -> List[Tuple[int, int, int, int, float, float]]:
+        """Metric ``name`` of ``kind`` (``training`` or ``validation``) for ``trial_ids``, in
+        buckets of ``width`` batches (bucket ``i``: batches ``i * width`` to ``(i + 1) * width - 1``),
+        reported after batch ``after``: ``(trial_id, first batch, last batch, rows, minimum,
+        maximum)`` by trial then bucket. SQLite reads the value out of each row
+        (no JSON decoding in Python), so millions of rows take one scan; rows whose JSON SQLite
+        cannot read (a NaN or Infinity value) or that lack ``name`` are left out."""
+        if kind not in _METRIC_TABLES:
+            raise ValueError(f"metric kind must be one of {', '.join(_METRIC_TABLES)}; got {kind!r}")
+        if '"' in str(name):
+            return []
+        params = (max(int(width), 1), f'$."{name}"', json.dumps([int(t) for t in trial_ids]), int(after))
+        try:
+            rows = self._read(lambda conn: conn.execute(_bucket_sql(kind, checked=False), params).fetchall())
+        except sqlite3.OperationalError as e:
+            if "malformed JSON" not in str(e):
+                raise
+            rows = self._read(lambda conn: conn.execute(_bucket_sql(kind, checked=True), params).fetchall())
+        return [(r[0], r[1], r[2], r[3], float(r[4]), float(r[5])) for r in rows]
 
     # --- checkpoints --------------------------------------------------------------------------
 

@@ -1,0 +1,221 @@
+"""The dashboard's JSON documents, read from the store (opened read-only by the server).
+
+Each function answers one ``GET /api/...`` URL (``_server.py`` routes them; docs/design.md has
+the contract). Non-finite numbers become ``null`` when the server encodes the answer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import yaml
+
+from determined_lite.config import searched_paths
+from determined_lite.store import TERMINAL_STATES, NotFoundError, Store
+from determined_lite.ui import _downsample
+from determined_lite.ui._curves import CurveCache, default_points
+from determined_lite.ui._searcher import progress, rungs, searcher_metric
+
+LOG_TAIL = 200
+MAX_LOG_LINES = 5000
+
+
+class QueryError(ValueError):
+    """A request the API cannot answer as asked (bad parameter): HTTP 400."""
+
+
+def _lookup(hparams: Dict[str, Any], path: Sequence[str]) -> Any:
+    value: Any = hparams
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _best(values: Sequence[Optional[float]], smaller_is_better: bool) -> Optional[float]:
+    found = [v for v in values if v is not None]
+    if not found:
+        return None
+    return min(found) if smaller_is_better else max(found)
+
+
+class Queries:
+    """The read side of the dashboard over ``store``; remembers the progress of ended experiments
+    (it cannot change) so that the live list stays cheap."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.curve_cache = CurveCache(store)
+        self._ended_progress: Dict[int, Optional[float]] = {}
+        self._lock = threading.Lock()
+
+    # --- experiments -----------------------------------------------------------------------------
+
+    def _progress(self, exp: Dict[str, Any]) -> Optional[float]:
+        ended = exp["state"] in TERMINAL_STATES
+        with self._lock:
+            if ended and exp["id"] in self._ended_progress:
+                return self._ended_progress[exp["id"]]
+        value = progress(exp["config"], self.store.load_searcher_state(exp["id"]))
+        if ended:
+            with self._lock:
+                self._ended_progress[exp["id"]] = value
+        return value
+
+    def experiments(self, state: str = "", name: str = "") -> Dict[str, Any]:
+        """``{"experiments": [...]}``, newest first, filtered by state (exact) and name (substring,
+        any case)."""
+        rows = []
+        for exp in reversed(self.store.list_experiments(with_config=True)):
+            if state and exp["state"] != state:
+                continue
+            if name and name.lower() not in str(exp["name"] or "").lower():
+                continue
+            metric, smaller = searcher_metric(exp["config"])
+            trials = self.store.list_trials(exp["id"])
+            rows.append(
+                {
+                    **{k: exp[k] for k in ("id", "name", "kind", "state", "running", "requested_action")},
+                    **{k: exp[k] for k in ("created_at", "ended_at", "num_trials")},
+                    "progress": self._progress(exp),
+                    "metric": metric,
+                    "smaller_is_better": smaller,
+                    "best_metric": _best([t["best_validation"] for t in trials], smaller),
+                }
+            )
+        return {"experiments": rows}
+
+    def _experiment(self, experiment_id: int) -> Dict[str, Any]:
+        exp = self.store.get_experiment(experiment_id)
+        if exp is None:
+            raise NotFoundError(f"experiment {experiment_id} not found")
+        return exp
+
+    def experiment(self, experiment_id: int) -> Dict[str, Any]:
+        """Everything the experiment page shows but its curves and logs."""
+        exp = self._experiment(experiment_id)
+        config = exp["config"] if isinstance(exp["config"], dict) else {}
+        metric, smaller = searcher_metric(config)
+        varying = [".".join(p) for p in searched_paths(config.get("hyperparameters") or {})]
+        trials = [self._trial_row(t, varying, config) for t in self.store.list_trials(experiment_id)]
+        state = self.store.load_searcher_state(experiment_id)
+        checkpoints = [self._checkpoint(c) for c in self.store.list_checkpoints(experiment_id=experiment_id)]
+        head = {k: v for k, v in exp.items() if k != "config"}
+        return {
+            "experiment": {
+                **head,
+                "progress": self._progress(exp),
+                "metric": metric,
+                "smaller_is_better": smaller,
+            },
+            "config_yaml": yaml.safe_dump(config, sort_keys=False, default_flow_style=False),
+            "varying": varying,
+            "trials": trials,
+            "metrics": self.store.metric_names([t["id"] for t in trials]),
+            "checkpoints": checkpoints,
+            "rungs": rungs(state, {str(t["request_id"]): t["id"] for t in trials}, smaller),
+        }
+
+    @staticmethod
+    def _where(config: Dict[str, Any]) -> str:
+        resources = config.get("resources") or {}
+        hosts = resources.get("hosts") or ["localhost"]
+        slots = int(resources.get("slots_per_trial") or 1)
+        return f"{', '.join(str(h) for h in hosts)} ({slots} slot{'s' if slots != 1 else ''})"
+
+    def _trial_row(
+        self, trial: Dict[str, Any], varying: Sequence[str], config: Dict[str, Any]
+    ) -> Dict[str, Any]:
+        return {
+            **{k: trial[k] for k in ("id", "request_id", "state", "total_batches", "restarts", "seed")},
+            **{k: trial[k] for k in ("best_validation", "latest_checkpoint", "created_at", "ended_at")},
+            "hparams": trial["hparams"],
+            "varying": {name: _lookup(trial["hparams"], name.split(".")) for name in varying},
+            "where": self._where(config),
+        }
+
+    @staticmethod
+    def _checkpoint(ckpt: Dict[str, Any]) -> Dict[str, Any]:
+        row = {
+            k: ckpt[k]
+            for k in ("uuid", "trial_id", "total_batches", "metrics", "state", "created_at", "path")
+        }
+        row["size"] = _size(ckpt["path"])
+        return row
+
+    # --- trials ----------------------------------------------------------------------------------
+
+    def trial(self, trial_id: int) -> Dict[str, Any]:
+        """The trial page: its row, hyperparameters, checkpoints and metric names."""
+        trial = self.store.get_trial(trial_id)
+        if trial is None:
+            raise NotFoundError(f"trial {trial_id} not found")
+        exp = self._experiment(trial["experiment_id"])
+        config = exp["config"] if isinstance(exp["config"], dict) else {}
+        varying = [".".join(p) for p in searched_paths(config.get("hyperparameters") or {})]
+        metric, smaller = searcher_metric(config)
+        return {
+            "trial": self._trial_row(trial, varying, config),
+            "experiment": {"id": exp["id"], "name": exp["name"], "state": exp["state"]},
+            "metric": metric,
+            "smaller_is_better": smaller,
+            "metrics": self.store.metric_names([trial_id]),
+            "checkpoints": [self._checkpoint(c) for c in self.store.list_checkpoints(trial_id=trial_id)],
+        }
+
+    # --- curves and logs -------------------------------------------------------------------------
+
+    def curves(self, trial_ids: Sequence[int], kind: str, metric: str, points: int = 0) -> Dict[str, Any]:
+        """``{"kind", "metric", "width", "series": [{"trial_id", "x", "y", "rows"}]}``: about
+        ``points`` buckets per trial (0: as many as suit a chart of that many trials), each
+        bucket's minimum and maximum kept."""
+        if kind not in ("training", "validation"):
+            raise QueryError("kind must be training or validation")
+        if not metric:
+            raise QueryError("metric is required")
+        trials = [t for t in map(self.store.get_trial, trial_ids) if t is not None]
+        points = min(points, _downsample.MAX_POINTS) if points > 0 else default_points(len(trials))
+        width, buckets = self.curve_cache.buckets(trials, kind, metric, points)
+        series = _downsample.curves(buckets, [t["id"] for t in trials])
+        return {"kind": kind, "metric": metric, "width": width, "series": series}
+
+    def experiment_curves(
+        self, experiment_id: int, kind: str, metric: str, points: int = 0
+    ) -> Dict[str, Any]:
+        self._experiment(experiment_id)
+        return self.curves([t["id"] for t in self.store.list_trials(experiment_id)], kind, metric, points)
+
+    def logs(self, where: Tuple[str, int], tail: Optional[int], search: str) -> Dict[str, Any]:
+        """``{"lines": [{"id", "trial_id", "rank", "line", "time"}], "total"?}``: the last ``tail``
+        lines, or with ``search`` the last matching ones (substring, any case)."""
+        key, ident = where
+        if key == "experiment_id":
+            self._experiment(ident)
+        elif self.store.get_trial(ident) is None:
+            raise NotFoundError(f"trial {ident} not found")
+        keep = min(tail or LOG_TAIL, MAX_LOG_LINES)
+        if not search:
+            return {"lines": self.store.logs(**{key: ident}, tail=keep)}
+        needle = search.lower()
+        found = [line for line in self.store.logs(**{key: ident}) if needle in line["line"].lower()]
+        return {"lines": found[-keep:], "matches": len(found)}
+
+
+def _size(path: str) -> Optional[int]:
+    """Bytes under ``path`` (a checkpoint directory), or None when it is gone."""
+    if not os.path.exists(path):
+        return None
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+__all__ = ["QueryError", "Queries"]

@@ -1,0 +1,274 @@
+"""The dashboard's HTTP server: the standard library's ``ThreadingHTTPServer``, one token, JSON.
+
+Every request carries the token, as Jupyter's: ``?token=`` in the URL (the printed one), the
+``X-Det-Lite-Token`` header (what the page's scripts send) or the cookie the first page load
+sets (so that ``<script>`` and ``<link>`` requests carry it). Requests that change something are
+``POST`` with the header (a cookie alone is refused: another site cannot make the browser
+press a button). Without the token: 403. Nothing is logged: the token stays out of any log.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import http.server
+import json
+import math
+import mimetypes
+import re
+import secrets
+import socket
+import threading
+import urllib.parse
+from http import HTTPStatus
+from importlib import resources
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from determined_lite.store import NotFoundError, Store, StoreError
+from determined_lite.ui._actions import ActionRefused, run_action
+from determined_lite.ui._queries import Queries, QueryError
+
+TOKEN_HEADER = "X-Det-Lite-Token"
+STATIC = resources.files("determined_lite.ui") / "static"
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",  # the token in the address bar goes nowhere
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+Params = Dict[str, str]
+Route = Callable[[Queries, Tuple[int, ...], Params], Dict[str, Any]]
+
+
+def _clean(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (strict JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _int(params: Params, key: str, default: Optional[int]) -> Optional[int]:
+    text = params.get(key, "")
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise QueryError(f"{key} must be an integer") from None
+
+
+def _curve_args(params: Params) -> Tuple[str, str, int]:
+    return (
+        params.get("kind", "validation"),
+        params.get("metric", ""),
+        _int(params, "points", 0) or 0,
+    )
+
+
+def _trial_ids(params: Params) -> List[int]:
+    try:
+        return [int(t) for t in params.get("trials", "").split(",") if t.strip()]
+    except ValueError:
+        raise QueryError("trials must be trial ids separated by commas") from None
+
+
+_ROUTES: List[Tuple[re.Pattern, Route]] = [
+    (re.compile(r"/api/experiments"), lambda q, _, p: q.experiments(p.get("state", ""), p.get("name", ""))),
+    (re.compile(r"/api/experiments/(\d+)"), lambda q, ids, _: q.experiment(ids[0])),
+    (
+        re.compile(r"/api/experiments/(\d+)/curves"),
+        lambda q, ids, p: q.experiment_curves(ids[0], *_curve_args(p)),
+    ),
+    (
+        re.compile(r"/api/experiments/(\d+)/logs"),
+        lambda q, ids, p: q.logs(("experiment_id", ids[0]), _int(p, "tail", None), p.get("q", "")),
+    ),
+    (re.compile(r"/api/trials/(\d+)"), lambda q, ids, _: q.trial(ids[0])),
+    (re.compile(r"/api/trials/(\d+)/curves"), lambda q, ids, p: q.curves([ids[0]], *_curve_args(p))),
+    (
+        re.compile(r"/api/trials/(\d+)/logs"),
+        lambda q, ids, p: q.logs(("trial_id", ids[0]), _int(p, "tail", None), p.get("q", "")),
+    ),
+    (re.compile(r"/api/curves"), lambda q, _, p: q.curves(_trial_ids(p), *_curve_args(p))),
+]
+_ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """One request; the server (``DashboardServer``) holds the token and the queries."""
+
+    server: "DashboardServer"
+    server_version = "det-lite-ui"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Silent: request lines carry the token."""
+
+    def handle(self) -> None:
+        """Serve the connection's requests, then close this thread's store connection (each
+        connection has a thread of its own; an open one per finished thread would pile up)."""
+        try:
+            super().handle()
+        finally:
+            self.server.queries.store.close()
+
+    # --- auth ------------------------------------------------------------------------------------
+
+    def _token_from(self, query: Params, cookie_ok: bool) -> Optional[str]:
+        header = self.headers.get(TOKEN_HEADER)
+        if header:
+            return header
+        if query.get("token"):
+            return query["token"]
+        if cookie_ok:
+            for part in (self.headers.get("Cookie") or "").split(";"):
+                key, _, value = part.strip().partition("=")
+                if key == self.server.cookie_name:
+                    return value
+        return None
+
+    def _authorized(self, query: Params, cookie_ok: bool = True) -> bool:
+        given = self._token_from(query, cookie_ok)
+        return given is not None and hmac.compare_digest(given.encode(), self.server.token.encode())
+
+    # --- answers ---------------------------------------------------------------------------------
+
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: Optional[Dict[str, str]] = None
+    ) -> None:
+        self.send_response(status)
+        for key, value in {**_SECURITY_HEADERS, **(headers or {})}.items():
+            self.send_header(key, value)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, value: Any) -> None:
+        body = json.dumps(_clean(value), separators=(",", ":")).encode()
+        self._send(status, body, "application/json")
+
+    def _error(self, status: int, message: str) -> None:
+        self._json(status, {"error": message})
+
+    def _split(self) -> Tuple[str, Params]:
+        url = urllib.parse.urlsplit(self.path)
+        return url.path.rstrip("/") or "/", dict(urllib.parse.parse_qsl(url.query))
+
+    # --- GET -------------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+        path, query = self._split()
+        if not self._authorized(query):
+            self._error(HTTPStatus.FORBIDDEN, "forbidden: this URL needs the token det-lite ui printed")
+            return
+        if path.startswith("/api/"):
+            self._api(path, query)
+        elif path == "/":
+            self._page(query)
+        elif path.startswith("/static/"):
+            self._static(path[len("/static/") :])
+        else:
+            self._error(HTTPStatus.NOT_FOUND, f"no such page: {path}")
+
+    do_HEAD = do_GET
+
+    def _page(self, query: Params) -> None:
+        body = STATIC.joinpath("index.html").read_bytes()
+        headers = {}
+        if query.get("token"):
+            headers["Set-Cookie"] = (
+                f"{self.server.cookie_name}={self.server.token}; Path=/; HttpOnly; SameSite=Strict"
+            )
+        self._send(HTTPStatus.OK, body, "text/html; charset=utf-8", headers)
+
+    def _static(self, name: str) -> None:
+        parts = name.split("/")
+        if not name or any(p in ("", ".", "..") for p in parts):
+            self._error(HTTPStatus.NOT_FOUND, "no such file")
+            return
+        node = STATIC.joinpath(*parts)
+        if not node.is_file():
+            self._error(HTTPStatus.NOT_FOUND, "no such file")
+            return
+        kind = mimetypes.guess_type(parts[-1])[0] or "application/octet-stream"
+        if kind.startswith("text/") or kind.endswith("javascript"):
+            kind += "; charset=utf-8"
+        self._send(HTTPStatus.OK, node.read_bytes(), kind)
+
+    def _api(self, path: str, query: Params) -> None:
+        for pattern, route in _ROUTES:
+            match = pattern.fullmatch(path)
+            if match:
+                ids = tuple(int(g) for g in match.groups())
+                self._answer(functools.partial(route, self.server.queries, ids, query))
+                return
+        self._error(HTTPStatus.NOT_FOUND, f"no such API: {path}")
+
+    def _answer(self, call: Callable[[], Dict[str, Any]]) -> None:
+        try:
+            value = call()
+        except NotFoundError as e:
+            self._error(HTTPStatus.NOT_FOUND, str(e))
+        except ActionRefused as e:
+            self._error(HTTPStatus.CONFLICT, str(e))
+        except (QueryError, ValueError) as e:
+            self._error(HTTPStatus.BAD_REQUEST, str(e))
+        except StoreError as e:
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, str(e))
+        else:
+            self._json(HTTPStatus.OK, value)
+
+    # --- POST ------------------------------------------------------------------------------------
+
+    def do_POST(self) -> None:  # noqa: N802 - the base class's name
+        path, query = self._split()
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(min(length, 1 << 16))
+        if not self._authorized({}, cookie_ok=False):
+            self._error(HTTPStatus.FORBIDDEN, f"forbidden: POST needs the token in the {TOKEN_HEADER} header")
+            return
+        match = _ACTION.fullmatch(path)
+        if match is None:
+            self._error(HTTPStatus.NOT_FOUND, f"no such action: {path}")
+            return
+        experiment_id, action = int(match.group(1)), match.group(2)
+        with self.server.action_lock:  # one button at a time, as one terminal would
+            self._answer(lambda: run_action(experiment_id, action))
+
+
+class DashboardServer(http.server.ThreadingHTTPServer):
+    """``det-lite ui``'s server on ``(host, port)`` (port 0: any free one) over the store at the
+    default path, read through a read-only connection."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, host: str, port: int, token: Optional[str] = None) -> None:
+        self.token = token or secrets.token_hex(24)
+        self.queries = Queries(Store(read_only=True))
+        self.action_lock = threading.Lock()
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), Handler)
+        self.cookie_name = f"det_lite_ui_{self.server_address[1]}"
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.queries.curve_cache.close()
+
+    def url(self) -> str:
+        """The URL to open, token included."""
+        host, port = str(self.server_address[0]), self.server_address[1]
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}/?token={self.token}"
+
+
+__all__ = ["DashboardServer", "Handler", "TOKEN_HEADER"]
