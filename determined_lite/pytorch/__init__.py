@@ -14,14 +14,10 @@ from determined_lite.pytorch._callback import (
     RemovableHandle,
     register_global_callback,
 )
-from determined_lite.pytorch._context import (
-    PyTorchExperimentalContext,
-    PyTorchTrialContext,
-    TorchData,
-    to_device,
-)
+from determined_lite.pytorch._context import PyTorchExperimentalContext, PyTorchTrialContext
 from determined_lite.pytorch._controller import TrainResult
 from determined_lite.pytorch._data import DataLoader
+from determined_lite.pytorch._device import TorchData, to_device
 from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._load import load_trial_from_checkpoint_path
 from determined_lite.pytorch._lr_scheduler import LRScheduler

@@ -1,17 +1,16 @@
-"""PyTorchCallback, the hook table, global callback registration, and the one place hooks are
-dispatched from."""
+"""PyTorchCallback, global callback registration, and CallbackList: the one place hooks are
+dispatched from (which hooks there are, in which order: ``_hooks.HOOK_TABLE``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-if TYPE_CHECKING:
-    from determined_lite.pytorch._context import PyTorchTrialContext
+from determined_lite.pytorch._context import PyTorchTrialContext
+from determined_lite.pytorch._hooks import HOOK_TABLE, Hook
 
 logger = logging.getLogger("determined_lite")
 
@@ -177,92 +176,10 @@ class PyTorchCallback:
         self.__handle.remove()
 
 
-@dataclasses.dataclass(frozen=True)
-class Hook:
-    """One hook: the code that calls it (``where``), when, and whether only the chief runs it."""
-
-    name: str
-    where: str
-    when: str
-    chief_only: bool = False
-    alias_of: Optional[str] = None  # a deprecated name, called right after the hook it aliases
-    legacy_no_args: bool = False  # an override taking no arguments is called without them (deprecated)
-
-
 class CallbackDeprecationWarning(FutureWarning, DeprecationWarning):
     """A callback uses a deprecated hook or hook signature. Determined warns with a
     ``FutureWarning`` (``on_checkpoint_end``) or a log line; this is both warnings, and det-lite
     logs it too."""
-
-
-# Where: the code that calls the hook (module[.Class.method] under determined_lite/pytorch/).
-_SETUP = "_controller.TrialController.run"
-_RUN = "_controller.TrialController._run"
-_TRAIN = "_controller.TrialController._train"
-_RESTORE = "_controller.TrialController._restore"
-_VALIDATE = "_controller.TrialController._validate"
-_SAVE = "_controller.TrialController._save_checkpoint"
-_BACKWARD = "_context.PyTorchTrialContext.backward"
-_STEP = "_context.PyTorchTrialContext.step_optimizer"
-_LR = "_lr_scheduler.LRStepper"
-_FORWARD = "_forward_hooks"
-_EVAL = "_validation.Validation._evaluate_batches"
-
-# Every hook, in the order a run first calls them (a resumed run that validates and checkpoints;
-# tests/pytorch/test_callback_hooks.py and tests/distributed/test_hooks.py check this order
-# against real runs). Hooks that are not chief_only run on every worker, the same number of
-# times on each, except those of validation batches and forwards in validation: they follow
-# each worker's share of the validation data (evaluate_full_dataset runs on the chief only).
-HOOK_TABLE: Tuple[Hook, ...] = (
-    Hook("setup", _SETUP, "once, first; before the data loaders are built and a checkpoint is read"),
-    Hook("on_before_load_checkpoint", _RESTORE, "resuming: before the checkpoint directory is read"),
-    Hook("on_checkpoint_load_start", _RESTORE, "resuming: checkpoint read, trial state not restored yet"),
-    Hook("on_trial_startup", _RUN, "once, after restoring and broadcasting the initial state"),
-    Hook("on_training_start", _TRAIN, "once, before the first batch of this run"),
-    Hook("on_training_epoch_start", _TRAIN, "before the first batch of each epoch", legacy_no_args=True),
-    Hook("on_train_batch_start", _TRAIN, "each batch, before train_batch (batch on the device)"),
-    Hook("on_before_forward", _FORWARD, "each forward of a wrapped model, training and validation"),
-    Hook("on_after_forward", _FORWARD, "each forward of a wrapped model, training and validation"),
-    Hook("on_before_backward", _BACKWARD, "each context.backward, before gradients; may replace the loss"),
-    Hook("on_after_backward", _BACKWARD, "each context.backward, after gradients"),
-    Hook("on_before_optimizer_step", _STEP, "optimizer-step batches: gradients averaged and clipped"),
-    Hook("on_after_optimizer_step", _STEP, "optimizer-step batches: after optimizer.step()"),
-    Hook("on_before_optimizer_zero_grad", _STEP, "after each step, unless auto_zero_grads=False"),
-    Hook("on_after_optimizer_zero_grad", _STEP, "after each step, unless auto_zero_grads=False"),
-    Hook("on_before_scheduler_step", _LR, "before each automatic step of a wrapped LR scheduler"),
-    Hook("on_after_scheduler_step", _LR, "after each automatic step of a wrapped LR scheduler"),
-    Hook("on_train_batch_end", _TRAIN, "each batch, after train_batch and its LR steps"),
-    Hook("on_training_epoch_end", _TRAIN, "after the last batch of each epoch"),
-    Hook("on_training_workload_end", "_controller.TrialController._flush_training", "each report"),
-    Hook("on_validation_start", _VALIDATE, "each validation, first"),
-    Hook("on_validation_step_start", _VALIDATE, "each validation", alias_of="on_validation_start"),
-    Hook("on_validation_epoch_start", _EVAL, "each evaluate_batch validation, before its first batch"),
-    Hook("on_validation_batch_start", _EVAL, "each validation batch, before evaluate_batch"),
-    Hook("on_validation_batch_end", _EVAL, "each validation batch, after evaluate_batch"),
-    Hook(
-        "on_validation_epoch_end",
-        _EVAL,
-        "each evaluate_batch validation, after its last batch",
-        legacy_no_args=True,
-    ),
-    Hook("on_validation_end", _VALIDATE, "each validation, last: the reduced metrics"),
-    Hook("on_validation_step_end", _VALIDATE, "each validation", alias_of="on_validation_end"),
-    Hook("on_checkpoint_save_start", _SAVE, "each checkpoint, before it is written", chief_only=True),
-    Hook("on_checkpoint_write_end", _SAVE, "each checkpoint, complete under its name", chief_only=True),
-    Hook("on_checkpoint_end", _SAVE, "each checkpoint", chief_only=True, alias_of="on_checkpoint_write_end"),
-    Hook(
-        "on_checkpoint_upload_end",
-        "_controller.TrialController._checkpoint_on_disk",
-        "a checkpoint is flushed to disk: at the next report, checkpoint or the end",
-        chief_only=True,
-    ),
-    Hook("on_training_end", _RUN, "once, training ended without an exception; final checkpoint on disk"),
-    Hook("on_trial_shutdown", _RUN, "once, last; also after an error (once on_trial_startup ran)"),
-)
-HOOKS = tuple(hook.name for hook in HOOK_TABLE)
-CHIEF_ONLY_HOOKS = frozenset(hook.name for hook in HOOK_TABLE if hook.chief_only)
-_DEPRECATED_HOOKS = {hook.name: hook.alias_of for hook in HOOK_TABLE if hook.alias_of}
-_LEGACY_NO_ARGS = frozenset(hook.name for hook in HOOK_TABLE if hook.legacy_no_args)
 
 
 def _takes_no_arguments(method: Any) -> bool:
@@ -372,59 +289,58 @@ class CallbackList:
                 )
         self._named = list(named)
         # per hook: (name, callback, called without arguments: the legacy form)
-        self._by_hook: Dict[str, List[Tuple[str, PyTorchCallback, bool]]] = {}
-        for hook in HOOKS:
-            base = getattr(PyTorchCallback, hook)
-            users = [(name, cb) for name, cb in self._named if getattr(type(cb), hook, base) is not base]
-            if hook in CHIEF_ONLY_HOOKS and not is_chief:
+        self._by_hook: Dict[Hook, List[Tuple[str, PyTorchCallback, bool]]] = {}
+        for spec in HOOK_TABLE:
+            hook = spec.hook
+            base = getattr(PyTorchCallback, hook.value)
+            users = [(n, cb) for n, cb in self._named if getattr(type(cb), hook.value, base) is not base]
+            if spec.chief_only and not is_chief:
                 users = []
-            self._by_hook[hook] = [(name, cb, self._legacy(name, cb, hook)) for name, cb in users]
-            if hook in _DEPRECATED_HOOKS:
-                use = _DEPRECATED_HOOKS[hook]
-                for name, _ in users:
-                    _deprecated(f"callback {name!r} overrides {hook}, which is deprecated; use {use}")
+            legacy = spec.legacy_no_args
+            self._by_hook[hook] = [(n, cb, legacy and self._legacy(n, cb, hook)) for n, cb in users]
+            if spec.alias_of is not None:
+                use = spec.alias_of.value
+                for n, _ in users:
+                    _deprecated(f"callback {n!r} overrides {hook.value}, which is deprecated; use {use}")
 
     @staticmethod
-    def _legacy(name: str, cb: PyTorchCallback, hook: str) -> bool:
-        if hook not in _LEGACY_NO_ARGS or not _takes_no_arguments(getattr(cb, hook)):
+    def _legacy(name: str, cb: PyTorchCallback, hook: Hook) -> bool:
+        method = hook.value
+        if not _takes_no_arguments(getattr(cb, method)):
             return False
-        params = ", ".join(inspect.signature(getattr(PyTorchCallback, hook)).parameters)
+        params = ", ".join(inspect.signature(getattr(PyTorchCallback, method)).parameters)
         _deprecated(
-            f"callback {name!r} defines {hook}() without parameters, which is deprecated; "
-            f"define {hook}({params})"
+            f"callback {name!r} defines {method}() without parameters, which is deprecated; "
+            f"define {method}({params})"
         )
         return True
 
     def __iter__(self) -> Iterator[Tuple[str, PyTorchCallback]]:
         return iter(self._named)
 
-    def has(self, hook: str) -> bool:
+    def has(self, hook: Hook) -> bool:
         return bool(self._by_hook[hook])
 
-    def call(self, hook: str, *args: Any) -> None:
+    def call(self, hook: Hook, *args: Any) -> None:
         for name, cb, legacy in self._by_hook[hook]:
             try:
-                getattr(cb, hook)(*(() if legacy else args))
+                getattr(cb, hook.value)(*(() if legacy else args))
             except Exception as e:
-                raise CallbackError(
-                    f"callback {name!r} ({type(cb).__qualname__}) raised in {hook}: {type(e).__name__}: {e}"
-                ) from e
+                raise _raised(name, cb, hook.value, e) from e
 
-    def call_chain(self, hook: str, value: Any, *args: Any) -> Any:
+    def call_chain(self, hook: Hook, value: Any, *args: Any) -> Any:
         """Run ``hook(value, *args)`` on each callback; one that returns something other than
         None replaces ``value`` for the next callbacks and the caller (``on_before_backward``)."""
         for name, cb, _ in self._by_hook[hook]:
             try:
-                result = getattr(cb, hook)(value, *args)
+                result = getattr(cb, hook.value)(value, *args)
             except Exception as e:
-                raise CallbackError(
-                    f"callback {name!r} ({type(cb).__qualname__}) raised in {hook}: {type(e).__name__}: {e}"
-                ) from e
+                raise _raised(name, cb, hook.value, e) from e
             if result is not None:
                 if not isinstance(result, type(value)):
                     raise CallbackError(
                         f"callback {name!r} ({type(cb).__qualname__}) returned a "
-                        f"{type(result).__name__} from {hook}; return a {type(value).__name__} "
+                        f"{type(result).__name__} from {hook.value}; return a {type(value).__name__} "
                         "to replace it, or None"
                     )
                 value = result
@@ -439,7 +355,11 @@ class CallbackList:
                 try:
                     cb.load_state_dict(states[name])
                 except Exception as e:
-                    raise CallbackError(
-                        f"callback {name!r} ({type(cb).__qualname__}) raised in load_state_dict: "
-                        f"{type(e).__name__}: {e}"
-                    ) from e
+                    raise _raised(name, cb, "load_state_dict", e) from e
+
+
+def _raised(name: str, cb: PyTorchCallback, where: str, error: Exception) -> CallbackError:
+    """The error that names the callback and the hook (or method) that raised ``error``."""
+    return CallbackError(
+        f"callback {name!r} ({type(cb).__qualname__}) raised in {where}: {type(error).__name__}: {error}"
+    )

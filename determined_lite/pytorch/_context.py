@@ -6,55 +6,27 @@ import copy
 import difflib
 import logging
 import pathlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
-import numpy as np
 import torch
 
 from determined_lite._errors import ReducerUseError
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext, SingleProcessContext
 from determined_lite.pytorch._compile import compile_wrapped_model
+from determined_lite.pytorch._device import TorchData, default_device, move_to_device
 from determined_lite.pytorch._harness import TrialHarness, WrappedOptimizer
+from determined_lite.pytorch._hooks import Hook
 from determined_lite.pytorch._lr_scheduler import LRScheduler
+from determined_lite.pytorch._optimizer_step import step_optimizer
 from determined_lite.pytorch._precision import amp_autocast, to_full_precision
 from determined_lite.pytorch._reducer import MetricReducer, wrap_reducer
 
 logger = logging.getLogger("determined_lite")
 
-TorchData = Union[Dict[str, Any], Sequence[Any], np.ndarray, torch.Tensor]
-
-
-def default_device(distributed: DistributedContext) -> torch.device:
-    """``cuda:<local_rank>`` when CUDA is present, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", distributed.local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
-
-
-def _to_device(data: Any, device: torch.device, non_blocking: bool) -> Any:
-    if isinstance(data, torch.Tensor):
-        if data.device == device:
-            return data
-        return data.to(device, non_blocking=non_blocking)
-    if isinstance(data, np.ndarray):
-        if data.dtype == object:
-            return data
-        return torch.from_numpy(data).to(device, non_blocking=non_blocking)
-    if isinstance(data, dict):
-        return {k: _to_device(v, device, non_blocking) for k, v in data.items()}
-    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(_to_device(v, device, non_blocking) for v in data))
-    if isinstance(data, (list, tuple)):
-        return type(data)(_to_device(v, device, non_blocking) for v in data)
-    return data
-
-
-def to_device(data: Any, device: Union[str, torch.device], warned_types: Optional[set] = None) -> Any:
-    """Determined's ``determined.pytorch.to_device``: move the tensors and numeric numpy arrays
-    nested in ``data`` (dicts, lists, tuples) to ``device``; anything else is returned as is.
-    ``warned_types`` is accepted for Determined's signature (det-lite does not warn)."""
-    return _to_device(data, torch.device(device), non_blocking=False)
+def _require_positive_int(what: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
 
 
 class PyTorchExperimentalContext:
@@ -62,6 +34,7 @@ class PyTorchExperimentalContext:
 
     def __init__(self, parent: "PyTorchTrialContext") -> None:
         self._parent = parent
+        self.wrap_reducer = parent.wrap_reducer  # Determined's older place for it, same method
 
     def use_amp(self) -> None:
         """Automatic mixed precision with no further code: autocast around ``train_batch`` and
@@ -81,15 +54,6 @@ class PyTorchExperimentalContext:
         """
         self._parent.harness.dataset_checks = False
 
-    def wrap_reducer(
-        self,
-        reducer: Union[Callable[[List[Any]], Any], MetricReducer],
-        name: Optional[str] = None,
-        for_training: bool = True,
-        for_validation: bool = True,
-    ) -> MetricReducer:
-        """See :meth:`PyTorchTrialContext.wrap_reducer`."""
-        return self._parent.wrap_reducer(reducer, name, for_training, for_validation)
 
 
 class PyTorchTrialContext:
@@ -109,15 +73,7 @@ class PyTorchTrialContext:
         device: Optional[torch.device] = None,
         tensorboard_path: Optional[str] = None,
     ) -> None:
-        if (
-            isinstance(aggregation_frequency, bool)
-            or not isinstance(aggregation_frequency, int)
-            or aggregation_frequency < 1
-        ):
-            raise ValueError(
-                "optimizations.aggregation_frequency must be a positive integer, got "
-                f"{aggregation_frequency!r}"
-            )
+        _require_positive_int("optimizations.aggregation_frequency", aggregation_frequency)
         self._hparams = dict(hparams or {})
         self._exp_conf = copy.deepcopy(exp_conf or {})
         self._distributed = distributed or SingleProcessContext()
@@ -192,8 +148,7 @@ class PyTorchTrialContext:
                 f"defined hyperparameters: {sorted(self._hparams) or 'none'}"
             )
         value = self._hparams["global_batch_size"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"hyperparameter 'global_batch_size' must be a positive integer, got {value!r}")
+        _require_positive_int("hyperparameter 'global_batch_size'", value)
         return value
 
     def get_per_slot_batch_size(self) -> int:
@@ -308,15 +263,7 @@ class PyTorchTrialContext:
         """Register ``optimizer`` (built on wrapped models' parameters) with the harness."""
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"wrap_optimizer() needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if (
-            isinstance(backward_passes_per_step, bool)
-            or not isinstance(backward_passes_per_step, int)
-            or backward_passes_per_step < 1
-        ):
-            raise ValueError(
-                "wrap_optimizer(backward_passes_per_step=...) must be a positive integer, got "
-                f"{backward_passes_per_step!r}"
-            )
+        _require_positive_int("wrap_optimizer(backward_passes_per_step=...)", backward_passes_per_step)
         if any(w.optimizer is optimizer for w in self.harness.optimizers):
             raise ValueError("wrap_optimizer() was already called on this optimizer")
         wrapped = self._distributed.wrap_optimizer(
@@ -382,16 +329,14 @@ class PyTorchTrialContext:
 
         As in Determined, ``on_trace_ready`` is the trial's TensorBoard directory and the harness
         steps the profiler after every training batch (from this run's first batch, which is
-        what a ``schedule`` counts). Runs det-lite's ``callbacks.Profiler``.
+        what a ``schedule`` counts). ``fit`` runs det-lite's ``callbacks.Profiler`` with ``kwargs``.
         """
         if args:
             raise TypeError(
                 "set_profiler() takes the keyword arguments of torch.profiler.profile "
                 "(activities=..., schedule=..., record_shapes=..., ...), got positional arguments"
             )
-        from determined_lite.pytorch.callbacks import Profiler
-
-        self.harness.profiler = Profiler(**kwargs)
+        self.harness.profiler_kwargs = dict(kwargs)
 
     def configure_apex_amp(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
@@ -419,7 +364,7 @@ class PyTorchTrialContext:
     # --- data -------------------------------------------------------------------------------
     def to_device(self, data: TorchData) -> TorchData:
         """Move tensors and numpy arrays (nested in dicts, lists, tuples) to this worker's device."""
-        return _to_device(data, self.device, non_blocking=self.device.type == "cuda")
+        return move_to_device(data, self.device, non_blocking=self.device.type == "cuda")
 
     # --- backward and step ------------------------------------------------------------------
     def backward(
@@ -437,11 +382,11 @@ class PyTorchTrialContext:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward() needs a torch.Tensor loss, got {type(loss).__name__}")
         callbacks = self.harness.callbacks
-        target = callbacks.call_chain("on_before_backward", loss)
+        target = callbacks.call_chain(Hook.ON_BEFORE_BACKWARD, loss)
         self.harness.precision.scale(target).backward(
             gradient=gradient, retain_graph=retain_graph, create_graph=create_graph
         )
-        callbacks.call("on_after_backward", loss)
+        callbacks.call(Hook.ON_AFTER_BACKWARD, loss)
 
     def step_optimizer(
         self,
@@ -456,52 +401,4 @@ class PyTorchTrialContext:
         (mean over the window), clipped by ``clip_grads(params)``, the optimizer steps, and the
         gradients are zeroed unless ``auto_zero_grads=False``.
         """
-        harness = self.harness
-        wrapped = harness.find_optimizer(optimizer)
-        if wrapped is None:
-            raise ValueError(
-                "step_optimizer() got an optimizer that was not returned by context.wrap_optimizer()"
-            )
-        k = harness.state.aggregation_frequency
-        if not auto_zero_grads and k > 1:
-            raise ValueError(
-                "step_optimizer(auto_zero_grads=False) cannot be used with "
-                f"optimizations.aggregation_frequency={k}: the harness must zero gradients after "
-                "each aggregated step"
-            )
-        precision, callbacks = harness.precision, harness.callbacks
-        precision.check_scaler(scaler)
-        if not harness.state.is_step_batch():
-            return
-        opt = wrapped.optimizer
-        if not wrapped.has_gradients():
-            wrapped.warn_once(
-                "no_gradients",
-                f"step_optimizer() stepped {type(opt).__name__} with no gradients: call "
-                "context.backward(loss) before step_optimizer() in train_batch",
-            )
-        self._distributed.synchronize(opt)
-        precision.unscale(opt, scaler)
-        average = k > 1 and harness.average_aggregated_gradients
-        if average or clip_grads is not None or callbacks.has("on_before_optimizer_step"):
-            params = wrapped.parameters()
-            if average:
-                grads = [p.grad for p in params if p.grad is not None]
-                if grads:
-                    torch._foreach_div_(grads, float(k))
-            if clip_grads is not None:
-                clip_grads(params)
-            callbacks.call("on_before_optimizer_step", params)
-        wrapped.stepping = True
-        try:
-            with self._distributed.step_context(opt):
-                precision.step(opt, scaler)
-        finally:
-            wrapped.stepping = False
-        callbacks.call("on_after_optimizer_step", opt)
-        if auto_zero_grads:
-            callbacks.call("on_before_optimizer_zero_grad", opt)
-            opt.zero_grad()
-            callbacks.call("on_after_optimizer_zero_grad", opt)
-        wrapped.steps += 1
-        harness.lr.after_optimizer_step(wrapped.owns, wrapped.steps, callbacks)
+        step_optimizer(self.harness, optimizer, clip_grads, auto_zero_grads, scaler)

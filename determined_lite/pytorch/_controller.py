@@ -11,14 +11,11 @@ import dataclasses
 import itertools
 import logging
 import numbers
-import os
-import time
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-import determined_lite
 from determined_lite._errors import MetricTypeError, MissingMetricError, NotADataLoaderError
 from determined_lite.config import (
     DEFAULT_REPORTING_PERIOD,
@@ -26,18 +23,21 @@ from determined_lite.config import (
     CheckpointPolicy,
     TrainUnit,
 )
-from determined_lite.pytorch import _checkpoint, _determined_ckpt, _rng
+from determined_lite.pytorch import _rng
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks, name_callbacks
+from determined_lite.pytorch._checkpointing import CheckpointWriter
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
+from determined_lite.pytorch._fetch import in_process_batches
 from determined_lite.pytorch._forward_hooks import ForwardHooks
+from determined_lite.pytorch._hooks import Hook
 from determined_lite.pytorch._reducer import check_evaluation_reducer, merge_reducer_metrics, plain_metrics
+from determined_lite.pytorch._restore import Restored, Restorer, resume_batches
 from determined_lite.pytorch._schedule import Plan, decide, is_better
-from determined_lite.pytorch._sharding import in_process_batches, set_epoch
+from determined_lite.pytorch._sharding import set_epoch
 from determined_lite.pytorch._training_metrics import training_cross_slot, training_partial
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.pytorch._validation import Validation, evaluation_mode
-from determined_lite.storage import STORE_KEY
 
 logger = logging.getLogger("determined_lite")
 
@@ -110,7 +110,6 @@ class TrialController:
         self.result = TrainResult()
         self._core_callbacks = list(core_callbacks)
         self._trainer_callbacks = list(callbacks)  # Trainer(callbacks=) and fit(callbacks=), named
-        self._flush = _checkpoint.BackgroundFlush()
         self._check_trial()
 
     # --- setup ------------------------------------------------------------------------------
@@ -239,7 +238,7 @@ class TrialController:
     # --- run --------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         self.callbacks = self.harness.callbacks = self._build_callbacks()
-        self.callbacks.call("setup", self.context)
+        self.callbacks.call(Hook.SETUP, self.context)
         forward_hooks = ForwardHooks(self.harness.models, self.callbacks)
         try:
             return self._run()
@@ -247,10 +246,9 @@ class TrialController:
             forward_hooks.remove()
 
     def _run(self) -> TrainResult:
-        harness, state, spec = self.harness, self.state, self.spec
+        state, spec = self.state, self.spec
         # context.get_initial_batch(), known before the data loaders are built (as in Determined)
-        resume = spec.latest_checkpoint
-        state.initial_batch = _resume_batches(resume) if resume else 0
+        state.initial_batch = resume_batches(spec.latest_checkpoint) if spec.latest_checkpoint else 0
         self._train_loader = self._build_loader("build_training_data_loader")
         self.validation = Validation(
             self.trial,
@@ -264,44 +262,55 @@ class TrialController:
         self._check_records_per_epoch()
         self.plan = state.plan = self._plan()
         self._last_validation: Optional[Tuple[int, Dict[str, Any]]] = None
-        self._last_checkpoint_batch: Optional[int] = None
+        trial_class = f"{type(self.trial).__module__}:{type(self.trial).__qualname__}"
+        self._writer = CheckpointWriter(
+            self.context, self.callbacks, self.plan, trial_class, spec.checkpoint_root, spec.code_source
+        )
+        restored = self._restore()
+        state.batches_done = restored.start
+        self.dist.broadcast_initial_state(self.harness.models, self.context.optimizers)
 
-        checkpoint_uuid, rng_state = None, None
-        start = 0
-        if spec.latest_checkpoint:
-            start, checkpoint_uuid, rng_state = self._restore(spec.latest_checkpoint)
-        elif spec.warm_start:
-            checkpoint_uuid, rng_state = self._warm_start(spec.warm_start)
-        state.batches_done = start
-        self.dist.broadcast_initial_state(harness.models, self.context.optimizers)
-
-        self.callbacks.call("on_trial_startup", start, checkpoint_uuid)
+        self.callbacks.call(Hook.ON_TRIAL_STARTUP, restored.start, restored.checkpoint_uuid)
         try:
-            self._train(start, rng_state)
+            self._train(restored.start, restored.rng_state)
         except BaseException:
             # A complete checkpoint still counts after an error (a restart resumes from it), but
             # announcing it must not hide the error itself.
             try:
-                self._checkpoint_on_disk()
+                self._writer.on_disk()
             except Exception:
                 logger.exception("could not finish the last checkpoint after the trial failed")
             raise
         else:
-            self._checkpoint_on_disk()
-            self.callbacks.call("on_training_end")
+            self._writer.on_disk()
+            self.callbacks.call(Hook.ON_TRAINING_END)
         finally:
-            self._flush.close()
-            self.callbacks.call("on_trial_shutdown")
+            self._writer.close()
+            self.callbacks.call(Hook.ON_TRIAL_SHUTDOWN)
         self.result.total_batches = state.batches_done
         return self.result
 
+    def _restore(self) -> Restored:
+        """Resume from the trial's latest checkpoint, or warm start, or start fresh."""
+        restorer, spec = Restorer(self.harness, self.callbacks), self.spec
+        if spec.latest_checkpoint:
+            restored = restorer.resume(spec.latest_checkpoint)
+        elif spec.warm_start:
+            restored = restorer.warm_start(spec.warm_start)
+        else:
+            restored = Restored()
+        if restored.best_validation_restored:
+            self.result.best_validation = self.state.best_validation
+        self._writer.last_batch = restored.checkpoint_batch
+        return restored
+
+    # --- train ------------------------------------------------------------------------------
     def _train(self, start: int, rng_state: Optional[Dict[str, Any]]) -> None:
-        harness, state, plan = self.harness, self.state, self.plan
-        trial, cbs = self.trial, self.callbacks
+        plan = self.plan
         batches = self._training_batches(start)
-        for model in harness.models:
+        for model in self.harness.models:
             model.train()
-        cbs.call("on_training_start")
+        self.callbacks.call(Hook.ON_TRAINING_START)
         if rng_state is not None:
             _rng.restore_rng_state(rng_state)
         self.harness.reset_reducers(training=True)
@@ -312,55 +321,62 @@ class TrialController:
         if start >= plan.max_batches:
             logger.info("already trained %d of %d batches; nothing to do", start, plan.max_batches)
             return
-
-        k, epoch_len = plan.aggregation_frequency, plan.epoch_length
-        auto_to_device = harness.auto_to_device
-        pending_checkpoint = False
+        self._pending_checkpoint = False
         # An external stop (spec.should_stop, asked on the chief at reports) seen mid-window is kept until
         # the next optimizer-step boundary, where training stops.
-        external_stop = False
+        self._external_stop = False
         for batch_idx in itertools.count(start):
-            epoch_idx = batch_idx // epoch_len
-            state.batch_idx = batch_idx
-            if batch_idx % epoch_len == 0:
-                cbs.call("on_training_epoch_start", epoch_idx)
-            batch = next(batches)
-            if auto_to_device:
-                batch = self.context.to_device(batch)
-            cbs.call("on_train_batch_start", batch, batch_idx)
-            update = state.is_step_batch()
-            with self._batch_context(update):
-                out = trial.train_batch(batch, epoch_idx, batch_idx)
-            metrics = self._check_training_output(out)
-            if update:
-                harness.precision.update()
-                harness.lr.after_step_window(batch_idx, k, cbs)
-            cbs.call("on_train_batch_end", metrics, batch_idx)
-            self._chunk.append(metrics)
-
-            done = batch_idx + 1
-            state.batches_done = done
-            if done % epoch_len == 0:
-                harness.lr.after_epoch(done // epoch_len, cbs)
-                cbs.call("on_training_epoch_end", epoch_idx)
-
-            stop = harness.stop_requested or external_stop
-            decision = decide(plan, done, checkpoint_pending=pending_checkpoint, stop=stop)
-            if decision.report and self._flush_training(done) and not stop:
-                stop = external_stop = True
-            pending_checkpoint = decision.checkpoint_pending
-            if decision.validate:
-                improved = self._validate()
-                pending_checkpoint = decision.checkpoint_after_validation(plan.checkpoint_policy, improved)
-                # A stop asked for during validation (EarlyStopping in on_validation_end) stops
-                # here, at the validated batch, with its checkpoint: no extra batch is trained.
-                stop = stop or harness.stop_requested
-            if decision.checkpoint_now(pending_checkpoint, stop):
-                self._save_checkpoint(done)
-                pending_checkpoint = False
-            if decision.stop_now(stop):
-                self.result.stopped_early = not decision.end
+            self._train_batch(batch_idx, batches)
+            if self._after_batch(batch_idx + 1):
                 break
+
+    def _train_batch(self, batch_idx: int, batches: Iterator[Any]) -> None:
+        """One training batch with its hooks, and its LR steps (window and epoch ends)."""
+        harness, state, cbs = self.harness, self.state, self.callbacks
+        epoch_len = self.plan.epoch_length
+        epoch_idx = batch_idx // epoch_len
+        state.batch_idx = batch_idx
+        if batch_idx % epoch_len == 0:
+            cbs.call(Hook.ON_TRAINING_EPOCH_START, epoch_idx)
+        batch = next(batches)
+        if harness.auto_to_device:
+            batch = self.context.to_device(batch)
+        cbs.call(Hook.ON_TRAIN_BATCH_START, batch, batch_idx)
+        update = state.is_step_batch()
+        with self._batch_context(update):
+            out = self.trial.train_batch(batch, epoch_idx, batch_idx)
+        metrics = self._check_training_output(out)
+        if update:
+            harness.precision.update()
+            harness.lr.after_step_window(batch_idx, self.plan.aggregation_frequency, cbs)
+        cbs.call(Hook.ON_TRAIN_BATCH_END, metrics, batch_idx)
+        self._chunk.append(metrics)
+        state.batches_done = done = batch_idx + 1
+        if done % epoch_len == 0:
+            harness.lr.after_epoch(done // epoch_len, cbs)
+            cbs.call(Hook.ON_TRAINING_EPOCH_END, epoch_idx)
+
+    def _after_batch(self, done: int) -> bool:
+        """Report, validate and checkpoint as the plan says after ``done`` batches; True to stop."""
+        plan, harness = self.plan, self.harness
+        stop = harness.stop_requested or self._external_stop
+        decision = decide(plan, done, checkpoint_pending=self._pending_checkpoint, stop=stop)
+        if decision.report and self._flush_training(done) and not stop:
+            stop = self._external_stop = True
+        self._pending_checkpoint = decision.checkpoint_pending
+        if decision.validate:
+            improved = self._validate()
+            self._pending_checkpoint = decision.checkpoint_after_validation(plan.checkpoint_policy, improved)
+            # A stop asked for during validation (EarlyStopping in on_validation_end) stops
+            # here, at the validated batch, with its checkpoint: no extra batch is trained.
+            stop = stop or harness.stop_requested
+        if decision.checkpoint_now(self._pending_checkpoint, stop):
+            self._save_checkpoint(done)
+            self._pending_checkpoint = False
+        if decision.stop_now(stop):
+            self.result.stopped_early = not decision.end
+            return True
+        return False
 
     def _batch_context(self, update: bool) -> ContextManager[Any]:
         """Autocast (AMP) and the engine's gradient communication (none off optimizer-step batches)."""
@@ -391,7 +407,7 @@ class TrialController:
         Returns the chief's answer to ``spec.should_stop`` (asked on the chief only), which rides
         in the same gather so that every rank stops at the same boundary.
         """
-        self._checkpoint_on_disk()
+        self._writer.on_disk()
         if not self._chunk:
             return False
         reducers = self.harness.reducers_for(training=True)
@@ -408,22 +424,22 @@ class TrialController:
         self._chunk = []
         self.harness.reset_reducers(training=True)
         self.result.training_metrics.append({"total_batches": done, "metrics": plain_metrics(metrics)})
-        self.callbacks.call("on_training_workload_end", metrics, report.batch_metrics)
+        self.callbacks.call(Hook.ON_TRAINING_WORKLOAD_END, metrics, report.batch_metrics)
         return bool(gathered[0]["stop"])
 
     # --- validation -------------------------------------------------------------------------
     def _validate(self) -> bool:
         """Run a validation; True when the searcher metric improved."""
         cbs, done = self.callbacks, self.state.batches_done
-        cbs.call("on_validation_start")
-        cbs.call("on_validation_step_start")
+        cbs.call(Hook.ON_VALIDATION_START)
+        cbs.call(Hook.ON_VALIDATION_STEP_START)
         metrics = self.validation.run()  # numpy values, for callbacks
         plain = plain_metrics(metrics)
         self._last_validation = (done, plain)
         self.result.validation_metrics.append({"total_batches": done, "metrics": plain})
         improved = self._track_best(metrics)
-        cbs.call("on_validation_end", metrics)
-        cbs.call("on_validation_step_end", metrics)
+        cbs.call(Hook.ON_VALIDATION_END, metrics)
+        cbs.call(Hook.ON_VALIDATION_STEP_END, metrics)
         return improved
 
     def _track_best(self, metrics: Dict[str, Any]) -> bool:
@@ -445,134 +461,12 @@ class TrialController:
         return True
 
     # --- checkpoints ------------------------------------------------------------------------
-    def _checkpoint_on_disk(self) -> None:
-        """Wait for the last checkpoint's background flush, then announce it (chief only)."""
-        checkpoint_uuid = self._flush.wait()
-        if checkpoint_uuid is not None:
-            self.callbacks.call("on_checkpoint_upload_end", checkpoint_uuid)
-
     def _save_checkpoint(self, done: int) -> None:
-        if self._last_checkpoint_batch == done:
+        if self._writer.last_batch == done:
             return
-        self._checkpoint_on_disk()
-        ctx, harness = self.context, self.harness
-        state = {
-            "context": harness.state_dict(),
-            "callbacks": self.callbacks.state_dict(),
-            "rng": self.dist.allgather(_rng.capture_rng_state()),
-            "trainer": {
-                "total_batches": done,
-                "trial_seed": harness.trial_seed,
-                "best_validation": self.state.best_validation,
-                "world_size": self.dist.size,
-            },
-        }
         last = self._last_validation
         metrics = last[1] if last and last[0] == done else None
-        path = uuid = None
-        if self.dist.is_chief:
-            self.callbacks.call("on_checkpoint_save_start", state)
-            info = self.harness.trial_info  # the store's ids (a plain-Python run's local record too)
-            metadata = {
-                "trial_id": info.trial_id,
-                "experiment_id": info.experiment_id,
-                "total_batches": done,
-                "epochs": done / self.plan.epoch_length,
-                "framework": f"torch-{torch.__version__}",
-                "determined_lite_version": determined_lite.__version__,
-                "hparams": ctx.get_hparams(),
-                "experiment_config": ctx.get_experiment_config(),
-                "trial_class": f"{type(self.trial).__module__}:{type(self.trial).__qualname__}",
-                "trial_seed": harness.trial_seed,
-                "aggregation_frequency": self.plan.aggregation_frequency,
-                "validation_metrics": metrics,
-                "created": time.time(),
-                STORE_KEY: info.store_path,
-            }
-            # Written complete and renamed into place now; flushed to disk while training goes on,
-            # and announced with on_checkpoint_upload_end at the next report, checkpoint or end.
-            uuid, path = _checkpoint.write_checkpoint(
-                self.spec.checkpoint_root, state, metadata, self.spec.code_source, durable=False
-            )
-            self.callbacks.call("on_checkpoint_write_end", path)
-            self.callbacks.call("on_checkpoint_end", path)
-            self._flush.start(uuid, path)
-        uuid, path = self.dist.broadcast((uuid, path)) if self.dist.size > 1 else (uuid, path)
-        self._last_checkpoint_batch = done
+        uuid, path = self._writer.save(done, metrics)
         self.result.checkpoints.append(
             {"uuid": uuid, "path": path, "total_batches": done, "metrics": metrics}
         )
-
-    def _restore(self, path: str) -> Tuple[int, str, Optional[Dict[str, Any]]]:
-        self.callbacks.call("on_before_load_checkpoint", path)
-        if _determined_ckpt.is_determined_checkpoint(path):
-            return self._load_determined(path, warm=False)
-        state, metadata = _checkpoint.read_checkpoint(path, map_location="cpu")
-        self.callbacks.call("on_checkpoint_load_start", state)
-        self.harness.load_state_dict(state["context"])
-        self.callbacks.load_state_dict(state.get("callbacks", {}))
-        trainer = state["trainer"]
-        self.harness.trial_seed = trainer["trial_seed"]
-        self.state.best_validation = self.result.best_validation = trainer.get("best_validation")
-        rng = state["rng"]
-        start = trainer["total_batches"]
-        self._last_checkpoint_batch = start
-        logger.info("resuming from checkpoint %s at batch %d", path, start)
-        return (
-            start,
-            metadata.get("uuid", os.path.basename(os.path.normpath(path))),
-            rng[self.dist.rank % len(rng)],
-        )
-
-    def _warm_start(self, path: str) -> Tuple[str, Optional[Dict[str, Any]]]:
-        """Start a new trial from ``path`` as Determined's warm start does (the source checkpoint
-        is loaded like the trial's own latest one, with the trial's progress at batch 0): weights,
-        optimizer, LR scheduler and scaler states, callbacks' states and random states."""
-        self.callbacks.call("on_before_load_checkpoint", path)
-        if _determined_ckpt.is_determined_checkpoint(path):
-            _, checkpoint_uuid, rng = self._load_determined(path, warm=True)
-            return checkpoint_uuid, rng
-        state, metadata = _checkpoint.read_checkpoint(path, map_location="cpu")
-        self.callbacks.call("on_checkpoint_load_start", state)
-        self.harness.load_state_dict(state["context"])
-        for wrapped in self.harness.optimizers:
-            wrapped.steps = 0  # the new trial counts its own optimizer steps
-        self.callbacks.load_state_dict(state.get("callbacks", {}))
-        rng = state["rng"]
-        logger.info("warm start from checkpoint %s", path)
-        return metadata.get("uuid", os.path.basename(os.path.normpath(path))), rng[self.dist.rank % len(rng)]
-
-    def _load_determined(self, path: str, warm: bool) -> Tuple[int, str, Optional[Dict[str, Any]]]:
-        """Load a checkpoint written by Determined (``_determined_ckpt``); resuming continues at
-        its ``batches_trained``, a warm start at batch 0."""
-        ckpt = _determined_ckpt.read_determined_checkpoint(path)
-        self.callbacks.call("on_checkpoint_load_start", ckpt.state)
-        harness = self.harness
-        start = 0 if warm else ckpt.batches_trained
-        self.harness.load_state_dict(
-            _determined_ckpt.context_state(
-                ckpt,
-                models=len(harness.models),
-                optimizers=len(harness.optimizers),
-                lr_schedulers=len(harness.lr_schedulers),
-                scalers=len(harness.precision.scalers),
-                amp_scaler=harness.precision.amp_scaler is not None,
-                optimizer_steps=start // self.state.aggregation_frequency,
-            )
-        )
-        self.callbacks.load_state_dict(ckpt.state.get("callbacks") or {})
-        self._last_checkpoint_batch = None if warm else start
-        logger.info(
-            "%s Determined checkpoint %s%s",
-            "warm start from" if warm else "resuming from",
-            path,
-            "" if warm else f" at batch {start}",
-        )
-        return start, ckpt.uuid, _determined_ckpt.rng_state(ckpt)
-
-
-def _resume_batches(path: str) -> int:
-    """Batches trained in the checkpoint at ``path`` (det-lite's or Determined's)."""
-    if _determined_ckpt.is_determined_checkpoint(path):
-        return _determined_ckpt.batches_trained(path)
-    return _checkpoint.checkpoint_batches(path)

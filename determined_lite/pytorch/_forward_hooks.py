@@ -12,15 +12,15 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
-from determined_lite.pytorch._callback import CallbackList
+from determined_lite.pytorch._hooks import Hook, HookDispatcher
 
-BEFORE, AFTER = "on_before_forward", "on_after_forward"
+BEFORE, AFTER = Hook.ON_BEFORE_FORWARD, Hook.ON_AFTER_FORWARD
 
 
 class ForwardHooks:
     """The forward hooks of one run; ``remove()`` takes them off the models again."""
 
-    def __init__(self, models: Sequence[torch.nn.Module], callbacks: CallbackList) -> None:
+    def __init__(self, models: Sequence[torch.nn.Module], callbacks: HookDispatcher) -> None:
         self._handles: List[Any] = []
         for model in models:
             if callbacks.has(BEFORE):
@@ -41,14 +41,14 @@ class ForwardHooks:
         self._handles = []
 
 
-def _before(model: torch.nn.Module, callbacks: CallbackList) -> Any:
+def _before(model: torch.nn.Module, callbacks: HookDispatcher) -> Any:
     def hook(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
         callbacks.call(BEFORE, model, args, kwargs)
 
     return hook
 
 
-def _after(model: torch.nn.Module, callbacks: CallbackList) -> Any:
+def _after(model: torch.nn.Module, callbacks: HookDispatcher) -> Any:
     def hook(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any) -> None:
         callbacks.call(AFTER, model, output)
 

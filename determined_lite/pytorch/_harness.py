@@ -16,8 +16,8 @@ import torch
 
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext
-from determined_lite.pytorch._callback import CallbackList, PyTorchCallback
 from determined_lite.pytorch._compile import strip_compile_prefix
+from determined_lite.pytorch._hooks import HookDispatcher, NoCallbacks
 from determined_lite.pytorch._lr_scheduler import LRScheduler, LRStepper
 from determined_lite.pytorch._precision import Precision
 from determined_lite.pytorch._reducer import WrappedReducer
@@ -103,7 +103,7 @@ class TrialHarness:
         self.average_aggregated_gradients = average_aggregated_gradients
         self.trial_seed = trial_seed  # restored from a checkpoint on resume
         self.precision = Precision(device)
-        self.callbacks = CallbackList([], is_chief=distributed.is_chief)  # installed by the loop
+        self.callbacks: HookDispatcher = NoCallbacks()  # the loop installs its CallbackList
         self.models: List[torch.nn.Module] = []
         self.optimizers: List[WrappedOptimizer] = []
         self.lr = LRStepper(self.optimizer_steps)
@@ -111,7 +111,8 @@ class TrialHarness:
         self.auto_to_device = True
         self.dataset_checks = True
         self.stop_requested = False
-        self.profiler: Optional[PyTorchCallback] = None  # context.set_profiler; a core callback of fit
+        # context.set_profiler's torch.profiler.profile arguments; fit runs callbacks.Profiler with them
+        self.profiler_kwargs: Optional[Dict[str, Any]] = None
         self.tensorboard_logging = True  # context.set_enable_tensorboard_logging: metrics to TensorBoard
         self.tensorboard_writer: Optional[Any] = None  # context.get_tensorboard_writer; closed by init()
 
@@ -136,6 +137,16 @@ class TrialHarness:
     def reset_reducers(self, training: bool) -> None:
         for r in self.reducers_for(training):
             r.reducer.reset()
+
+    def wrapped_counts(self) -> Dict[str, int]:
+        """How many models, optimizers, LR schedulers and scalers the trial wrapped (what a
+        Determined checkpoint's state is matched against)."""
+        return {
+            "models": len(self.models),
+            "optimizers": len(self.optimizers),
+            "lr_schedulers": len(self.lr_schedulers),
+            "scalers": len(self.precision.scalers),
+        }
 
     # --- checkpoint state -------------------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:

@@ -120,14 +120,7 @@ def _load_determined(
     )
     trial = trial_class(context, **(trial_kwargs or {}))
     harness = context.harness
-    state = _determined_ckpt.context_state(
-        ckpt,
-        models=len(harness.models),
-        optimizers=len(harness.optimizers),
-        lr_schedulers=len(harness.lr_schedulers),
-        scalers=len(harness.precision.scalers),
-        amp_scaler=False,
-        optimizer_steps=0,
-    )
+    counts = harness.wrapped_counts()
+    state = _determined_ckpt.context_state(ckpt, **counts, amp_scaler=False, optimizer_steps=0)
     harness.load_state_dict(state, strict=False)
     return trial

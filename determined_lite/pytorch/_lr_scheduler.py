@@ -8,6 +8,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from determined_lite.pytorch._hooks import Hook, HookDispatcher
+
 
 class LRScheduler:
     """Wraps a torch LR scheduler; the harness calls ``step()`` as ``step_mode`` says.
@@ -116,14 +118,16 @@ class LRStepper:
         return [s for s in self.schedulers if s.step_mode is mode]
 
     def after_optimizer_step(
-        self, is_its_optimizer: Callable[[Any], bool], steps: int, callbacks: Any
+        self, is_its_optimizer: Callable[[Any], bool], steps: int, callbacks: HookDispatcher
     ) -> None:
         """STEP_EVERY_OPTIMIZER_STEP: an optimizer stepped for the ``steps``-th time."""
         for sched in self._with_mode(LRScheduler.StepMode.STEP_EVERY_OPTIMIZER_STEP):
             if is_its_optimizer(sched.optimizer) and steps % sched.frequency == 0:
                 self.step(sched, callbacks)
 
-    def after_step_window(self, last_batch_idx: int, aggregation_frequency: int, callbacks: Any) -> None:
+    def after_step_window(
+        self, last_batch_idx: int, aggregation_frequency: int, callbacks: HookDispatcher
+    ) -> None:
         """STEP_EVERY_BATCH, after the optimizer step that ends a window of k batches.
 
         The steps due on the window's k batches are taken after its optimizer step, as in
@@ -136,14 +140,14 @@ class LRStepper:
                 if (i + 1) % sched.frequency == 0:
                     self.step(sched, callbacks)
 
-    def after_epoch(self, epochs_done: int, callbacks: Any) -> None:
+    def after_epoch(self, epochs_done: int, callbacks: HookDispatcher) -> None:
         """STEP_EVERY_EPOCH: ``epochs_done`` epochs are complete."""
         for sched in self._with_mode(LRScheduler.StepMode.STEP_EVERY_EPOCH):
             if epochs_done % sched.frequency == 0:
                 self.step(sched, callbacks)
 
-    def step(self, sched: LRScheduler, callbacks: Any) -> None:
-        callbacks.call("on_before_scheduler_step", sched)
+    def step(self, sched: LRScheduler, callbacks: HookDispatcher) -> None:
+        callbacks.call(Hook.ON_BEFORE_SCHEDULER_STEP, sched)
         if self._steps_of(getattr(sched, "optimizer", None)) == 0:
             # STEP_EVERY_BATCH/EPOCH may legitimately step before the first optimizer step
             # (e.g. under gradient aggregation); torch's ordering warning is noise here.
@@ -152,4 +156,4 @@ class LRStepper:
                 sched.step()
         else:
             sched.step()
-        callbacks.call("on_after_scheduler_step", sched)
+        callbacks.call(Hook.ON_AFTER_SCHEDULER_STEP, sched)

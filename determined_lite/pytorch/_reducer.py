@@ -13,6 +13,7 @@ is an ``np.float64`` (a Python float, so it can be the searcher metric), a large
 from __future__ import annotations
 
 import abc
+import dataclasses
 import enum
 import itertools
 import json
@@ -269,13 +270,52 @@ def _reducer_for(reducers: Union[Reducer, Mapping[str, Reducer]], name: str) -> 
 def check_evaluation_reducer(reducers: Any) -> Union[Reducer, Dict[str, Reducer]]:
     """Validate what ``evaluation_reducer()`` returned."""
     if isinstance(reducers, Reducer):
+        reducer_kind(reducers)
         return reducers
     if isinstance(reducers, Mapping) and all(isinstance(r, Reducer) for r in reducers.values()):
+        for r in reducers.values():
+            reducer_kind(r)
         return dict(reducers)
     raise TypeError(
         "evaluation_reducer() must return a determined_lite.pytorch.Reducer or a dict of metric "
         f"names to Reducers, got {reducers!r}"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReducerKind:
+    """How one ``Reducer`` reduces a metric: ``per_slot(values, lengths)`` gives a worker's
+    (value, weight) from its per-batch values and batch lengths, ``merge`` combines two workers'
+    values, and a ``mean`` divides the merged value by the summed weights at the end."""
+
+    per_slot: Callable[[np.ndarray, np.ndarray], Tuple[np.ndarray, Optional[float]]]
+    merge: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    mean: bool = False
+
+
+def _weighted_sum(arr: np.ndarray, lengths: np.ndarray) -> Tuple[np.ndarray, Optional[float]]:
+    w = lengths.reshape((-1,) + (1,) * (arr.ndim - 1))
+    return (arr * w).sum(axis=0), float(w.sum())
+
+
+# The one table of reducer kinds: a Reducer member missing here is an error, never a default.
+REDUCER_KINDS: Dict[Reducer, ReducerKind] = {
+    Reducer.AVG: ReducerKind(_weighted_sum, np.add, mean=True),
+    Reducer.BATCH_AVG: ReducerKind(lambda arr, n: (arr.sum(axis=0), float(len(arr))), np.add, mean=True),
+    Reducer.SUM: ReducerKind(lambda arr, n: (arr.sum(axis=0), None), np.add),
+    Reducer.MAX: ReducerKind(lambda arr, n: (arr.max(axis=0), None), np.maximum),
+    Reducer.MIN: ReducerKind(lambda arr, n: (arr.min(axis=0), None), np.minimum),
+}
+
+
+def reducer_kind(kind: Reducer) -> ReducerKind:
+    """The table's entry for ``kind``; a kind it lacks raises :class:`ReducerTypeError`."""
+    try:
+        return REDUCER_KINDS[kind]
+    except (KeyError, TypeError):
+        raise ReducerTypeError(
+            f"unknown reducer kind {kind!r}; the reducer kinds are {[r.name for r in REDUCER_KINDS]}"
+        ) from None
 
 
 def validation_partial(
@@ -289,18 +329,8 @@ def validation_partial(
         kind = _reducer_for(reducers, name)
         rows = [(m[name], n) for m, n in zip(batch_metrics, batch_lengths) if name in m]
         arr = stack_values([v for v, _ in rows], name, "validation")
-        if kind is Reducer.AVG:
-            w = np.asarray([n for _, n in rows], dtype=np.float64)
-            w = w.reshape((-1,) + (1,) * (arr.ndim - 1))
-            partial[name] = (kind, (arr * w).sum(axis=0), float(w.sum()))
-        elif kind is Reducer.BATCH_AVG:
-            partial[name] = (kind, arr.sum(axis=0), float(len(rows)))
-        elif kind is Reducer.SUM:
-            partial[name] = (kind, arr.sum(axis=0), None)
-        elif kind is Reducer.MAX:
-            partial[name] = (kind, arr.max(axis=0), None)
-        else:
-            partial[name] = (kind, arr.min(axis=0), None)
+        lengths = np.asarray([n for _, n in rows], dtype=np.float64)
+        partial[name] = (kind, *reducer_kind(kind).per_slot(arr, lengths))
     return partial
 
 
@@ -312,19 +342,13 @@ def validation_cross_slot(partials: List[Dict[str, Any]]) -> Dict[str, Any]:
             if name not in merged:
                 merged[name] = [kind, value, weight]
                 continue
-            acc = merged[name]
-            if kind in (Reducer.AVG, Reducer.BATCH_AVG):
-                acc[1] = acc[1] + value
+            acc, spec = merged[name], reducer_kind(kind)
+            acc[1] = spec.merge(acc[1], value)
+            if spec.mean:
                 acc[2] = acc[2] + weight
-            elif kind is Reducer.SUM:
-                acc[1] = acc[1] + value
-            elif kind is Reducer.MAX:
-                acc[1] = np.maximum(acc[1], value)
-            else:
-                acc[1] = np.minimum(acc[1], value)
     out = {}
     for name, (kind, value, weight) in merged.items():
-        if kind in (Reducer.AVG, Reducer.BATCH_AVG):
+        if reducer_kind(kind).mean:
             value = value / weight if weight else np.full_like(value, np.nan)
         out[name] = reduced_value(np.asarray(value))
     return out

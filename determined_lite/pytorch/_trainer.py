@@ -137,14 +137,14 @@ def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
 
 def _profiler(ctx: PyTorchTrialContext, settings: TrainingSettings) -> Optional[PyTorchCallback]:
     """The trial's ``context.set_profiler``, else the config's ``profiling`` section, else None."""
-    if ctx.harness.profiler is not None:
-        if settings.profiling_enabled:
-            logger.info("profiling: the trial called context.set_profiler(); the config's section is unused")
-        return ctx.harness.profiler
-    if not settings.profiling_enabled:
-        return None
     from determined_lite.pytorch.callbacks import Profiler
 
+    if ctx.harness.profiler_kwargs is not None:
+        if settings.profiling_enabled:
+            logger.info("profiling: the trial called context.set_profiler(); the config's section is unused")
+        return Profiler(**ctx.harness.profiler_kwargs)
+    if not settings.profiling_enabled:
+        return None
     return Profiler(settings.profiling_begin_on_batch, settings.profiling_end_after_batch)
 
 

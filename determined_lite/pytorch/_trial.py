@@ -10,7 +10,8 @@ import torch
 
 from determined_lite._errors import DataLengthError
 from determined_lite.pytorch._callback import PyTorchCallback
-from determined_lite.pytorch._context import PyTorchTrialContext, TorchData
+from determined_lite.pytorch._context import PyTorchTrialContext
+from determined_lite.pytorch._device import TorchData
 from determined_lite.pytorch._reducer import Reducer
 
 

@@ -16,6 +16,8 @@ from determined_lite.config._settings import TEST_MODE_VALIDATION_BATCHES
 from determined_lite.pytorch import _rng
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
+from determined_lite.pytorch._fetch import in_process_batches
+from determined_lite.pytorch._hooks import Hook
 from determined_lite.pytorch._reducer import (
     Reducer,
     merge_reducer_metrics,
@@ -23,7 +25,6 @@ from determined_lite.pytorch._reducer import (
     validation_cross_slot,
     validation_partial,
 )
-from determined_lite.pytorch._sharding import in_process_batches
 from determined_lite.pytorch._trial import PyTorchTrial
 
 
@@ -118,14 +119,14 @@ class Validation:
         limit = TEST_MODE_VALIDATION_BATCHES if self.test_mode else None
         outputs: List[Dict[str, Any]] = []
         lengths: List[int] = []
-        cbs.call("on_validation_epoch_start")
+        cbs.call(Hook.ON_VALIDATION_EPOCH_START)
         for idx, batch in enumerate(batches):
             if limit is not None and idx >= limit:
                 break
             lengths.append(trial.get_batch_length(batch))
             if self.harness.auto_to_device:
                 batch = self.context.to_device(batch)
-            cbs.call("on_validation_batch_start", batch, idx)
+            cbs.call(Hook.ON_VALIDATION_BATCH_START, batch, idx)
             if self.mode.takes_batch_idx:
                 out = trial.evaluate_batch(batch, idx)  # type: ignore[call-arg]
             else:
@@ -135,9 +136,9 @@ class Validation:
                     f"{type(trial).__name__}.evaluate_batch() must return a dict of metric names "
                     f"to values, got {type(out).__name__}"
                 )
-            cbs.call("on_validation_batch_end", out, idx)
+            cbs.call(Hook.ON_VALIDATION_BATCH_END, out, idx)
             outputs.append(out)
-        cbs.call("on_validation_epoch_end", outputs)
+        cbs.call(Hook.ON_VALIDATION_EPOCH_END, outputs)
         reducers = self.harness.reducers_for(training=False)
         partial = validation_partial(outputs, lengths, self.reducer_kinds)
         gathered = self.dist.allgather(

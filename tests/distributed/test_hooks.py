@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 import pytest
 
 from determined_lite import pytorch
-from determined_lite.pytorch._callback import CHIEF_ONLY_HOOKS, HOOKS
+from determined_lite.pytorch._hooks import CHIEF_ONLY_HOOKS, HOOKS
 from tests.distributed._helpers import BACKENDS, TRIAL_SEED, describe, run
 from tests.fixtures.dist_trials import read_records
 from tests.fixtures.hook_trials import HookTrial

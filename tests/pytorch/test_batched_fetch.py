@@ -12,12 +12,8 @@ import pytest
 import torch
 
 from determined_lite import pytorch
-from determined_lite.pytorch._sharding import (
-    Sharding,
-    _BatchedTensorDataset,
-    fetches_batches,
-    in_process_batches,
-)
+from determined_lite.pytorch._fetch import BatchedTensorDataset, fetches_batches, in_process_batches
+from determined_lite.pytorch._sharding import Sharding
 
 
 def _data(n: int = 23) -> torch.utils.data.TensorDataset:
@@ -50,8 +46,8 @@ def test_training_batches_are_those_of_item_by_item_reading(shuffle, drop_last, 
         kwargs = dict(seed=11, rank=rank, num_replicas=num_replicas, start_batch=start_batch)
         fast = loader.sharding.training_loader(**kwargs)
         slow = _per_item(loader).training_loader(**kwargs)
-        assert isinstance(fast.dataset, _BatchedTensorDataset)
-        assert not isinstance(slow.dataset, _BatchedTensorDataset)
+        assert isinstance(fast.dataset, BatchedTensorDataset)
+        assert not isinstance(slow.dataset, BatchedTensorDataset)
         # Three epochs' worth of the infinite stream (crossing epoch boundaries).
         _same(list(itertools.islice(fast, 17)), list(itertools.islice(slow, 17)))
 

@@ -14,8 +14,9 @@ import torch
 
 from determined_lite import pytorch
 from determined_lite.pytorch import _checkpoint
-from determined_lite.pytorch._callback import HOOK_TABLE, HOOKS, CallbackList, PyTorchCallback
+from determined_lite.pytorch._callback import CallbackList, PyTorchCallback
 from determined_lite.pytorch._forward_hooks import ForwardHooks
+from determined_lite.pytorch._hooks import HOOK_TABLE, HOOKS, Hook
 from tests.fixtures.cb_trial import GAMMA, LR, W0, AllHooksRecorder, Recorder, batch_xs, fit_cb_trial
 from tests.fixtures.linear import expected_weights
 
@@ -50,9 +51,21 @@ def test_hook_table_names_every_hook_once_and_where_it_is_called() -> None:
         obj: Any = importlib.import_module(f"determined_lite.pytorch.{module_name}")
         for part in attr.split(".") if attr else []:
             obj = getattr(obj, part)
-        assert f'"{hook.name}"' in inspect.getsource(obj), f"{hook.name} is not called in {hook.where}"
+        fired = f"Hook.{hook.hook.name}" in inspect.getsource(obj)
+        assert fired, f"{hook.name} is not called in {hook.where}"
         if hook.alias_of:
             assert hook.alias_of in HOOKS
+
+
+def test_the_hook_enum_the_table_and_the_loop_agree() -> None:
+    # One enum names the hooks in firing order; the table has one row per member, in that
+    # order; the loop's modules fire hooks by member only (no hook name as a string).
+    assert [spec.hook for spec in HOOK_TABLE] == list(Hook)
+    assert HOOKS == tuple(hook.value for hook in Hook)
+    for module_name in {spec.where.split(".")[0] for spec in HOOK_TABLE}:
+        source = inspect.getsource(importlib.import_module(f"determined_lite.pytorch.{module_name}"))
+        for hook in Hook:
+            assert f'"{hook.value}"' not in source, f"{module_name} names {hook.value} as a string"
 
 
 def test_hook_order_of_a_real_run_is_the_table_order() -> None:

@@ -492,7 +492,8 @@ def test_checkpoint_save_start_may_add_keys_seen_again_on_load() -> None:
 
 
 def test_chief_only_hooks_skipped_on_other_workers() -> None:
-    from determined_lite.pytorch._callback import CHIEF_ONLY_HOOKS, CallbackList
+    from determined_lite.pytorch._callback import CallbackList
+    from determined_lite.pytorch._hooks import CHIEF_ONLY_HOOKS, Hook
 
     assert CHIEF_ONLY_HOOKS == {
         "on_checkpoint_save_start",
@@ -503,17 +504,17 @@ def test_chief_only_hooks_skipped_on_other_workers() -> None:
     for is_chief in (True, False):
         rec = Recorder("r", [])
         cbs = CallbackList([("r", rec)], is_chief=is_chief)
-        cbs.call("on_checkpoint_save_start", {})
-        cbs.call("on_checkpoint_write_end", "/x")
-        cbs.call("on_checkpoint_upload_end", "u")
-        cbs.call("on_train_batch_end", {}, 0)
+        cbs.call(Hook.ON_CHECKPOINT_SAVE_START, {})
+        cbs.call(Hook.ON_CHECKPOINT_WRITE_END, "/x")
+        cbs.call(Hook.ON_CHECKPOINT_UPLOAD_END, "u")
+        cbs.call(Hook.ON_TRAIN_BATCH_END, {}, 0)
         expected = (
             ["on_checkpoint_save_start", "on_checkpoint_write_end", "on_checkpoint_upload_end"]
             if is_chief
             else []
         )
         assert rec.hooks() == expected + ["on_train_batch_end"]
-        assert cbs.has("on_checkpoint_write_end") is is_chief
+        assert cbs.has(Hook.ON_CHECKPOINT_WRITE_END) is is_chief
 
 
 def test_callback_list_rejects_duplicate_names_and_non_callbacks() -> None:

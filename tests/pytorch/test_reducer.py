@@ -21,9 +21,13 @@ import numpy as np
 import pytest
 import torch
 
+from determined_lite._errors import ReducerTypeError
 from determined_lite.pytorch import MetricReducer, Reducer
 from determined_lite.pytorch._reducer import (
+    REDUCER_KINDS,
+    check_evaluation_reducer,
     plain_metrics,
+    reducer_kind,
     to_json_metric,
     validation_cross_slot,
     validation_partial,
@@ -98,6 +102,27 @@ def test_unit_partial_matches_hand_values() -> None:
         Reducer.MIN: {"m": 0.5},
         Reducer.MAX: {"m": 16.0},
     }
+
+
+def test_the_reducer_kind_table_covers_every_reducer_and_nothing_else() -> None:
+    assert set(REDUCER_KINDS) == set(Reducer)
+    for kind in Reducer:
+        assert reducer_kind(kind) is REDUCER_KINDS[kind]
+
+
+def test_an_unknown_reducer_kind_is_an_error_never_min(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ReducerTypeError, match="unknown reducer kind 'median'"):
+        reducer_kind("median")  # type: ignore[arg-type]
+    # A member the table lacks (a kind added to Reducer but not to the table) fails everywhere
+    # it is used: when evaluation_reducer() is checked, and in both reduction steps.
+    monkeypatch.delitem(REDUCER_KINDS, Reducer.MAX)
+    with pytest.raises(ReducerTypeError, match="unknown reducer kind"):
+        check_evaluation_reducer({"m": Reducer.MAX})
+    with pytest.raises(ReducerTypeError, match="unknown reducer kind"):
+        validation_partial([{"m": v} for v in BATCH_VALUES], BATCH_LENGTHS, Reducer.MAX)
+    partial = {"m": (Reducer.MAX, np.float64(1.0), None)}
+    with pytest.raises(ReducerTypeError, match="unknown reducer kind"):
+        validation_cross_slot([partial, partial])
 
 
 class _PerMetric(IdTrial):

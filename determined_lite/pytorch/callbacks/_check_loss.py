@@ -7,6 +7,7 @@ from typing import Any, Optional
 import torch
 
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._context import PyTorchTrialContext
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -25,7 +26,7 @@ class CheckLoss(PyTorchCallback):
         self._batch_idx: Optional[int] = None
         self._rank = 0
 
-    def setup(self, context: Any) -> None:
+    def setup(self, context: PyTorchTrialContext) -> None:
         self._rank = context.distributed.rank
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._context import PyTorchTrialContext
 
 logger = logging.getLogger("determined_lite")
 
@@ -57,7 +58,7 @@ class EarlyStopping(PyTorchCallback):
         self.stopped_at: Optional[int] = None  # the batch training stopped at
         self._context: Any = None
 
-    def setup(self, context: Any) -> None:
+    def setup(self, context: PyTorchTrialContext) -> None:
         self._context = context
 
     def improves(self, value: float) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch.callbacks._scalars import ScalarWriter
 
 
@@ -21,7 +22,7 @@ class LRMonitor(PyTorchCallback):
         self._context: Any = None
         self._writer = ScalarWriter()
 
-    def setup(self, context: Any) -> None:
+    def setup(self, context: PyTorchTrialContext) -> None:
         self._context = context
         self._writer.bind(context)
 

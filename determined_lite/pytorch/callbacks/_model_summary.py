@@ -9,6 +9,7 @@ from typing import Any, List
 import torch
 
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._harness import unwrap
 
 logger = logging.getLogger("determined_lite")
@@ -55,7 +56,7 @@ class ModelSummary(PyTorchCallback):
         self.summaries: List[ModelStats] = []
         self._context: Any = None
 
-    def setup(self, context: Any) -> None:
+    def setup(self, context: PyTorchTrialContext) -> None:
         self._context = context
 
     def on_training_start(self) -> None:

@@ -9,6 +9,7 @@ import logging
 from typing import Any, Callable, Dict, Optional
 
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._context import PyTorchTrialContext
 
 logger = logging.getLogger("determined_lite")
 
@@ -68,7 +69,7 @@ class Profiler(PyTorchCallback):
         self._dir: Optional[str] = None
         self._profile: Any = None
 
-    def setup(self, context: Any) -> None:
+    def setup(self, context: PyTorchTrialContext) -> None:
         path = context.get_tensorboard_path()
         self._dir = self.dirname or (None if path is None else str(path))
         if not self._dir:

@@ -7,6 +7,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._trial import data_length
 from determined_lite.pytorch.callbacks._scalars import ScalarWriter
 
@@ -47,7 +48,7 @@ class Throughput(PyTorchCallback):
         self._samples = 0
         self._batch_samples: Optional[int] = 0
 
-    def setup(self, context: Any) -> None:
+    def setup(self, context: PyTorchTrialContext) -> None:
         self._context = context
         self._workers = context.distributed.size
         self._writer.bind(context)

@@ -1,0 +1,109 @@
+"""Saving a trial's checkpoints from the loop: the state every worker contributes, the metadata
+and the write on the chief, the background flush, and the hooks that announce each step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+import determined_lite
+from determined_lite.pytorch import _checkpoint, _rng
+from determined_lite.pytorch._callback import CallbackList
+from determined_lite.pytorch._context import PyTorchTrialContext
+from determined_lite.pytorch._hooks import Hook
+from determined_lite.pytorch._schedule import Plan
+from determined_lite.storage import STORE_KEY
+
+logger = logging.getLogger("determined_lite")
+
+
+class CheckpointWriter:
+    """Writes one trial's checkpoints (on the chief), flushes each to disk in the background
+    while training goes on, and announces it (``on_checkpoint_upload_end``) once on disk."""
+
+    def __init__(
+        self,
+        context: PyTorchTrialContext,
+        callbacks: CallbackList,
+        plan: Plan,
+        trial_class: str,
+        root: str,
+        code_source: Optional[str],
+    ) -> None:
+        self.context = context
+        self.harness = context.harness
+        self.dist = context.distributed
+        self.callbacks = callbacks
+        self.plan = plan
+        self.trial_class = trial_class  # module:qualname, in the metadata
+        self.root = root
+        self.code_source = code_source
+        self.last_batch: Optional[int] = None  # the batch of the last checkpoint written or resumed
+        self._flush = _checkpoint.BackgroundFlush()
+
+    def on_disk(self) -> None:
+        """Wait for the last checkpoint's background flush, then announce it (chief only)."""
+        checkpoint_uuid = self._flush.wait()
+        if checkpoint_uuid is not None:
+            self.callbacks.call(Hook.ON_CHECKPOINT_UPLOAD_END, checkpoint_uuid)
+
+    def close(self) -> None:
+        self._flush.close()
+
+    def save(self, done: int, metrics: Optional[Dict[str, Any]]) -> Tuple[Optional[str], Optional[str]]:
+        """Checkpoint the trial after ``done`` batches (``metrics``: the validation at ``done``);
+        every worker calls it and gets the checkpoint's (uuid, path)."""
+        self.on_disk()
+        state = self._state(done)
+        uuid = path = None
+        if self.dist.is_chief:
+            self.callbacks.call(Hook.ON_CHECKPOINT_SAVE_START, state)
+            # Written complete and renamed into place now; flushed to disk while training goes on,
+            # and announced with on_checkpoint_upload_end at the next report, checkpoint or end.
+            uuid, path = _checkpoint.write_checkpoint(
+                self.root, state, self._metadata(done, metrics), self.code_source, durable=False
+            )
+            self.callbacks.call(Hook.ON_CHECKPOINT_WRITE_END, path)
+            self.callbacks.call(Hook.ON_CHECKPOINT_END, path)
+            self._flush.start(uuid, path)
+        uuid, path = self.dist.broadcast((uuid, path)) if self.dist.size > 1 else (uuid, path)
+        self.last_batch = done
+        return uuid, path
+
+    def _state(self, done: int) -> Dict[str, Any]:
+        """What a checkpoint holds: the harness's objects, callbacks, every worker's RNG state."""
+        harness = self.harness
+        return {
+            "context": harness.state_dict(),
+            "callbacks": self.callbacks.state_dict(),
+            "rng": self.dist.allgather(_rng.capture_rng_state()),
+            "trainer": {
+                "total_batches": done,
+                "trial_seed": harness.trial_seed,
+                "best_validation": harness.state.best_validation,
+                "world_size": self.dist.size,
+            },
+        }
+
+    def _metadata(self, done: int, metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        ctx, harness, plan = self.context, self.harness, self.plan
+        info = harness.trial_info  # the store's ids (a plain-Python run's local record too)
+        return {
+            "trial_id": info.trial_id,
+            "experiment_id": info.experiment_id,
+            "total_batches": done,
+            "epochs": done / plan.epoch_length,
+            "framework": f"torch-{torch.__version__}",
+            "determined_lite_version": determined_lite.__version__,
+            "hparams": ctx.get_hparams(),
+            "experiment_config": ctx.get_experiment_config(),
+            "trial_class": self.trial_class,
+            "trial_seed": harness.trial_seed,
+            "aggregation_frequency": plan.aggregation_frequency,
+            "validation_metrics": metrics,
+            "created": time.time(),
+            STORE_KEY: info.store_path,
+        }
