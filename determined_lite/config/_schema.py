@@ -8,6 +8,9 @@ Decisions where det-lite differs from (or has to choose within) Determined:
   or script before validation, and the launcher sets ``resources.distributed_backend`` (see
   ``_launcher.normalize_launcher``).
 
+- ``searcher``: the fields every searcher shares are ``SearcherSection`` (``_searcher.py``);
+  each searcher's own model sits beside it in ``determined_lite/searcher/``, whose registry
+  validates whole configs with their union (``searcher.validate_config``).
 - Every searcher needs a length: ``searcher.max_length`` as ``{batches|records|epochs: n}``
   with ``n >= 1`` (a bare integer, older Determined, is read as batches), or Determined's
   current form ``time_metric`` + ``max_time``: a ``time_metric`` of ``batches``, ``epochs`` or

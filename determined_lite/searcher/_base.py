@@ -95,29 +95,15 @@ class SearchMethod(abc.ABC):
 
     def __init__(self, settings: SearcherSettings, space: Mapping[str, Any], seed: int) -> None:
         self.settings = settings
+        self.metric = settings.metric  # the validation metric the runner must report
+        self.smaller_is_better = settings.smaller_is_better
+        self.unit = settings.unit  # of every ValidateAfter.length: batches, records or epochs
+        self.max_length = settings.max_length
         self.factory = TrialFactory(space, seed)
         self._started = False
         self._shutdown = False
 
     # ---- what the runner needs to know -------------------------------------------------------
-    @property
-    def metric(self) -> str:
-        """Name of the validation metric the runner must report."""
-        return self.settings.metric
-
-    @property
-    def smaller_is_better(self) -> bool:
-        return self.settings.smaller_is_better
-
-    @property
-    def unit(self) -> str:
-        """Unit of every ``ValidateAfter.length``: "batches", "records" or "epochs"."""
-        return self.settings.unit
-
-    @property
-    def max_length(self) -> int:
-        return self.settings.max_length
-
     @property
     @abc.abstractmethod
     def total_trials(self) -> Optional[int]:
