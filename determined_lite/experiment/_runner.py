@@ -84,7 +84,9 @@ class ExperimentRunner:
             self.config, self.metric, self.searcher_settings.smaller_is_better
         )
         pass_fds = (lock.fileno(),) if lock is not None else ()
-        self.launcher = TrialLauncher.of(store, experiment, self.searcher_settings, test_mode, pass_fds)
+        self.launcher = TrialLauncher.of(
+            store, experiment, self.settings, self.searcher_settings, test_mode, pass_fds
+        )
         self.searcher = make_searcher(
             self.searcher_settings, self.config["hyperparameters"], self.settings.experiment_seed
         )

@@ -60,11 +60,13 @@ class TrialLauncher:
         cls,
         store: Any,
         experiment: Mapping[str, Any],
+        settings: ExperimentSettings,
         searcher: SearcherSettings,
         test_mode: bool,
         pass_fds: Tuple[int, ...],
     ) -> "TrialLauncher":
-        """The launcher of a stored experiment (``store.get_experiment``), read from its config."""
+        """The launcher of a stored experiment (``store.get_experiment``) with the settings the
+        runner read from its config."""
         experiment_id, config = experiment["id"], experiment["config"]
         snapshot = context_snapshot_dir(experiment_id)
         return cls(
@@ -74,7 +76,7 @@ class TrialLauncher:
             context_dir=snapshot if os.path.isdir(snapshot) else experiment["context_dir"],
             run_dir=experiment_dir(experiment_id),
             store_path=store.path,
-            settings=ExperimentSettings.from_config(config),
+            settings=settings,
             searcher=searcher,
             training=TrainingSettings.from_config(config),  # carried by every WorkerSpec
             warm_start=warm_start_checkpoint(config, store),  # checked by experiment create

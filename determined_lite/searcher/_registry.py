@@ -39,8 +39,8 @@ SEARCHERS: Tuple[Type[SearchMethod], ...] = (
 
 _BY_NAME: Dict[str, Type[SearchMethod]] = {searcher.name: searcher for searcher in SEARCHERS}
 _ALL_FIELDS: FrozenSet[str] = frozenset(f for s in SEARCHERS for f in s.config.model_fields)
-NAMES = tuple(_BY_NAME)
-_EXPECTED = "expected " + " or ".join(filter(None, (", ".join(map(repr, NAMES[:-1])), repr(NAMES[-1]))))
+_QUOTED = [repr(name) for name in _BY_NAME]
+_EXPECTED = "expected " + " or ".join(filter(None, (", ".join(_QUOTED[:-1]), _QUOTED[-1])))  # 'a', 'b' or 'c'
 
 
 def searcher_class(name: str) -> Type[SearchMethod]:
@@ -54,7 +54,7 @@ def _check_name(value: Any) -> Type[SearchMethod]:
         raise FieldError((), f"expected a mapping, got {describe(value)}")
     name = value.get("name")
     if name is None:
-        raise FieldError(("name",), f"missing required field: one of {', '.join(map(repr, NAMES))}")
+        raise FieldError(("name",), f"missing required field: one of {', '.join(_QUOTED)}")
     if name in DETERMINED_ONLY_SEARCHERS:
         raise FieldError(
             ("name",), f"Determined's {name!r} searcher is not available in det-lite; {_EXPECTED}"
