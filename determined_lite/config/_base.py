@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime
 import math
-from typing import Annotated, Any, ClassVar, Tuple
+from typing import Annotated, Any, ClassVar, Dict, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictInt, model_validator
 
 from determined_lite.config._errors import FieldError, describe, unknown_field_message
 
@@ -90,3 +90,30 @@ def check_json(value: Any, loc: Tuple[Any, ...] = ()) -> None:
         f"expected a JSON value (string, number, boolean, null, list or mapping), "
         f"got {type(value).__name__} {describe(value)}",
     )
+
+
+LENGTH_UNITS = ("batches", "records", "epochs")
+
+
+def _length(value: Any, *, positive: bool) -> Optional[Dict[str, int]]:
+    """``{batches|records|epochs: n}`` (a bare ``n >= 1``: batches); ``{unit: 0}`` -> None."""
+    bound = "positive int" if positive else "int >= 0"
+    expected = f"expected {{batches|records|epochs: {bound}}}"
+    if positive and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return {"batches": value}  # older Determined: a bare number of batches
+    if not isinstance(value, dict) or len(value) != 1:
+        raise FieldError((), f"{expected}, got {describe(value)}")
+    ((unit, n),) = value.items()
+    ok = (
+        unit in LENGTH_UNITS
+        and isinstance(n, int)
+        and not isinstance(n, bool)
+        and n >= (1 if positive else 0)
+    )
+    if not ok:
+        raise FieldError((), f"{expected}, got {describe(value)}")
+    return {unit: n} if n else None
+
+
+MaxLength = Annotated[Dict[str, int], PlainValidator(lambda v: _length(v, positive=True))]
+Period = Annotated[Optional[Dict[str, int]], PlainValidator(lambda v: _length(v, positive=False))]

@@ -81,6 +81,9 @@ _UNUSED: Dict[Tuple[str, ...], FrozenSet[str]] = {
     ),
 }
 
+# Determined's searchers that det-lite does not run (named in the error a config using one gets).
+DETERMINED_ONLY_SEARCHERS = ("pbt", "custom", "async_halving", "adaptive", "adaptive_simple", "sync_halving")
+
 # Remote checkpoint storage types and their own fields (replaced by local storage).
 REMOTE_STORAGE: Dict[str, FrozenSet[str]] = {
     "s3": frozenset({"bucket", "access_key", "secret_key", "endpoint_url", "prefix"}),

@@ -78,7 +78,6 @@ _MISSING_HINTS = {
     "entrypoint": "missing required field: the trial class as 'package.module:TrialClass'",
     "hyperparameters": "missing required section: it must define at least global_batch_size",
     "searcher": "missing required section: {name, metric, max_length, ...}",
-    "searcher.name": "missing required field: one of 'single', 'grid', 'random', 'adaptive_asha'",
     "searcher.metric": "missing required field: the name of the validation metric to optimize",
     "searcher.max_length": "missing required field: {batches|records|epochs: positive int}",
 }

@@ -32,13 +32,6 @@ from determined_lite.config._errors import FieldError, describe, first_error
 class _Typed(Section):
     null_is_default: ClassVar[bool] = False
 
-    @model_validator(mode="after")
-    def _ordered_range(self) -> "_Typed":
-        low, high = getattr(self, "minval", None), getattr(self, "maxval", None)
-        if low is not None and high is not None and not low < high:
-            raise FieldError(("maxval",), f"must be greater than minval ({low}), got {high}")
-        return self
-
 
 class ConstHP(_Typed):
     label: ClassVar[str] = "a const hyperparameter's"
@@ -46,29 +39,37 @@ class ConstHP(_Typed):
     val: Any
 
 
-class IntHP(_Typed):
+class _Range(_Typed):
+    """An int, double or log range: ``minval < maxval``; ``count``: its grid points."""
+
+    type: str
+    minval: float
+    maxval: float
+    count: Optional[PositiveInt] = None
+
+    @model_validator(mode="after")
+    def _ordered_range(self) -> "_Range":
+        if not self.minval < self.maxval:
+            raise FieldError(("maxval",), f"must be greater than minval ({self.minval}), got {self.maxval}")
+        return self
+
+
+class IntHP(_Range):
     label: ClassVar[str] = "an int hyperparameter's"
     type: Literal["int"]
     minval: StrictInt
     maxval: StrictInt
-    count: Optional[PositiveInt] = None
 
 
-class DoubleHP(_Typed):
+class DoubleHP(_Range):
     label: ClassVar[str] = "a double hyperparameter's"
     type: Literal["double"]
-    minval: float
-    maxval: float
-    count: Optional[PositiveInt] = None
 
 
-class LogHP(_Typed):
+class LogHP(_Range):
     label: ClassVar[str] = "a log hyperparameter's"
     type: Literal["log"]
-    minval: float
-    maxval: float
     base: Annotated[float, Field(gt=0)] = 10.0
-    count: Optional[PositiveInt] = None
 
     @model_validator(mode="after")
     def _base_not_one(self) -> "LogHP":

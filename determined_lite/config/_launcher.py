@@ -194,16 +194,7 @@ def parse_launcher(argv: Sequence[str]) -> Tuple[str, Optional[str]]:
 def _launcher_trial(module: str, args: List[str]) -> str:
     """The ``--trial`` class (or the script's stored command) of ``python3 -m MODULE ARGS``,
     with Determined's argument rules."""
-    if "--" in args:
-        split = args.index("--")
-        overrides, args = args[:split], args[split + 1 :]
-        if overrides:
-            raise FieldError(
-                ("entrypoint",),
-                f"{' '.join(overrides)!r} before '--' overrides {_OVERRIDDEN_TOOL[module]}'s arguments on a "
-                f"Determined cluster; det-lite starts the workers itself from resources.* "
-                "(slots_per_trial, hosts, ddp_options): remove the overrides",
-            )
+    args = _without_overrides(module, args)
     allowed = sorted({"--trial"} | _CLUSTER_ONLY_FLAGS[module])
     trial: Optional[str] = None
     i = 0
@@ -212,17 +203,7 @@ def _launcher_trial(module: str, args: List[str]) -> str:
         if arg == "--trial" or arg.startswith("--trial="):
             if trial is not None:
                 raise FieldError(("entrypoint",), f"{module}: --trial is given twice")
-            if arg == "--trial":
-                if i + 1 >= len(args):
-                    raise FieldError(("entrypoint",), f"{module}: --trial needs 'package.module:TrialClass'")
-                i += 1
-                trial = args[i]
-            else:
-                trial = arg.split("=", 1)[1]
-            if not TRIAL_CLASS.fullmatch(trial):
-                raise FieldError(
-                    ("entrypoint",), f"{module}: --trial expects 'package.module:TrialClass', got {trial!r}"
-                )
+            trial, i = _trial_option(module, args, i)
         elif arg in _CLUSTER_ONLY_FLAGS[module]:
             pass  # only changes how Determined's cluster starts the workers
         elif arg.startswith("-"):
@@ -231,21 +212,56 @@ def _launcher_trial(module: str, args: List[str]) -> str:
                 f"{module}: unknown launcher option {arg!r} (det-lite accepts {', '.join(allowed)})",
             )
         else:
-            text = " ".join(shlex.quote(a) for a in args[i:])
-            if trial is not None:
-                raise FieldError(
-                    ("entrypoint",), f"{module}: extra arguments after --trial {trial}: {text!r}"
-                )
-            script = _script(args[i:])
-            if script is None:
-                raise FieldError(
-                    ("entrypoint",),
-                    f"{module} runs {text!r}, which det-lite cannot run: expected a Python script "
-                    "('python3 train.py [ARGS]', 'python3 -m package.module [ARGS]') or "
-                    "--trial package.module:TrialClass",
-                )
-            return script.command()
+            return _launched_script(module, args[i:], trial)
         i += 1
     if trial is None:
         raise FieldError(("entrypoint",), f"{module} needs --trial package.module:TrialClass")
     return trial
+
+
+def _without_overrides(module: str, args: List[str]) -> List[str]:
+    """``args`` after a ``--``; what comes before it (the launcher's own overrides) is an error."""
+    if "--" not in args:
+        return args
+    split = args.index("--")
+    overrides, args = args[:split], args[split + 1 :]
+    if overrides:
+        raise FieldError(
+            ("entrypoint",),
+            f"{' '.join(overrides)!r} before '--' overrides {_OVERRIDDEN_TOOL[module]}'s arguments on a "
+            f"Determined cluster; det-lite starts the workers itself from resources.* "
+            "(slots_per_trial, hosts, ddp_options): remove the overrides",
+        )
+    return args
+
+
+def _trial_option(module: str, args: List[str], i: int) -> Tuple[str, int]:
+    """The class of ``--trial CLASS`` or ``--trial=CLASS`` at ``args[i]``, and the index it ends at."""
+    if args[i] == "--trial":
+        if i + 1 >= len(args):
+            raise FieldError(("entrypoint",), f"{module}: --trial needs 'package.module:TrialClass'")
+        i += 1
+        trial = args[i]
+    else:
+        trial = args[i].split("=", 1)[1]
+    if not TRIAL_CLASS.fullmatch(trial):
+        raise FieldError(
+            ("entrypoint",), f"{module}: --trial expects 'package.module:TrialClass', got {trial!r}"
+        )
+    return trial, i
+
+
+def _launched_script(module: str, args: List[str], trial: Optional[str]) -> str:
+    """The stored command of the script the launcher runs (``args``: from its first word)."""
+    text = " ".join(shlex.quote(a) for a in args)
+    if trial is not None:
+        raise FieldError(("entrypoint",), f"{module}: extra arguments after --trial {trial}: {text!r}")
+    script = _script(args)
+    if script is None:
+        raise FieldError(
+            ("entrypoint",),
+            f"{module} runs {text!r}, which det-lite cannot run: expected a Python script "
+            "('python3 train.py [ARGS]', 'python3 -m package.module [ARGS]') or "
+            "--trial package.module:TrialClass",
+        )
+    return script.command()

@@ -10,6 +10,7 @@ from pydantic import Field, StrictBool, StrictStr, field_validator, model_valida
 from determined_lite.config._base import NonNegativeInt, Section
 from determined_lite.config._determined import determined_only_fields
 from determined_lite.config._errors import FieldError, describe
+from determined_lite.config._settings import DEFAULT_DISTRIBUTED_BACKEND
 
 
 def parse_host(entry: Any) -> Tuple[str, int]:
@@ -66,7 +67,7 @@ class ResourcesConfig(Section):
     determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("resources",)))
 
     slots_per_trial: NonNegativeInt = 1
-    distributed_backend: Literal["horovod", "torch"] = "horovod"
+    distributed_backend: Literal["horovod", "torch"] = DEFAULT_DISTRIBUTED_BACKEND
     hosts: Optional[List[StrictStr]] = None
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
 

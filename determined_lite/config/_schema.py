@@ -8,6 +8,9 @@ Decisions where det-lite differs from (or has to choose within) Determined:
   or script before validation, and the launcher sets ``resources.distributed_backend`` (see
   ``_launcher.normalize_launcher``).
 
+- ``searcher``: the fields every searcher shares are ``SearcherSection`` (``_searcher.py``);
+  each searcher's own model sits beside it in ``determined_lite/searcher/``, whose registry
+  validates whole configs with their union (``searcher.validate_config``).
 - Every searcher needs a length: ``searcher.max_length`` as ``{batches|records|epochs: n}``
   with ``n >= 1`` (a bare integer, older Determined, is read as batches), or Determined's
   current form ``time_metric`` + ``max_time``: a ``time_metric`` of ``batches``, ``epochs`` or
@@ -47,12 +50,14 @@ from typing import (
     TYPE_CHECKING,
     Annotated,
     Any,
+    Callable,
     ClassVar,
     Dict,
     List,
     Literal,
     Mapping,
     Optional,
+    Sequence,
     Tuple,
     Type,
     TypeVar,
@@ -71,7 +76,14 @@ from pydantic import (
     model_validator,
 )
 
-from determined_lite.config._base import NonNegativeInt, PositiveInt, Section, check_json, check_numbers
+from determined_lite.config._base import (
+    NonNegativeInt,
+    Period,
+    PositiveInt,
+    Section,
+    check_json,
+    check_numbers,
+)
 from determined_lite.config._determined import REMOTE_STORAGE, determined_only_fields, split_unused
 from determined_lite.config._errors import (
     ConfigError,
@@ -88,42 +100,20 @@ from determined_lite.config._launcher import (
     script_command,
 )
 from determined_lite.config._resources import ResourcesConfig
+from determined_lite.config._searcher import LENGTH_NEEDED, SearcherSection
 from determined_lite.config._settings import (
     COMPILE_MODES,
+    DEFAULT_MAX_RESTARTS,
     DEFAULT_SCHEDULING_UNIT,
-    DEFAULT_SMALLER_IS_BETTER,
+    UNIT_TIME_METRICS,
     CheckpointPolicy,
     SearcherSettings,
     TrainingSettings,
 )
+from determined_lite.config._yaml import apply_overrides, read_yaml
 
-_Model = TypeVar("_Model", bound=Section)
-
-
-LENGTH_UNITS = ("batches", "records", "epochs")
-
-
-def _length(value: Any, *, positive: bool) -> Optional[Dict[str, int]]:
-    bound = "positive int" if positive else "int >= 0"
-    expected = f"expected {{batches|records|epochs: {bound}}}"
-    if positive and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return {"batches": value}  # older Determined: a bare number of batches
-    if not isinstance(value, dict) or len(value) != 1:
-        raise FieldError((), f"{expected}, got {describe(value)}")
-    ((unit, n),) = value.items()
-    ok = (
-        unit in LENGTH_UNITS
-        and isinstance(n, int)
-        and not isinstance(n, bool)
-        and n >= (1 if positive else 0)
-    )
-    if not ok:
-        raise FieldError((), f"{expected}, got {describe(value)}")
-    return {unit: n} if n else None
-
-
-MaxLength = Annotated[Dict[str, int], PlainValidator(lambda v: _length(v, positive=True))]
-Period = Annotated[Optional[Dict[str, int]], PlainValidator(lambda v: _length(v, positive=False))]
+_Model = TypeVar("_Model", bound="ExperimentConfig")
+_T = TypeVar("_T")
 
 
 def _entrypoint(value: Any) -> str:
@@ -140,141 +130,6 @@ def _json_mapping(value: Any) -> Dict[str, Any]:
         raise FieldError((), f"expected a mapping, got {describe(value)}")
     check_json(value)
     return copy.deepcopy(value)
-
-
-# ---------------------------------------------------------------------------------------- searcher
-
-SEARCHERS = ("single", "grid", "random", "adaptive_asha")
-_DETERMINED_ONLY_SEARCHERS = ("pbt", "custom", "async_halving", "adaptive", "adaptive_simple", "sync_halving")
-_COMMON = (
-    "name",
-    "metric",
-    "smaller_is_better",
-    "max_length",
-    "time_metric",
-    "max_time",
-    "source_trial_id",
-    "source_checkpoint_uuid",
-)
-_UNIT_TIME_METRICS = ("batches", "epochs", "records")
-# The searcher length of a script that trains to its own (no max_length, no max_time).
-OWN_LENGTH = 0
-_LENGTH_NEEDED = (
-    "the searcher needs a length: max_length ({batches|records|epochs: n}), or time_metric "
-    "(a reported validation metric, or batches|epochs|records) with max_time"
-)
-SEARCHER_FIELDS: Dict[str, Tuple[str, ...]] = {
-    "single": _COMMON,
-    "grid": _COMMON + ("max_concurrent_trials",),
-    "random": _COMMON + ("max_trials", "max_concurrent_trials"),
-    "adaptive_asha": _COMMON + ("max_trials", "max_concurrent_trials", "divisor", "max_rungs", "mode"),
-}
-# Determined's defaults per searcher; max_concurrent_trials 0 (adaptive_asha) = the searcher chooses.
-SEARCHER_DEFAULTS: Dict[str, Dict[str, Any]] = {
-    "grid": {"max_concurrent_trials": 16},
-    "random": {"max_concurrent_trials": 16},
-    "adaptive_asha": {"max_concurrent_trials": 0, "divisor": 4, "max_rungs": 5, "mode": "standard"},
-}
-
-
-class SearcherConfig(Section):
-    """``searcher``: which trials to run; ``to_dict()`` keeps only the chosen searcher's fields."""
-
-    label: ClassVar[str] = "searcher"
-    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("searcher",)))
-
-    name: Literal["single", "grid", "random", "adaptive_asha"]
-    metric: StrictStr
-    smaller_is_better: StrictBool = DEFAULT_SMALLER_IS_BETTER
-    max_length: Optional[MaxLength] = None
-    time_metric: Optional[StrictStr] = None
-    max_time: Optional[PositiveInt] = None
-    max_trials: Optional[PositiveInt] = None
-    max_concurrent_trials: Optional[NonNegativeInt] = None
-    divisor: Optional[Annotated[float, Field(gt=1)]] = None
-    max_rungs: Optional[PositiveInt] = None
-    mode: Optional[Literal["aggressive", "standard", "conservative"]] = None
-    source_trial_id: Optional[StrictInt] = None
-    source_checkpoint_uuid: Optional[StrictStr] = None
-
-    @field_validator("name", mode="before")
-    @classmethod
-    def _supported(cls, value: Any) -> Any:
-        if value in _DETERMINED_ONLY_SEARCHERS:
-            raise ValueError(
-                f"Determined's {value!r} searcher is not available in det-lite; "
-                f"expected 'single', 'grid', 'random' or 'adaptive_asha'"
-            )
-        return value
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("expected the name of a validation metric, got ''")
-        return value
-
-    @model_validator(mode="after")
-    def _per_searcher(self) -> "SearcherConfig":
-        allowed = SEARCHER_FIELDS[self.name]
-        for key in type(self).model_fields:
-            if key in self.model_fields_set and key not in allowed:
-                raise FieldError(
-                    (key,), f"not a field of the {self.name!r} searcher (its fields: {', '.join(allowed)})"
-                )
-        if self.max_length is not None and (self.time_metric is not None or self.max_time is not None):
-            key = "max_time" if self.max_time is not None else "time_metric"
-            raise FieldError((key,), "give max_length or time_metric with max_time, not both")
-        if self.max_length is None and (self.time_metric is not None or self.max_time is not None):
-            if self.time_metric is None or self.max_time is None:
-                missing = "max_time" if self.time_metric is not None else "time_metric"
-                missing = "max_length" if self.time_metric is None and self.max_time is None else missing
-                raise FieldError((missing,), _LENGTH_NEEDED)
-            if not str(self.time_metric).strip():
-                raise FieldError(("time_metric",), "expected the name of a validation metric, got ''")
-        if self.name == "adaptive_asha" and self.max_length is None and self.max_time is None:
-            raise FieldError(("max_length",), _LENGTH_NEEDED)
-        if "max_trials" in allowed and self.max_trials is None:
-            raise FieldError(("max_trials",), f"the {self.name!r} searcher needs max_trials (a positive int)")
-        for key, default in SEARCHER_DEFAULTS.get(self.name, {}).items():
-            if getattr(self, key) is None:
-                setattr(self, key, default)
-        return self
-
-    def to_dict(self) -> Dict[str, Any]:
-        allowed = SEARCHER_FIELDS[self.name]
-        out = {key: copy.deepcopy(getattr(self, key)) for key in type(self).model_fields if key in allowed}
-        for key in ("max_length", "time_metric", "max_time"):  # one length form is stored
-            if out[key] is None:
-                del out[key]
-        return out
-
-    def settings(self) -> SearcherSettings:
-        """The typed settings the searchers use (ASHA's fields at their defaults for the others)."""
-        if self.max_length is not None:
-            ((unit, length),) = self.max_length.items()
-            time_metric = None
-        elif self.max_time is None:  # a script that trains to its own length (single/grid/random)
-            unit, length, time_metric = "batches", OWN_LENGTH, None
-        else:  # time_metric + max_time: a unit, or batches carrying a reported metric's value
-            assert self.time_metric is not None and self.max_time is not None
-            unit = self.time_metric if self.time_metric in _UNIT_TIME_METRICS else "batches"
-            length = self.max_time
-            time_metric = None if self.time_metric in _UNIT_TIME_METRICS else self.time_metric
-        asha = SEARCHER_DEFAULTS["adaptive_asha"]
-        return SearcherSettings(
-            name=self.name,
-            metric=self.metric,
-            smaller_is_better=self.smaller_is_better,
-            unit=unit,
-            max_length=length,
-            max_trials=self.max_trials,
-            max_concurrent_trials=self.max_concurrent_trials,
-            divisor=float(asha["divisor"] if self.divisor is None else self.divisor),
-            max_rungs=asha["max_rungs"] if self.max_rungs is None else self.max_rungs,
-            mode=asha["mode"] if self.mode is None else self.mode,
-            time_metric=time_metric,
-        )
 
 
 # ------------------------------------------------------------------------------------------- others
@@ -479,14 +334,15 @@ class ExperimentConfig(Section):
     hyperparameters: Annotated[Dict[str, Any], PlainValidator(normalize_hyperparameters)] = Field(
         default_factory=dict
     )
-    searcher: SearcherConfig
+    # The common fields; validate_experiment's model narrows this to the searchers' union.
+    searcher: SearcherSection
     records_per_epoch: NonNegativeInt = 0
     min_validation_period: Period = None
     min_checkpoint_period: Period = None
     scheduling_unit: PositiveInt = DEFAULT_SCHEDULING_UNIT
     perform_initial_validation: StrictBool = False
     checkpoint_policy: PolicyName = CheckpointPolicy.BEST.value
-    max_restarts: NonNegativeInt = 5
+    max_restarts: NonNegativeInt = DEFAULT_MAX_RESTARTS
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     optimizations: OptimizationsConfig = Field(default_factory=OptimizationsConfig)
     checkpoint_storage: CheckpointStorageConfig = Field(default_factory=CheckpointStorageConfig)
@@ -500,29 +356,23 @@ class ExperimentConfig(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "ExperimentConfig":
-        if "global_batch_size" in self.hyperparameters or script_command(self.entrypoint) is None:
+        script = script_command(self.entrypoint) is not None
+        if "global_batch_size" in self.hyperparameters or not script:
             # Optional for scripts, as in Determined: a Core API loop batches its own data.
             _check_global_batch_size(self.hyperparameters, self.resources.slots_per_trial)
         searcher = self.searcher
-        if searcher.max_length is None and searcher.max_time is None:
-            if searcher.name == "adaptive_asha" or script_command(self.entrypoint) is None:
-                # Only a script may train to its own length, and only when no rungs need one.
-                raise FieldError(("searcher", "max_length"), _LENGTH_NEEDED)
-        time_metric = self.searcher.time_metric
-        if time_metric not in (None,) + _UNIT_TIME_METRICS and script_command(self.entrypoint) is None:
+        if searcher.max_length is None and searcher.max_time is None and not script:
+            # Only a script may train to its own length (and only when no rungs need one).
+            raise FieldError(("searcher", "max_length"), LENGTH_NEEDED)
+        if searcher.time_metric not in (None,) + UNIT_TIME_METRICS and not script:
             raise FieldError(
                 ("searcher", "time_metric"),
-                f"{time_metric!r} is not batches, epochs or records: a trial class trains by those units; "
-                "a time metric of your own needs a script that reports it in its validation metrics",
+                f"{searcher.time_metric!r} is not batches, epochs or records: a trial class trains by "
+                "those units; a time metric of your own needs a script that reports it in its "
+                "validation metrics",
             )
-        if self.searcher.name == "grid":
-            for loc, leaf in iter_leaves(self.hyperparameters):
-                if leaf["type"] in ("int", "double", "log") and leaf["count"] is None:
-                    raise FieldError(
-                        ("hyperparameters",) + loc + ("count",),
-                        "the grid searcher needs count "
-                        f"(how many values to take from this {leaf['type']} range)",
-                    )
+        if searcher.needs_count:
+            _check_counts(self.hyperparameters, searcher.name)
         return self
 
     @property
@@ -531,7 +381,7 @@ class ExperimentConfig(Section):
         return list(self._unused_fields)
 
     def to_dict(self) -> Dict[str, Any]:
-        """A plain JSON-able dict with every default filled in (valid input for validate_config)."""
+        """A plain JSON-able dict with every default filled in (valid input for validation again)."""
         out = self.model_dump()
         out["searcher"] = self.searcher.to_dict()
         return copy.deepcopy(out)
@@ -578,8 +428,21 @@ def _check_global_batch_size(hparams: Dict[str, Any], slots: int) -> None:
             )
 
 
-def validate_config(raw: Mapping[str, Any], source: str = "<config>") -> ExperimentConfig:
-    """Validate a config mapping (already parsed); raise ConfigError naming ``source`` and the field."""
+def _check_counts(hparams: Dict[str, Any], searcher: str) -> None:
+    """A ``count`` on every int, double and log hyperparameter (a searcher with ``needs_count``)."""
+    for loc, leaf in iter_leaves(hparams):
+        if leaf["type"] in ("int", "double", "log") and leaf["count"] is None:
+            raise FieldError(
+                ("hyperparameters",) + loc + ("count",),
+                f"the {searcher} searcher needs count "
+                f"(how many values to take from this {leaf['type']} range)",
+            )
+
+
+def validate_experiment(model: Type[_Model], raw: Mapping[str, Any], source: str = "<config>") -> _Model:
+    """Validate a parsed config with ``model`` (an ExperimentConfig whose ``searcher`` field is
+    the searchers' union: ``determined_lite.searcher.validate_config``); raise ConfigError
+    naming ``source`` and the field."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"expected a mapping at the top level, got {describe(raw)}", source=source)
     clean, unused = split_unused(raw)
@@ -587,26 +450,26 @@ def validate_config(raw: Mapping[str, Any], source: str = "<config>") -> Experim
         clean = normalize_launcher(clean)
     except FieldError as e:
         raise ConfigError(e.message, path=format_path(e.loc), source=source) from None
-    config = _validate(ExperimentConfig, clean, source, ())
+    config = validate_value(model.model_validate, clean, source)
     config._unused_fields = unused
     return config
 
 
-def validate_searcher(raw: Any, source: str = "<config>") -> SearcherSettings:
-    """Validate a ``searcher`` section on its own (errors as in a whole config) -> its settings."""
-    return _validate(SearcherConfig, raw, source, ("searcher",)).settings()
-
-
-def _validate(model: "Type[_Model]", raw: Any, source: str, prefix: Tuple[Any, ...]) -> "_Model":
-    """``model.model_validate(raw)``, errors as one ConfigError naming the field below ``prefix``."""
+def validate_value(validate: Callable[[Any], _T], raw: Any, source: str, prefix: Tuple[Any, ...] = ()) -> _T:
+    """``validate(raw)``, errors as one ConfigError naming the field below ``prefix``."""
     try:
         check_numbers(raw)
-        return model.model_validate(raw)
+        return validate(raw)
     except FieldError as e:
         raise ConfigError(e.message, path=format_path(prefix + e.loc), source=source) from None
     except ValidationError as e:
         loc, message = first_error(e, prefix)
         raise ConfigError(message, path=format_path(loc), source=source) from None
+
+
+def read_config(path: str, overrides: Sequence[str] = ()) -> Dict[str, Any]:
+    """Read ``path`` (YAML) and apply ``--config key.sub=value`` overrides (values read as YAML)."""
+    return apply_overrides(read_yaml(path), overrides)
 
 
 def environment_variables(exp_conf: Mapping[str, Any], device: str = "cpu") -> Dict[str, str]:

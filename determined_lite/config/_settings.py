@@ -4,15 +4,16 @@ The schema (``_schema.py``) validates a config file once; :class:`TrainingSettin
 of it the loop needs. The runner builds it from the validated config and carries it to workers
 in the worker spec; ``determined_lite.pytorch.init(exp_conf=...)`` builds it from a (possibly
 partial) mapping for plain-Python runs. :class:`SearcherSettings` is the ``searcher`` section
-the searchers use, built by the schema (``ExperimentConfig.searcher_settings()``,
-``validate_searcher``). Importing this module does not import torch.
+the searchers use and :class:`ExperimentSettings` what the experiment runner reads; both read a
+validated config and check nothing again. Determined's defaults are owned here: the schema and
+the readers take them from this module. Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Final, Mapping, Optional, Tuple
 
 from determined_lite.config.units import Batch, TrainUnit, length_from_config, length_to_config
 
@@ -20,6 +21,18 @@ from determined_lite.config.units import Batch, TrainUnit, length_from_config, l
 DEFAULT_SCHEDULING_UNIT = 100
 DEFAULT_SMALLER_IS_BETTER = True
 DEFAULT_REPORTING_PERIOD: TrainUnit = Batch(DEFAULT_SCHEDULING_UNIT)
+DEFAULT_MAX_RESTARTS = 5
+DEFAULT_DISTRIBUTED_BACKEND: Final = "horovod"
+# Searchers: max_concurrent_trials of grid and random; adaptive_asha's (its 0: the searcher chooses).
+DEFAULT_MAX_CONCURRENT_TRIALS = 16
+DEFAULT_ASHA_MAX_CONCURRENT_TRIALS = 0
+DEFAULT_DIVISOR = 4
+DEFAULT_MAX_RUNGS = 5
+DEFAULT_MODE: Final = "standard"
+# The searcher length of a script that trains to its own (no max_length, no max_time).
+OWN_LENGTH = 0
+# The values of searcher.time_metric that are a unit, not a reported metric.
+UNIT_TIME_METRICS = ("batches", "epochs", "records")
 # `--test` (test mode) runs what the real run depends on at least twice, so that a metric whose
 # shape or type changes between batches fails here, not after the first epoch: two optimizer
 # steps of training, two validation batches (evaluate_batch), one checkpoint.
@@ -208,7 +221,7 @@ class TrainingSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SearcherSettings:
-    """The ``searcher`` fields the searchers use, from a validated ``SearcherConfig``.
+    """The ``searcher`` fields the searchers use, read from a validated ``searcher`` section.
 
     ``max_length`` is the integer in ``unit`` ("batches", "records" or "epochs"); ASHA's
     ``divisor``, ``max_rungs`` and ``mode`` hold Determined's defaults for the other searchers.
@@ -221,9 +234,9 @@ class SearcherSettings:
     max_length: int
     max_trials: Optional[int]
     max_concurrent_trials: Optional[int]
-    divisor: float
-    max_rungs: int
-    mode: str
+    divisor: float = float(DEFAULT_DIVISOR)
+    max_rungs: int = DEFAULT_MAX_RUNGS
+    mode: str = DEFAULT_MODE
     # A validation metric the trial reports as its length (searcher.time_metric); lengths are
     # then that metric's values, carried as ``unit`` batches. None: lengths are in ``unit``.
     time_metric: Optional[str] = None
@@ -233,12 +246,68 @@ class SearcherSettings:
         """``max_length`` as a :class:`TrainUnit`."""
         return length_from_config({self.unit: self.max_length}, "searcher.max_length")
 
+    @classmethod
+    def from_config(cls, searcher: Mapping[str, Any]) -> "SearcherSettings":
+        """Read a validated ``searcher`` section (``to_dict()`` form); nothing is checked again.
+
+        The length is ``max_length``; else ``time_metric`` + ``max_time`` (a unit, or batches
+        carrying a reported metric's value); else :data:`OWN_LENGTH` (a script's own length).
+        """
+        time_metric = searcher.get("time_metric")
+        if searcher.get("max_length") is not None:
+            ((unit, length),) = searcher["max_length"].items()
+            time_metric = None
+        elif searcher.get("max_time") is None:
+            unit, length, time_metric = "batches", OWN_LENGTH, None
+        elif time_metric in UNIT_TIME_METRICS:
+            unit, length, time_metric = time_metric, searcher["max_time"], None
+        else:
+            unit, length = "batches", searcher["max_time"]
+        return cls(
+            name=searcher["name"],
+            metric=searcher["metric"],
+            smaller_is_better=_or(searcher.get("smaller_is_better"), DEFAULT_SMALLER_IS_BETTER),
+            unit=unit,
+            max_length=length,
+            max_trials=searcher.get("max_trials"),
+            max_concurrent_trials=searcher.get("max_concurrent_trials"),
+            divisor=float(_or(searcher.get("divisor"), DEFAULT_DIVISOR)),
+            max_rungs=_or(searcher.get("max_rungs"), DEFAULT_MAX_RUNGS),
+            mode=_or(searcher.get("mode"), DEFAULT_MODE),
+            time_metric=time_metric,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentSettings:
+    """The fields the experiment runner reads from a validated config, besides the searcher's."""
+
+    slots_per_trial: int = 1  # resources.slots_per_trial (the schema reads Determined's 0 as 1)
+    distributed_backend: str = DEFAULT_DISTRIBUTED_BACKEND  # resources.distributed_backend
+    hosts: Tuple[str, ...] = ()  # resources.hosts (det-lite's own): "host:slots"
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    experiment_seed: int = 0  # reproducibility.experiment_seed (the schema draws one when unset)
+
+    @classmethod
+    def from_config(cls, exp_conf: Mapping[str, Any]) -> "ExperimentSettings":
+        """Read a validated config (``to_dict()``); a missing field takes the default above."""
+        d = cls()
+        return cls(
+            slots_per_trial=_or(_get(exp_conf, "resources", "slots_per_trial"), d.slots_per_trial),
+            distributed_backend=_or(
+                _get(exp_conf, "resources", "distributed_backend"), d.distributed_backend
+            ),
+            hosts=tuple(_get(exp_conf, "resources", "hosts") or ()),
+            max_restarts=_or(_get(exp_conf, "max_restarts"), d.max_restarts),
+            experiment_seed=_or(_get(exp_conf, "reproducibility", "experiment_seed"), d.experiment_seed),
+        )
+
 
 def _searcher_length(exp_conf: Mapping[str, Any]) -> Any:
     """``searcher.max_length``, or ``{unit: max_time}`` when ``time_metric`` is a unit."""
     length = _get(exp_conf, "searcher", "max_length")
     time_metric, max_time = _get(exp_conf, "searcher", "time_metric"), _get(exp_conf, "searcher", "max_time")
-    if length is None and time_metric in ("batches", "epochs", "records") and max_time:
+    if length is None and time_metric in UNIT_TIME_METRICS and max_time:
         return {time_metric: max_time}
     return length
 

@@ -253,11 +253,11 @@ def create_experiment(
     """Validate, snapshot the context directory (``_context.py``), record and run an experiment
     (in the foreground unless ``detach``). A config or context det-lite refuses is one line on
     stderr and exit 2, with nothing recorded."""
-    from determined_lite.config import load_config
     from determined_lite.experiment._context import install_context, stage_context, staged_snapshot
     from determined_lite.experiment._lock import take_runner_lock
     from determined_lite.experiment._warm_start import WarmStartError, warm_start_checkpoint
     from determined_lite.launch._engines import engine_problem
+    from determined_lite.searcher import load_config
     from determined_lite.storage import DETIGNORE, ContextError
     from determined_lite.store import Store
 

@@ -21,8 +21,8 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from determined_lite._cluster import checkpoint_batches, set_active_trial
+from determined_lite.config import OWN_LENGTH
 from determined_lite.config._launcher import ScriptCommand
-from determined_lite.config._schema import OWN_LENGTH
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
 

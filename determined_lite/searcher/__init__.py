@@ -1,10 +1,15 @@
-"""Hyperparameter searchers: ``single``, ``grid``, ``random`` and ``adaptive_asha``.
+"""Hyperparameter searchers: ``single``, ``grid``, ``random`` and ``adaptive_asha``, as plug-ins.
+
+Each searcher is one module's :class:`SearchMethod` with its ``searcher`` section's model beside
+it; ``_registry.SEARCHERS`` lists them, and the config validation here is built from that list:
+:func:`validate_config` / :func:`load_config` (a whole experiment config) and
+:func:`validate_searcher` (a ``searcher`` section alone).
 
 Searchers are pure, deterministic state machines (no I/O, no torch). The runner:
 
 1. builds one with :func:`make_searcher` (the ``SearcherSettings`` of the validated config, or
-   a ``searcher`` section the schema validates, the normalised ``hyperparameters`` and the
-   experiment seed);
+   a ``searcher`` section it validates, the normalised ``hyperparameters`` and the experiment
+   seed);
 2. executes ``initial_operations()``, then reports each event and executes what it returns:
    ``on_validation_completed(request_id, metric, length)`` after a trial reached the length of
    its ``ValidateAfter``, ``on_trial_exited_early(request_id, reason)`` when a trial stopped on
@@ -24,9 +29,9 @@ from __future__ import annotations
 import numbers
 from typing import Any, Mapping, Union
 
-from determined_lite.config import SearcherSettings, validate_searcher
+from determined_lite.config import SearcherSettings
 from determined_lite.searcher import _hparams
-from determined_lite.searcher._asha import AdaptiveASHASearch, BracketPlan, plan_brackets
+from determined_lite.searcher._asha import AdaptiveASHAConfig, AdaptiveASHASearch, BracketPlan, plan_brackets
 from determined_lite.searcher._base import SearchMethod
 from determined_lite.searcher._hparams import grid as grid_points
 from determined_lite.searcher._hparams import sample as sample_hparams
@@ -44,14 +49,21 @@ from determined_lite.searcher._ops import (
     op_from_dict,
     op_to_dict,
 )
-from determined_lite.searcher._simple import GridSearch, RandomSearch, SingleSearch
-
-_SEARCHERS = {
-    "single": SingleSearch,
-    "grid": GridSearch,
-    "random": RandomSearch,
-    "adaptive_asha": AdaptiveASHASearch,
-}
+from determined_lite.searcher._registry import (
+    SEARCHERS,
+    load_config,
+    searcher_class,
+    validate_config,
+    validate_searcher,
+)
+from determined_lite.searcher._simple import (
+    GridConfig,
+    GridSearch,
+    RandomConfig,
+    RandomSearch,
+    SingleConfig,
+    SingleSearch,
+)
 
 
 def make_searcher(
@@ -60,18 +72,20 @@ def make_searcher(
     """The searcher for ``searcher`` settings, hyperparameter space and seed.
 
     ``searcher``: ``ExperimentConfig.searcher_settings()``, or a ``searcher`` config section,
-    validated by the schema (``validate_searcher``: a ``ConfigError`` naming the field).
+    validated here (``validate_searcher``: a ``ConfigError`` naming the field).
     """
     settings = searcher if isinstance(searcher, SearcherSettings) else validate_searcher(searcher)
     if hyperparameters is None:
         hyperparameters = {}
-    _hparams.check_space(hyperparameters, need_count=settings.name == "grid")
+    search = searcher_class(settings.name)
+    _hparams.check_space(hyperparameters, counted_by=search.name if search.config.needs_count else None)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"reproducibility.experiment_seed: expected an integer, got {seed!r}")
-    return _SEARCHERS[settings.name](settings, hyperparameters, int(seed))
+    return search(settings, hyperparameters, int(seed))
 
 
 __all__ = [
+    "AdaptiveASHAConfig",
     "AdaptiveASHASearch",
     "BracketPlan",
     "Close",
@@ -79,20 +93,28 @@ __all__ = [
     "ERRORED",
     "EXIT_REASONS",
     "ExitReason",
+    "GridConfig",
     "GridSearch",
     "INVALID_HP",
     "Operation",
+    "RandomConfig",
     "RandomSearch",
+    "SEARCHERS",
     "SearchMethod",
     "SearcherSettings",
     "Shutdown",
+    "SingleConfig",
     "SingleSearch",
     "USER_CANCELED",
     "ValidateAfter",
     "grid_points",
+    "load_config",
     "make_searcher",
     "op_from_dict",
     "op_to_dict",
     "plan_brackets",
     "sample_hparams",
+    "searcher_class",
+    "validate_config",
+    "validate_searcher",
 ]

@@ -35,11 +35,34 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set
+from typing import Annotated, Any, Callable, ClassVar, Dict, List, Literal, Mapping, Optional, Set
 
-from determined_lite.config import SearcherSettings
-from determined_lite.searcher._base import WORST_METRIC, SearchMethod, TrialFactory, oriented
+from pydantic import Field
+
+from determined_lite.config import (
+    DEFAULT_ASHA_MAX_CONCURRENT_TRIALS,
+    DEFAULT_DIVISOR,
+    DEFAULT_MAX_RUNGS,
+    DEFAULT_MODE,
+    NonNegativeInt,
+    PositiveInt,
+    SearcherSettings,
+)
+from determined_lite.searcher._base import WORST_METRIC, BudgetSection, SearchMethod, TrialFactory, oriented
 from determined_lite.searcher._ops import Close, Create, ExitReason, Operation, ValidateAfter
+
+
+class AdaptiveASHAConfig(BudgetSection):
+    """``searcher`` of ``name: adaptive_asha`` (``max_concurrent_trials`` 0: the searcher chooses);
+    its rungs need a length, even for a script."""
+
+    needs_length: ClassVar[bool] = True
+
+    name: Literal["adaptive_asha"]
+    max_concurrent_trials: NonNegativeInt = DEFAULT_ASHA_MAX_CONCURRENT_TRIALS
+    divisor: Annotated[float, Field(gt=1)] = DEFAULT_DIVISOR
+    max_rungs: PositiveInt = DEFAULT_MAX_RUNGS
+    mode: Literal["aggressive", "standard", "conservative"] = DEFAULT_MODE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,7 +308,7 @@ class _Bracket:
 class AdaptiveASHASearch(SearchMethod):
     """Determined's adaptive_asha: the brackets of :func:`plan_brackets`, run side by side."""
 
-    name = "adaptive_asha"
+    config = AdaptiveASHAConfig
 
     def __init__(self, settings: SearcherSettings, space: Mapping[str, Any], seed: int) -> None:
         super().__init__(settings, space, seed)

@@ -14,9 +14,12 @@ import abc
 import math
 import random
 import sys
-from typing import Any, Dict, List, Mapping, Optional
+import typing
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Type
 
-from determined_lite.config import SearcherSettings
+from pydantic import model_validator
+
+from determined_lite.config import FieldError, PositiveInt, SearcherSection, SearcherSettings
 from determined_lite.searcher import _hparams
 from determined_lite.searcher._ops import EXIT_REASONS, Create, Operation, Shutdown
 
@@ -63,36 +66,44 @@ class TrialFactory:
         self.created = int(state["created"])
 
 
-class SearchMethod(abc.ABC):
-    """Base of all searchers: decides which trials run, how long, and when the search ends."""
+class BudgetSection(SearcherSection):
+    """A searcher section with ``max_trials``, which it needs (random, adaptive_asha)."""
 
-    name: str = ""
+    max_trials: Optional[PositiveInt] = None
+
+    @model_validator(mode="after")
+    def _needs_max_trials(self) -> "BudgetSection":
+        if self.max_trials is None:
+            raise FieldError(("max_trials",), f"the {self.name!r} searcher needs max_trials (a positive int)")
+        return self
+
+
+class SearchMethod(abc.ABC):
+    """Base of all searchers: decides which trials run, how long, and when the search ends.
+
+    A searcher class names its ``searcher`` section's model in ``config`` (a
+    :class:`SearcherSection` whose ``name`` is a one-value ``Literal``); its ``name`` is that value.
+    """
+
+    config: ClassVar[Type[SearcherSection]]
+    name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config" in cls.__dict__:
+            (cls.name,) = typing.get_args(cls.config.model_fields["name"].annotation)
 
     def __init__(self, settings: SearcherSettings, space: Mapping[str, Any], seed: int) -> None:
         self.settings = settings
+        self.metric = settings.metric  # the validation metric the runner must report
+        self.smaller_is_better = settings.smaller_is_better
+        self.unit = settings.unit  # of every ValidateAfter.length: batches, records or epochs
+        self.max_length = settings.max_length
         self.factory = TrialFactory(space, seed)
         self._started = False
         self._shutdown = False
 
     # ---- what the runner needs to know -------------------------------------------------------
-    @property
-    def metric(self) -> str:
-        """Name of the validation metric the runner must report."""
-        return self.settings.metric
-
-    @property
-    def smaller_is_better(self) -> bool:
-        return self.settings.smaller_is_better
-
-    @property
-    def unit(self) -> str:
-        """Unit of every ``ValidateAfter.length``: "batches", "records" or "epochs"."""
-        return self.settings.unit
-
-    @property
-    def max_length(self) -> int:
-        return self.settings.max_length
-
     @property
     @abc.abstractmethod
     def total_trials(self) -> Optional[int]:

@@ -15,7 +15,7 @@ import itertools
 import math
 import numbers
 import random
-from typing import Any, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 LEAF_TYPES = ("const", "int", "double", "log", "categorical")
 
@@ -39,7 +39,7 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _check_leaf(path: Path, leaf: Mapping[str, Any], need_count: bool) -> None:
+def _check_leaf(path: Path, leaf: Mapping[str, Any], counted_by: Optional[str]) -> None:
     where = _where(path)
     kind = leaf["type"]
     if kind not in LEAF_TYPES:
@@ -47,14 +47,18 @@ def _check_leaf(path: Path, leaf: Mapping[str, Any], need_count: bool) -> None:
     if kind == "const":
         if "val" not in leaf:
             raise ValueError(f"{where}: a const hyperparameter needs 'val'")
-        return
-    if kind == "categorical":
+    elif kind == "categorical":
         vals = leaf.get("vals")
         if not isinstance(vals, list) or not vals:
             raise ValueError(
                 f"{where}.vals: a categorical hyperparameter needs a non-empty list, got {vals!r}"
             )
-        return
+    else:
+        _check_range(where, kind, leaf, counted_by)
+
+
+def _check_range(where: str, kind: str, leaf: Mapping[str, Any], counted_by: Optional[str]) -> None:
+    """An int, double or log leaf: its bounds, base (log) and count (required by ``counted_by``)."""
     is_ok = _is_int if kind == "int" else _is_number
     expected = "an integer" if kind == "int" else "a finite number"
     for field in ("minval", "maxval"):
@@ -70,8 +74,10 @@ def _check_leaf(path: Path, leaf: Mapping[str, Any], need_count: bool) -> None:
             raise ValueError(f"{where}.base: expected a positive number, got {base!r}")
     count = leaf.get("count")
     if count is None:
-        if need_count:
-            raise ValueError(f"{where}.count: the grid searcher needs 'count' for {kind} hyperparameters")
+        if counted_by:
+            raise ValueError(
+                f"{where}.count: the {counted_by} searcher needs 'count' for {kind} hyperparameters"
+            )
     elif not _is_int(count) or count < 1:
         raise ValueError(f"{where}.count: expected a positive integer, got {count!r}")
 
@@ -91,12 +97,13 @@ def leaves(space: Mapping[str, Any], prefix: Path = ()) -> Iterator[Tuple[Path, 
             )
 
 
-def check_space(space: Any, need_count: bool = False) -> None:
-    """Raise ValueError naming the first bad field of ``space``; ``need_count`` for grid search."""
+def check_space(space: Any, counted_by: Optional[str] = None) -> None:
+    """Raise ValueError naming the first bad field of ``space``; ``counted_by``: the searcher
+    (grid) that needs a ``count`` on every int, double and log hyperparameter."""
     if not isinstance(space, Mapping):
         raise ValueError(f"hyperparameters: expected a mapping, got {type(space).__name__}")
     for path, leaf in leaves(space):
-        _check_leaf(path, leaf, need_count)
+        _check_leaf(path, leaf, counted_by)
 
 
 def _fill(space: Mapping[str, Any], values: Dict[Path, Any], prefix: Path = ()) -> Dict[str, Any]:

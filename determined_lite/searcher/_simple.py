@@ -12,11 +12,16 @@ Trials that exit early, as Determined's searchers treat them:
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Literal, Mapping, Optional
 
-from determined_lite.config import SearcherSettings
+from determined_lite.config import (
+    DEFAULT_MAX_CONCURRENT_TRIALS,
+    NonNegativeInt,
+    SearcherSection,
+    SearcherSettings,
+)
 from determined_lite.searcher import _hparams
-from determined_lite.searcher._base import SearchMethod
+from determined_lite.searcher._base import BudgetSection, SearchMethod
 from determined_lite.searcher._ops import Close, ExitReason, Operation, ValidateAfter
 
 _RUNNING, _COMPLETED, _EXITED, _INVALID = "running", "completed", "exited", "invalid"
@@ -90,10 +95,16 @@ class _OneShotSearch(SearchMethod):
         self._status = dict(state["status"])
 
 
+class SingleConfig(SearcherSection):
+    """``searcher`` of ``name: single``: the common fields only."""
+
+    name: Literal["single"]
+
+
 class SingleSearch(_OneShotSearch):
     """One trial with one sample of the space (consts as given, ranges drawn once), to max_length."""
 
-    name = "single"
+    config = SingleConfig
 
     @property
     def total_trials(self) -> int:
@@ -106,10 +117,17 @@ class SingleSearch(_OneShotSearch):
         return {"max_length": self.max_length}
 
 
+class RandomConfig(BudgetSection):
+    """``searcher`` of ``name: random``."""
+
+    name: Literal["random"]
+    max_concurrent_trials: NonNegativeInt = DEFAULT_MAX_CONCURRENT_TRIALS
+
+
 class RandomSearch(_OneShotSearch):
     """``max_trials`` trials with independent uniform samples; invalid_hp trials are replaced."""
 
-    name = "random"
+    config = RandomConfig
     replaces_invalid = True
 
     @property
@@ -123,10 +141,19 @@ class RandomSearch(_OneShotSearch):
         return {"max_length": self.max_length, "max_trials": self.total_trials}
 
 
+class GridConfig(SearcherSection):
+    """``searcher`` of ``name: grid``: every int, double and log hyperparameter needs ``count``."""
+
+    needs_count: ClassVar[bool] = True
+
+    name: Literal["grid"]
+    max_concurrent_trials: NonNegativeInt = DEFAULT_MAX_CONCURRENT_TRIALS
+
+
 class GridSearch(_OneShotSearch):
     """One trial per point of the cartesian product of the hyperparameter axes."""
 
-    name = "grid"
+    config = GridConfig
 
     def __init__(self, settings: SearcherSettings, space: Mapping[str, Any], seed: int) -> None:
         super().__init__(settings, space, seed)

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from determined_lite import config, pytorch
+from determined_lite import config, pytorch, searcher
 from determined_lite.config import length_from_config
 from determined_lite.launch.worker import import_entrypoint
 
@@ -30,7 +30,7 @@ DEFAULT_CONFIG = os.path.join(REPO_ROOT, "experiment.yaml")
 
 def load_config(path: str) -> Dict[str, Any]:
     """The validated experiment config with Determined's defaults (a ConfigError names the field)."""
-    return config.load_config(path).to_dict()
+    return searcher.load_config(path).to_dict()
 
 
 def load_trial_class(entrypoint: str, context_dir: str) -> type:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from determined_lite.config import ConfigError, load_config, validate_config
+from determined_lite.config import ConfigError
+from determined_lite.searcher import load_config, validate_config
 from tests.cli_helpers import cli
 from tests.cli_helpers import write_config as _write_config
 

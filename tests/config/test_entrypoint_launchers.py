@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional
 import pytest
 import yaml
 
-from determined_lite.config import ConfigError, validate_config
+from determined_lite.config import ConfigError
+from determined_lite.searcher import validate_config
 from tests.compat.test_determined_trial import FIXTURE, batch_losses, cli, describe, weights
 
 BASE: Dict[str, Any] = {

@@ -19,11 +19,10 @@ from determined_lite.config import (
     constant_values,
     environment_variables,
     iter_leaves,
-    load_config,
     parse_host,
     unused_fields_warning,
-    validate_config,
 )
+from determined_lite.searcher import load_config, validate_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -17,10 +17,8 @@ from determined_lite.config import (
     SearcherSettings,
     TrainingSettings,
     check_ddp_options,
-    load_config,
-    validate_config,
-    validate_searcher,
 )
+from determined_lite.searcher import load_config, validate_config, validate_searcher
 
 YAML = """
 entrypoint: model_def:MyTrial

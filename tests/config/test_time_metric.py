@@ -10,7 +10,8 @@ from typing import Any, Dict
 
 import pytest
 
-from determined_lite.config import Batch, ConfigError, Epoch, validate_config
+from determined_lite.config import Batch, ConfigError, Epoch
+from determined_lite.searcher import validate_config
 
 SCRIPT = "python3 train.py"
 

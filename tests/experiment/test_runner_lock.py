@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from determined_lite.config import load_config
+from determined_lite.searcher import load_config
 from determined_lite.store import Store
 from tests.cli_helpers import REPO, cli, describe, write_config
 from tests.experiment.test_experiment_e2e import assert_closed_form_validations, closed_form

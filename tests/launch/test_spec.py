@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from determined_lite.config import Batch, CheckpointPolicy, validate_config
+from determined_lite.config import Batch, CheckpointPolicy
 from determined_lite.launch import WorkerSpec
+from determined_lite.searcher import validate_config
 
 CONFIG = {
     "entrypoint": "model_def:MyTrial",

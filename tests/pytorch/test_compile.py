@@ -18,12 +18,13 @@ import pytest
 import torch
 
 from determined_lite import pytorch
-from determined_lite.config import CompileSettings, ConfigError, validate_config
+from determined_lite.config import CompileSettings, ConfigError
 from determined_lite.pytorch._compile import (
     CompilerMissingError,
     GraphChangedError,
     compiled_forward,
 )
+from determined_lite.searcher import validate_config
 from tests.fixtures.compile_trials import CompileTrial
 from tests.fixtures.linear import expected_weights
 

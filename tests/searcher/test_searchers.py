@@ -11,7 +11,6 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from determined_lite.config import validate_searcher
 from determined_lite.searcher import (
     Close,
     Create,
@@ -22,6 +21,7 @@ from determined_lite.searcher import (
     op_from_dict,
     op_to_dict,
     plan_brackets,
+    validate_searcher,
 )
 
 MetricFn = Callable[[dict, int, str], float]

@@ -1,0 +1,161 @@
+"""Starting one run of a trial: its WorkerSpec from the experiment's settings, then the launcher.
+
+Everything here is read once from the stored (validated) config by the runner and shared by
+every run of the experiment's trials; a run adds its trial, hyperparameters, seed, the length to
+train to and the checkpoint it resumes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from determined_lite.config import (
+    OWN_LENGTH,
+    TEST_MODE_STEPS,
+    TEST_MODE_VALIDATION_BATCHES,
+    ExperimentSettings,
+    SearcherSettings,
+    TrainingSettings,
+    environment_variables,
+)
+from determined_lite.experiment._warm_start import warm_start_checkpoint
+from determined_lite.launch import TrialProcess, WorkerSpec, launch
+from determined_lite.launch._failures import remove_no_restart
+from determined_lite.launch._spec import progress_path
+from determined_lite.launch._watchdog import remove_heartbeats
+from determined_lite.store._paths import (
+    checkpoint_root,
+    context_snapshot_dir,
+    experiment_dir,
+    make_private_dirs,
+)
+from determined_lite.tensorboard import trial_tensorboard_path
+
+
+def available_slots() -> int:
+    """Slots on this machine: ``$DET_LITE_SLOTS``, else the CPU count."""
+    return max(1, int(os.environ.get("DET_LITE_SLOTS") or os.cpu_count() or 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialLauncher:
+    """The experiment's side of every trial run (its config, settings, store, runner lock)."""
+
+    experiment_id: int
+    config: Dict[str, Any]
+    context_dir: str
+    run_dir: str
+    store_path: str
+    settings: ExperimentSettings
+    searcher: SearcherSettings
+    training: TrainingSettings
+    warm_start: Optional[str]
+    test_mode: bool
+    pass_fds: Tuple[int, ...]  # the runner lock's, held by every trial process (_lock.py)
+
+    @classmethod
+    def of(
+        cls,
+        store: Any,
+        experiment: Mapping[str, Any],
+        settings: ExperimentSettings,
+        searcher: SearcherSettings,
+        test_mode: bool,
+        pass_fds: Tuple[int, ...],
+    ) -> "TrialLauncher":
+        """The launcher of a stored experiment (``store.get_experiment``) with the settings the
+        runner read from its config."""
+        experiment_id, config = experiment["id"], experiment["config"]
+        snapshot = context_snapshot_dir(experiment_id)
+        return cls(
+            experiment_id=experiment_id,
+            config=config,
+            # Trials run from the snapshot `experiment create` made (older experiments: the original).
+            context_dir=snapshot if os.path.isdir(snapshot) else experiment["context_dir"],
+            run_dir=experiment_dir(experiment_id),
+            store_path=store.path,
+            settings=settings,
+            searcher=searcher,
+            training=TrainingSettings.from_config(config),  # carried by every WorkerSpec
+            warm_start=warm_start_checkpoint(config, store),  # checked by experiment create
+            test_mode=test_mode,
+            pass_fds=pass_fds,
+        )
+
+    def start(
+        self,
+        trial_id: int,
+        hparams: Dict[str, Any],
+        seed: int,
+        length: int,
+        latest: Optional[str],
+        on_output: Callable[[str], None],
+    ) -> Tuple[TrialProcess, WorkerSpec]:
+        """Start a run of ``trial_id`` to ``length`` searcher units, from checkpoint ``latest``."""
+        trial_dir = os.path.join(self.run_dir, f"trial_{trial_id}")
+        make_private_dirs(trial_dir)
+        spec = WorkerSpec(
+            entrypoint=self.config["entrypoint"],
+            context_dir=self.context_dir,
+            exp_conf=self.config,
+            hparams=hparams,
+            result_path=os.path.join(trial_dir, "result.json"),
+            max_length={self.searcher.unit: length},
+            trial_seed=seed,
+            trial_id=trial_id,
+            experiment_id=self.experiment_id,
+            latest_checkpoint=latest,
+            warm_start=None if latest else self.warm_start,
+            test_mode=self.test_mode,
+            store_path=self.store_path,
+            checkpoint_root=checkpoint_root(self.config),
+            tensorboard_path=trial_tensorboard_path(self.experiment_id, trial_id),
+            backend=self.backend(),
+            slots=self.settings.slots_per_trial,
+            settings=self.training.to_json(),
+        )
+        for stale in (spec.result_path, progress_path(spec.result_path)):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        remove_no_restart(spec.result_path)
+        remove_heartbeats(spec.result_path)
+        process = launch(
+            spec,
+            os.path.join(trial_dir, "spec.json"),
+            hosts=list(self.settings.hosts) or None,
+            on_output=on_output,
+            env=self.worker_env(),
+            pass_fds=self.pass_fds,
+        )
+        return process, spec
+
+    def backend(self) -> str:
+        """The launcher's engine: one process for one slot without hosts, else the config's."""
+        if self.settings.slots_per_trial == 1 and not self.settings.hosts:
+            return "single"
+        return self.settings.distributed_backend
+
+    def worker_env(self) -> Dict[str, str]:
+        """``environment.environment_variables``, plus one intra-op thread per slot by default.
+
+        On CPU a slot is a core: workers that each spun up threads for every core would fight
+        over them when trials run side by side. ``OMP_NUM_THREADS`` set by the user wins.
+        """
+        env = environment_variables(self.config)
+        if "OMP_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // available_slots()))
+        return env
+
+    def goal(self, length: int) -> str:
+        """What a run to ``length`` is asked to do, in words (the runner logs it)."""
+        if self.test_mode:
+            k = self.training.aggregation_frequency
+            return (
+                f"test of {TEST_MODE_STEPS} optimizer steps ({TEST_MODE_STEPS * k} batches), "
+                f"{TEST_MODE_VALIDATION_BATCHES} validation batches and a checkpoint"
+            )
+        if length == OWN_LENGTH:
+            return "train to the length the script sets"
+        return f"train to {length} {self.searcher.time_metric or self.searcher.unit}"
