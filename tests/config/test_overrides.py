@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from determined_lite.config import ConfigError, load_config
+from determined_lite.config import ConfigError
+from determined_lite.searcher import load_config
 
 EPOCHS_YAML = """\
 entrypoint: model_def:MyTrial
