@@ -1,4 +1,5 @@
-"""Run a trial from plain Python: ``init()`` builds the context, ``Trainer.fit()`` trains.
+"""Run a trial: ``init()`` builds the context, ``Trainer.fit()`` trains (``Trainer.run`` runs the
+:class:`FitPlan` that ``fit``, or an experiment worker, builds).
 
 A plain-Python run (no experiment ids in its ``TrialInfo``) shows a progress bar and one line
 per report on stdout (``progress=False`` or ``$DET_LITE_PROGRESS=0``: quiet) and is recorded
