@@ -13,18 +13,22 @@ context, ``Trainer.fit`` its searcher length, checkpoint and store hooks, and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
 import runpy
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from determined_lite._cluster import checkpoint_batches, set_active_trial
 from determined_lite.config import OWN_LENGTH
 from determined_lite.config._launcher import ScriptCommand
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+
+if TYPE_CHECKING:  # torch: imported when the script fits, not by `det-lite run`'s CLI process
+    from determined_lite.pytorch._fit_plan import FitPlan
 
 logger = logging.getLogger("determined_lite")
 
@@ -171,30 +175,29 @@ class ScriptTrial:
         info = context.harness.trial_info
         return bool(info.trial_id == self.spec.trial_id and info.experiment_id == self.spec.experiment_id)
 
-    def fit_arguments(self, context: Any, given: Dict[str, Any]) -> Dict[str, Any]:
-        """``Trainer.fit``'s arguments for this trial: the searcher's length (the script's own
-        when the searcher has none), the checkpoint to resume from and the store hooks always;
-        periods and policy from the script when it gave them (``given``: the non-default
-        ones), else from the config."""
-        from determined_lite.launch.worker import fit_arguments
+    def fit_plan(self, context: Any, given: FitPlan) -> FitPlan:
+        """What ``Trainer.fit`` trains for this trial: the searcher's length (the script's own
+        when the searcher has none), the checkpoint to resume from (the script's when the trial
+        has none) and the store hooks always; the periods, policy and test mode the script chose
+        (``given``'s that are not the defaults), else the config's; the script's callbacks."""
+        from determined_lite.launch.worker import fit_plan
+        from determined_lite.pytorch._fit_plan import CONFIG_FIELDS
 
         if self.time_metric not in (None, "batches", "epochs", "records"):
             raise ValueError(
                 f"searcher.time_metric {self.time_metric!r}: Trainer.fit trains by batches, epochs or "
                 "records; use one of those as the time metric (or the Core API to report your own)"
             )
-        arguments = fit_arguments(self.spec, self.distributed, context, self._extra)
-        if self.target == OWN_LENGTH:  # no searcher length: the script's own, as Determined >= 0.38
-            arguments["max_length"] = given.get("max_length")
-        for name in ("validation_period", "checkpoint_period", "reporting_period", "checkpoint_policy"):
-            if given.get(name) is not None:
-                arguments[name] = given[name]
-        arguments["step_zero_validation"] = (
-            bool(given.get("step_zero_validation")) or arguments["step_zero_validation"]
+        plan = fit_plan(self.spec, self.distributed, context, self._extra)
+        own_length = self.target == OWN_LENGTH  # no searcher length: the script's, as Determined >= 0.38
+        latest = given.latest_checkpoint if plan.latest_checkpoint is None else plan.latest_checkpoint
+        return dataclasses.replace(
+            plan,
+            **given.given((*CONFIG_FIELDS, "test_mode")),
+            max_length=given.max_length if own_length else plan.max_length,
+            latest_checkpoint=latest,
+            callbacks=given.callbacks,
         )
-        arguments["test_mode"] = bool(given.get("test_mode")) or arguments["test_mode"]
-        arguments["callbacks"] = given.get("callbacks")
-        return arguments
 
     def fit_done(self, result: Any) -> None:
         from determined_lite.launch.worker import result_of

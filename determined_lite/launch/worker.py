@@ -33,6 +33,7 @@ from determined_lite.launch._logs import install_rank_prefix
 from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.launch._watchdog import Heartbeat, StallWatchdog, stall_timeout
 from determined_lite.pytorch._callback import PyTorchCallback
+from determined_lite.pytorch._fit_plan import CONFIG_FIELDS, FitPlan
 from determined_lite.store._paths import restrict_umask
 
 logger = logging.getLogger("determined_lite")
@@ -202,29 +203,23 @@ def trial_info(spec: WorkerSpec) -> Any:
     )
 
 
-def fit_arguments(
-    spec: WorkerSpec, dist: Any, ctx: Any, extra_callbacks: Sequence[Tuple[str, Any]]
-) -> Dict[str, Any]:
-    """What ``Trainer.fit`` gets in a worker: the searcher's length, the latest checkpoint, the
-    config's periods and policy, and the chief's store hooks (bound to ``ctx``)."""
+def fit_plan(spec: WorkerSpec, dist: Any, ctx: Any, extra_callbacks: Sequence[Tuple[str, Any]]) -> FitPlan:
+    """What ``Trainer.run`` trains in a worker: the searcher's length, the latest
+    checkpoint, the config's periods and policy, and the chief's store hooks (bound to ``ctx``)."""
     callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
     core = list(callbacks) + list(extra_callbacks)
     for _, callback in core:
         if hasattr(callback, "bind"):
             callback.bind(ctx)
     settings = spec.training_settings()
-    return dict(
+    return FitPlan(
         max_length=length_from_config(spec.max_length, "max_length"),
         latest_checkpoint=spec.latest_checkpoint,
-        warm_start=spec.warm_start,
         test_mode=spec.test_mode,
+        **{name: getattr(settings, name) for name in CONFIG_FIELDS},
+        warm_start=spec.warm_start,
         should_stop=should_stop,
-        core_callbacks=core,
-        validation_period=settings.validation_period,
-        checkpoint_period=settings.checkpoint_period,
-        reporting_period=settings.reporting_period,
-        checkpoint_policy=settings.checkpoint_policy,
-        step_zero_validation=settings.step_zero_validation,
+        core_callbacks=tuple(core),
         progress=False,  # the runner draws the bars, from the chief's progress file
         record=False,  # an experiment trial's chief writes to the store through its hooks
     )
@@ -257,9 +252,8 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
     trial_cls = import_entrypoint(spec.entrypoint, spec.context_dir)
     info = trial_info(spec)
     with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
-        arguments = fit_arguments(spec, dist, ctx, extra_callbacks)
-        trial = trial_cls(ctx)
-        result = Trainer(trial, ctx).fit(**arguments)
+        plan = fit_plan(spec, dist, ctx, extra_callbacks)
+        result = Trainer(trial_cls(ctx), ctx).run(plan)
     return result_of(result)
 
 

@@ -13,6 +13,7 @@ import determined_lite
 from determined_lite.pytorch import _checkpoint, _rng
 from determined_lite.pytorch._callback import CallbackList
 from determined_lite.pytorch._context import PyTorchTrialContext
+from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._hooks import Hook
 from determined_lite.pytorch._schedule import Plan
 from determined_lite.storage import STORE_KEY
@@ -32,6 +33,7 @@ class CheckpointWriter:
         trial_class: str,
         root: str,
         code_source: Optional[str],
+        trial_info: Optional[TrialInfo] = None,
     ) -> None:
         self.context = context
         self.harness = context.harness
@@ -41,6 +43,7 @@ class CheckpointWriter:
         self.trial_class = trial_class  # module:qualname, in the metadata
         self.root = root
         self.code_source = code_source
+        self.trial_info = trial_info  # the ids checkpoints carry; None: the context's
         self.last_batch: Optional[int] = None  # the batch of the last checkpoint written or resumed
         self._flush = _checkpoint.BackgroundFlush()
 
@@ -90,7 +93,7 @@ class CheckpointWriter:
 
     def _metadata(self, done: int, metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         ctx, harness, plan = self.context, self.harness, self.plan
-        info = harness.trial_info  # the store's ids (a plain-Python run's local record too)
+        info = self.trial_info or harness.trial_info  # a plain-Python run's: its local record's
         return {
             "trial_id": info.trial_id,
             "experiment_id": info.experiment_id,

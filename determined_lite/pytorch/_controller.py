@@ -11,14 +11,13 @@ import dataclasses
 import itertools
 import logging
 import numbers
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from determined_lite._errors import MetricTypeError, MissingMetricError, NotADataLoaderError
 from determined_lite.config import (
-    DEFAULT_REPORTING_PERIOD,
     DEFAULT_SMALLER_IS_BETTER,
     CheckpointPolicy,
     TrainUnit,
@@ -29,7 +28,9 @@ from determined_lite.pytorch._checkpointing import CheckpointWriter
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._fetch import in_process_batches
+from determined_lite.pytorch._fit_plan import FitPlan
 from determined_lite.pytorch._forward_hooks import ForwardHooks
+from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._hooks import Hook
 from determined_lite.pytorch._reducer import check_evaluation_reducer, merge_reducer_metrics, plain_metrics
 from determined_lite.pytorch._restore import Restored, Restorer, resume_batches
@@ -58,36 +59,17 @@ class TrainResult:
         return self.checkpoints[-1]["path"] if self.checkpoints else None
 
 
-@dataclasses.dataclass
-class RunSpec:
-    """How long to train and when to report, validate and checkpoint."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSpec(FitPlan):
+    """A :class:`FitPlan` resolved for the loop by ``Trainer.run``: its length known, where
+    checkpoints go, the searcher metric, and the ids its checkpoints carry (None: the context's)."""
 
     max_length: TrainUnit
-    validation_period: Optional[TrainUnit] = None
-    checkpoint_period: Optional[TrainUnit] = None
-    reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD
-    checkpoint_policy: Union[str, CheckpointPolicy] = CheckpointPolicy.BEST
-    latest_checkpoint: Optional[str] = None
-    step_zero_validation: bool = False
-    test_mode: bool = False
     checkpoint_root: str = ""
     code_source: Optional[str] = None
     searcher_metric: Optional[str] = None
     smaller_is_better: bool = DEFAULT_SMALLER_IS_BETTER
-    should_stop: Optional[Callable[[], bool]] = None
-    warm_start: Optional[str] = None  # a checkpoint to start a new trial from (unless resuming)
-
-    def __post_init__(self) -> None:
-        policies = tuple(p.value for p in CheckpointPolicy)
-        if self.checkpoint_policy not in policies:
-            raise ValueError(f"checkpoint_policy must be one of {policies}, got {self.checkpoint_policy!r}")
-        self.checkpoint_policy = CheckpointPolicy(self.checkpoint_policy)
-        for field in ("max_length", "validation_period", "checkpoint_period", "reporting_period"):
-            value = getattr(self, field)
-            if value is not None and not isinstance(value, TrainUnit):
-                raise TypeError(
-                    f"{field} must be determined_lite.pytorch.Batch(n) or Epoch(n), got {value!r}"
-                )
+    trial_info: Optional[TrialInfo] = None
 
 
 class TrialController:
@@ -264,7 +246,13 @@ class TrialController:
         self._last_validation: Optional[Tuple[int, Dict[str, Any]]] = None
         trial_class = f"{type(self.trial).__module__}:{type(self.trial).__qualname__}"
         self._writer = CheckpointWriter(
-            self.context, self.callbacks, self.plan, trial_class, spec.checkpoint_root, spec.code_source
+            self.context,
+            self.callbacks,
+            self.plan,
+            trial_class,
+            spec.checkpoint_root,
+            spec.code_source,
+            spec.trial_info,
         )
         restored = self._restore()
         state.batches_done = restored.start

@@ -12,6 +12,7 @@ batch ``b * N`` would see.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 import torch
@@ -52,67 +53,26 @@ class DataLoader:
         persistent_workers: bool = False,
         pin_memory_device: str = "",
     ) -> None:
+        given = dict(locals())  # the arguments by name: LoaderArgs takes them without a second list
         _check_dataset(dataset)
-        shuffle = bool(shuffle)
-        drop_last = bool(drop_last)
-        if sampler is not None and shuffle:
-            raise ValueError(
-                "sampler option is mutually exclusive with shuffle=True: shuffle inside your sampler instead"
-            )
-        if batch_sampler is not None:
-            if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError(
-                    "batch_sampler option is mutually exclusive with batch_size (must stay 1), "
-                    f"shuffle, sampler and drop_last; got batch_size={batch_size!r}, "
-                    f"shuffle={shuffle}, sampler={sampler!r}, drop_last={drop_last}"
-                )
-            if not hasattr(batch_sampler, "__iter__"):
-                raise ValueError(f"batch_sampler must be an iterable of index lists, got {batch_sampler!r}")
-            batch_size = None
-        elif batch_size is None:
-            raise ValueError(
-                "batch_size=None (auto-batching disabled) is not supported by det-lite's "
-                "DataLoader: pass the per-slot batch size as a positive int"
-            )
-        else:
-            check_int("batch_size", batch_size, 1)
-            batch_size = int(batch_size)
-        if sampler is not None and not hasattr(sampler, "__iter__"):
-            raise ValueError(f"sampler must be an iterable of dataset indices, got {sampler!r}")
-        check_int("num_workers", num_workers, 0)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            raise ValueError(f"timeout must be a number >= 0 (seconds), got {timeout!r}")
-        if prefetch_factor is not None:
-            if num_workers == 0:
-                raise ValueError("prefetch_factor needs num_workers > 0; leave it None with num_workers=0")
-            check_int("prefetch_factor", prefetch_factor, 0)
-        if persistent_workers and num_workers == 0:
-            raise ValueError("persistent_workers=True needs num_workers > 0")
+        shuffle, drop_last = bool(shuffle), bool(drop_last)
+        per_slot = _batch_size(batch_size, shuffle, sampler, batch_sampler, drop_last)
+        _check_workers(num_workers, timeout, prefetch_factor, persistent_workers)
         for name, fn in (("collate_fn", collate_fn), ("worker_init_fn", worker_init_fn)):
             if fn is not None and not callable(fn):
                 raise ValueError(f"{name} must be callable or None, got {fn!r}")
         if generator is not None and not isinstance(generator, torch.Generator):
             raise ValueError(f"generator must be a torch.Generator or None, got {generator!r}")
-
-        self.sharding = Sharding(
-            LoaderArgs(
-                dataset=dataset,
-                batch_size=batch_size,
-                shuffle=shuffle,
-                sampler=sampler,
-                batch_sampler=batch_sampler,
-                num_workers=int(num_workers),
-                collate_fn=collate_fn,
-                pin_memory=bool(pin_memory),
-                drop_last=drop_last,
-                timeout=timeout,
-                worker_init_fn=worker_init_fn,
-                multiprocessing_context=multiprocessing_context,
-                prefetch_factor=prefetch_factor,
-                persistent_workers=bool(persistent_workers),
-                pin_memory_device=pin_memory_device,
-            )
-        )
+        checked = {
+            "batch_size": per_slot,
+            "shuffle": shuffle,
+            "drop_last": drop_last,
+            "num_workers": int(num_workers),
+            "pin_memory": bool(pin_memory),
+            "persistent_workers": bool(persistent_workers),
+        }
+        fields = {f.name: given[f.name] for f in dataclasses.fields(LoaderArgs)}
+        self.sharding = Sharding(LoaderArgs(**{**fields, **checked}))
 
     # Read-only views of the constructor arguments, named like torch's attributes.
     @property
@@ -170,3 +130,51 @@ def _check_dataset(dataset: Any) -> None:
         raise ValueError(
             f"{hint}; got {type(dataset).__name__}, which has no __len__ or __getitem__. {advice}"
         )
+
+
+def _batch_size(
+    batch_size: Optional[int], shuffle: bool, sampler: Any, batch_sampler: Any, drop_last: bool
+) -> Optional[int]:
+    """The per-slot batch size (None with a ``batch_sampler``), checked by torch's rules for the
+    batching arguments (``batch_sampler`` excludes the others) and det-lite's (no
+    ``batch_size=None``: det-lite batches to shard and resume)."""
+    per_slot: Optional[int] = None
+    if sampler is not None and shuffle:
+        raise ValueError(
+            "sampler option is mutually exclusive with shuffle=True: shuffle inside your sampler instead"
+        )
+    if batch_sampler is not None:
+        if batch_size != 1 or shuffle or sampler is not None or drop_last:
+            raise ValueError(
+                "batch_sampler option is mutually exclusive with batch_size (must stay 1), "
+                f"shuffle, sampler and drop_last; got batch_size={batch_size!r}, "
+                f"shuffle={shuffle}, sampler={sampler!r}, drop_last={drop_last}"
+            )
+        if not hasattr(batch_sampler, "__iter__"):
+            raise ValueError(f"batch_sampler must be an iterable of index lists, got {batch_sampler!r}")
+    elif batch_size is None:
+        raise ValueError(
+            "batch_size=None (auto-batching disabled) is not supported by det-lite's "
+            "DataLoader: pass the per-slot batch size as a positive int"
+        )
+    else:
+        check_int("batch_size", batch_size, 1)
+        per_slot = int(batch_size)
+    if sampler is not None and not hasattr(sampler, "__iter__"):
+        raise ValueError(f"sampler must be an iterable of dataset indices, got {sampler!r}")
+    return per_slot
+
+
+def _check_workers(
+    num_workers: int, timeout: float, prefetch_factor: Optional[int], persistent: bool
+) -> None:
+    """The loader-process arguments: counts, a timeout in seconds, and what needs workers."""
+    check_int("num_workers", num_workers, 0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be a number >= 0 (seconds), got {timeout!r}")
+    if prefetch_factor is not None:
+        if num_workers == 0:
+            raise ValueError("prefetch_factor needs num_workers > 0; leave it None with num_workers=0")
+        check_int("prefetch_factor", prefetch_factor, 0)
+    if persistent and num_workers == 0:
+        raise ValueError("persistent_workers=True needs num_workers > 0")

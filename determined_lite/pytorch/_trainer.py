@@ -1,4 +1,5 @@
-"""Run a trial from plain Python: ``init()`` builds the context, ``Trainer.fit()`` trains.
+"""Run a trial: ``init()`` builds the context, ``Trainer.fit()`` trains (``Trainer.run`` runs the
+:class:`FitPlan` that ``fit``, or an experiment worker, builds).
 
 A plain-Python run (no experiment ids in its ``TrialInfo``) shows a progress bar and one line
 per report on stdout (``progress=False`` or ``$DET_LITE_PROGRESS=0``: quiet) and is recorded
@@ -15,22 +16,21 @@ import logging
 import os
 import random
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from determined_lite import tensorboard
 from determined_lite._cluster import active_trial
 from determined_lite.config import (
-    DEFAULT_REPORTING_PERIOD,
     CheckpointPolicy,
     CompileSettings,
     TrainingSettings,
-    TrainUnit,
 )
 from determined_lite.distributed import DistributedContext
 from determined_lite.pytorch._callback import Callbacks, PyTorchCallback, name_callbacks
 from determined_lite.pytorch._callback_modules import import_callback_modules
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
+from determined_lite.pytorch._fit_plan import FitPlan, plan_parameters
 from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._progress import (
     LOCAL_INTERVAL_S,
@@ -75,34 +75,19 @@ def init(
         exp_conf = script.spec.exp_conf if exp_conf is None else exp_conf
         distributed = distributed or script.distributed
         trial_info = script.trial_info()
-    exp_conf = dict(exp_conf or {})
-    if compile is not None:
-        chosen = CompileSettings.from_value(compile, "init(compile=...)")
-        if compile is not False and not (isinstance(compile, Mapping) and "enabled" in compile):
-            chosen = dataclasses.replace(chosen, enabled=True)  # asking for options means "on"
-        exp_conf["optimizations"] = {**(exp_conf.get("optimizations") or {}), "compile": chosen.to_json()}
+    exp_conf = _with_compile(dict(exp_conf or {}), compile)
     settings = TrainingSettings.from_config(exp_conf)
     info = trial_info or TrialInfo()
-    seed = info.trial_seed
-    if seed is None:
-        seed = settings.experiment_seed
-    if seed is None:
-        seed = random.SystemRandom().randrange(2**31)
-        logger.info("no reproducibility.experiment_seed given; using trial seed %d", seed)
-    if aggregation_frequency is None:
-        aggregation_frequency = settings.aggregation_frequency
-    tb_path = None
-    if enable_tensorboard_logging:
-        tb_path = info.tensorboard_path or tensorboard.trial_tensorboard_path(
-            info.experiment_id, info.trial_id
-        )
-
+    tb_path = _tensorboard_path(info) if enable_tensorboard_logging else None
+    seed = _trial_seed(info, settings)
     seed_everything(seed)
     context = PyTorchTrialContext(
         hparams=hparams if hparams is not None else exp_conf.get("hyperparameters") or {},
         exp_conf=exp_conf,
         distributed=distributed,
-        aggregation_frequency=aggregation_frequency,
+        aggregation_frequency=(
+            settings.aggregation_frequency if aggregation_frequency is None else aggregation_frequency
+        ),
         average_aggregated_gradients=settings.average_aggregated_gradients,
         trial_seed=seed,
         trial_id=info.trial_id,
@@ -110,15 +95,40 @@ def init(
         tensorboard_path=tb_path,
     )
     context.harness.trial_info = info
-    previous = tensorboard._active_path
-    tensorboard.set_active_path(tb_path)
-    try:
-        yield context
-    finally:
-        tensorboard.set_active_path(previous)
-        if context.harness.tensorboard_writer is not None:  # context.get_tensorboard_writer()
-            context.harness.tensorboard_writer.close()
-            context.harness.tensorboard_writer = None
+    with tensorboard.active_path(tb_path):
+        try:
+            yield context
+        finally:
+            if context.harness.tensorboard_writer is not None:  # context.get_tensorboard_writer()
+                context.harness.tensorboard_writer.close()
+                context.harness.tensorboard_writer = None
+
+
+def _with_compile(
+    exp_conf: Dict[str, Any],
+    compile: Union[None, bool, Mapping[str, Any], CompileSettings],  # noqa: A002
+) -> Dict[str, Any]:
+    """``exp_conf`` with ``init(compile=...)`` as its ``optimizations.compile`` section."""
+    if compile is None:
+        return exp_conf
+    chosen = CompileSettings.from_value(compile, "init(compile=...)")
+    if compile is not False and not (isinstance(compile, Mapping) and "enabled" in compile):
+        chosen = dataclasses.replace(chosen, enabled=True)  # asking for options means "on"
+    optimizations = {**(exp_conf.get("optimizations") or {}), "compile": chosen.to_json()}
+    return {**exp_conf, "optimizations": optimizations}
+
+
+def _trial_seed(info: TrialInfo, settings: TrainingSettings) -> int:
+    """The trial's seed: its ``TrialInfo``'s, else the config's experiment seed, else a random one."""
+    seed = info.trial_seed if info.trial_seed is not None else settings.experiment_seed
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+        logger.info("no reproducibility.experiment_seed given; using trial seed %d", seed)
+    return seed
+
+
+def _tensorboard_path(info: TrialInfo) -> str:
+    return info.tensorboard_path or tensorboard.trial_tensorboard_path(info.experiment_id, info.trial_id)
 
 
 def _tensorboard_dir(ctx: PyTorchTrialContext) -> Optional[str]:
@@ -163,26 +173,13 @@ class Trainer:
         self.context = context
         self.callbacks = name_callbacks(callbacks or [], "")
 
-    def fit(
-        self,
-        checkpoint_period: Optional[TrainUnit] = None,
-        validation_period: Optional[TrainUnit] = None,
-        max_length: Optional[TrainUnit] = None,
-        reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD,
-        checkpoint_policy: Union[str, CheckpointPolicy] = CheckpointPolicy.BEST,
-        latest_checkpoint: Optional[str] = None,
-        step_zero_validation: bool = False,
-        test_mode: bool = False,
-        *,
-        progress: Optional[bool] = None,
-        record: Optional[bool] = None,
-        should_stop: Optional[Callable[[], bool]] = None,
-        core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
-        callbacks: Optional[Callbacks] = None,
-        warm_start: Optional[str] = None,
-    ) -> TrainResult:
+    @plan_parameters(FitPlan)
+    def fit(self, plan: FitPlan) -> TrainResult:
         """Train to ``max_length``, validating and checkpointing on the given periods.
 
+        Determined's parameters, in its order: ``checkpoint_period``, ``validation_period``,
+        ``max_length``, ``reporting_period``, ``checkpoint_policy``, ``latest_checkpoint``,
+        ``step_zero_validation``, ``test_mode`` (the fields of :class:`FitPlan`).
         ``latest_checkpoint`` resumes exactly from a checkpoint directory (or the uuid of one in
         the checkpoint root, as Determined's ``info.latest_checkpoint``). A final validation
         and checkpoint always happen at the end. ``checkpoint_policy`` adds checkpoints after
@@ -201,7 +198,8 @@ class Trainer:
         from ``searcher.source_checkpoint_uuid`` / ``source_trial_id``): a checkpoint directory,
         det-lite's or Determined's, that a run not resuming starts from as Determined's warm
         start does: weights, optimizer, LR scheduler, scaler, callback and random states, with
-        training at batch 0.
+        training at batch 0. ``should_stop`` (polled at each report) and ``core_callbacks`` (run
+        before the trial's) are det-lite's hooks for the code that runs experiments.
         In a script det-lite runs (``det.get_cluster_info()`` set, ``init()`` without arguments),
         the trial decides the length (the searcher's; the script's own ``max_length`` when the
         searcher has none), the checkpoint to resume from and the store hooks; periods and
@@ -211,175 +209,169 @@ class Trainer:
         """
         script = active_trial()
         if script is None or not script.owns(self.context):
-            return self._fit(
-                checkpoint_period,
-                validation_period,
-                max_length,
-                reporting_period,
-                checkpoint_policy,
-                latest_checkpoint,
-                step_zero_validation,
-                test_mode,
-                progress=progress,
-                record=record,
-                should_stop=should_stop,
-                core_callbacks=core_callbacks,
-                callbacks=callbacks,
-                warm_start=warm_start,
-            )
-        given = dict(
-            max_length=max_length,
-            validation_period=validation_period,
-            checkpoint_period=checkpoint_period,
-            reporting_period=None if reporting_period == DEFAULT_REPORTING_PERIOD else reporting_period,
-            checkpoint_policy=None if checkpoint_policy == CheckpointPolicy.BEST else checkpoint_policy,
-            step_zero_validation=step_zero_validation,
-            test_mode=test_mode,
-            callbacks=callbacks,
-        )
-        arguments = script.fit_arguments(self.context, given)
-        if arguments["latest_checkpoint"] is None:
-            arguments["latest_checkpoint"] = latest_checkpoint  # a warm start the script chose
-        result = self._fit(**arguments)
+            return self.run(plan)
+        result = self.run(script.fit_plan(self.context, plan))
         script.fit_done(result)
         return result
 
-    def _fit(
-        self,
-        checkpoint_period: Optional[TrainUnit] = None,
-        validation_period: Optional[TrainUnit] = None,
-        max_length: Optional[TrainUnit] = None,
-        reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD,
-        checkpoint_policy: Union[str, CheckpointPolicy] = CheckpointPolicy.BEST,
-        latest_checkpoint: Optional[str] = None,
-        step_zero_validation: bool = False,
-        test_mode: bool = False,
-        *,
-        progress: Optional[bool] = None,
-        record: Optional[bool] = None,
-        should_stop: Optional[Callable[[], bool]] = None,
-        core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = (),
-        callbacks: Optional[Callbacks] = None,
-        warm_start: Optional[str] = None,
-    ) -> TrainResult:
-        """Train (the body of :meth:`fit`)."""
+    def run(self, plan: FitPlan) -> TrainResult:
+        """Train as ``plan`` says: ``fit`` builds the plan from its arguments, an experiment
+        worker from its trial's spec."""
         ctx = self.context
-        settings, info = ctx.harness.settings, ctx.harness.trial_info
-        if max_length is None:
-            max_length = settings.max_length
-        if max_length is None:
-            raise ValueError(
-                "Trainer.fit() needs max_length=Batch(n) or Epoch(n) (or searcher.max_length in the "
-                "experiment config)"
-            )
-        if settings.searcher_metric is None and checkpoint_policy == CheckpointPolicy.BEST:
-            logger.warning(
-                "checkpoint_policy='best' needs a searcher metric (searcher.metric in exp_conf); "
-                "without one, as in Determined's local training mode, every validation is "
-                "followed by a checkpoint ('all')"
-            )
-            checkpoint_policy = CheckpointPolicy.ALL
-        is_chief, state = ctx.distributed.is_chief, ctx.harness.state
-        root = info.checkpoint_root or checkpoint_root(ctx.get_experiment_config())
-        if latest_checkpoint is not None and not os.path.isdir(latest_checkpoint):
-            by_uuid = os.path.join(root, latest_checkpoint)
-            latest_checkpoint = by_uuid if os.path.isdir(by_uuid) else latest_checkpoint
-        code_source = _code_source(self.trial, info)
-        local = info.experiment_id is None and info.trial_id is None
-        if progress is None:
-            progress = local and progress_by_default()
-        if record is None:
-            record = local
-        display = ProgressDisplay(sys.stdout, type(self.trial).__name__) if progress and is_chief else None
-        say: Callable[[str], None] = display.write if display is not None else logger.info
-        run = self._record(root, code_source) if record and is_chief else None
-        core: List[Tuple[str, PyTorchCallback]] = [
-            (
-                "_core.tensorboard",
-                TensorBoardMetrics(
-                    # context.set_enable_tensorboard_logging(False): no metrics to TensorBoard
-                    _tensorboard_dir(ctx) if ctx.harness.tensorboard_logging else None,
-                    is_chief,
-                    state,
-                    ctx.get_hparams(),
-                ),
-            ),
-            ("_core.logger", MetricLogger(is_chief, state, display.write if display is not None else None)),
-        ]
-        if display is not None:
-            meter = ProgressMeter(
-                display.show, settings.searcher_metric, state=state, interval_s=LOCAL_INTERVAL_S
-            )
-            core.append(("_core.progress", meter))
-        if run is not None:
-            core += run.callbacks(ctx)
-            stop = should_stop
-            should_stop = lambda: (stop is not None and stop()) or run.should_stop()  # noqa: E731
-            ctx.harness.trial_info = dataclasses.replace(
-                info, experiment_id=run.experiment_id, trial_id=run.trial_id, store_path=run.store_path
-            )
-            eid = run.experiment_id
-            say(f"recorded as local experiment {eid}: det-lite experiment describe {eid}")
-        spec = RunSpec(
-            max_length=max_length,
-            validation_period=validation_period,
-            checkpoint_period=checkpoint_period,
-            reporting_period=reporting_period,
-            checkpoint_policy=checkpoint_policy,
-            latest_checkpoint=latest_checkpoint,
-            step_zero_validation=step_zero_validation,
-            test_mode=test_mode,
-            checkpoint_root=root,
-            code_source=code_source,
-            searcher_metric=settings.searcher_metric,
-            smaller_is_better=settings.smaller_is_better,
-            should_stop=should_stop,
-            warm_start=warm_start,
-        )
+        settings = ctx.harness.settings
         import_callback_modules(settings.callback_modules)  # their import registers global callbacks
+        spec = _run_spec(plan, ctx, _code_source(self.trial, ctx.harness.trial_info))
+        outputs = self._outputs(plan, spec)
+        spec, recorded = outputs.attach(spec, ctx)
+        core = _core_callbacks(ctx, outputs.display) + recorded
         profiler = _profiler(ctx, settings)
         if profiler is not None:
             core.append(("_core.profiler", profiler))
-        user = self.callbacks + name_callbacks(callbacks or [], "")
+        user = self.callbacks + name_callbacks(plan.callbacks or [], "")
         try:
-            result = TrialController(self.trial, ctx, spec, core + list(core_callbacks), user).run()
+            result = TrialController(self.trial, ctx, spec, core + list(plan.core_callbacks), user).run()
         except BaseException as e:
-            if run is not None:
-                _finish(run, False, e)
+            outputs.end(None, e)
             raise
-        finally:
-            ctx.harness.trial_info = info
-            if display is not None:
-                display.close()
-        if run is not None:
-            ended = _finish(run, result.stopped_early, None)
-            if ended is not None:
-                say(
-                    f"local experiment {run.experiment_id} {ended}: det-lite checkpoint list "
-                    f"--experiment {run.experiment_id}"
-                )
+        outputs.end(result, None)
         return result
 
-    def _record(self, root: str, code_source: Optional[str]) -> Any:
-        """The store's record of this plain-Python run (``experiment/_local.py``), or None."""
-        from determined_lite.experiment._local import LocalRun
-
-        ctx = self.context
-        settings, conf = ctx.harness.settings, ctx.get_experiment_config()
+    def _outputs(self, plan: FitPlan, spec: RunSpec) -> _Outputs:
+        """The chief's bar and local record for ``plan``; a plain-Python run (no experiment ids)
+        gets both unless told otherwise."""
+        info = self.context.harness.trial_info
+        local = info.experiment_id is None and info.trial_id is None
+        if not self.context.distributed.is_chief:
+            return _Outputs(None, None)
+        progress = local and progress_by_default() if plan.progress is None else plan.progress
+        record = local if plan.record is None else plan.record
         name = type(self.trial).__name__
-        context_dir = (
-            code_source if code_source is None or os.path.isdir(code_source) else os.path.dirname(code_source)
+        display = ProgressDisplay(sys.stdout, name) if progress else None
+        return _Outputs(display, _record(self.context, name, spec) if record else None)
+
+
+def _run_spec(plan: FitPlan, ctx: PyTorchTrialContext, code_source: Optional[str]) -> RunSpec:
+    """The loop's spec of ``plan``: its length (else the config's), where checkpoints go, the
+    checkpoint to resume from (a directory, or a uuid in that root), and the policy (``best``
+    needs a searcher metric: ``all`` without one, as Determined's local training mode)."""
+    settings, info = ctx.harness.settings, ctx.harness.trial_info
+    max_length = settings.max_length if plan.max_length is None else plan.max_length
+    if max_length is None:
+        raise ValueError(
+            "Trainer.fit() needs max_length=Batch(n) or Epoch(n) (or searcher.max_length in the "
+            "experiment config)"
         )
-        return LocalRun.record(
-            name=conf.get("name") or name,
-            exp_conf=conf,
-            hparams=ctx.get_hparams(),
-            seed=ctx.get_trial_seed(),
-            context_dir=context_dir,
-            checkpoint_root=root,
-            metric=settings.searcher_metric,
-            smaller_is_better=settings.smaller_is_better,
+    policy = plan.checkpoint_policy
+    if settings.searcher_metric is None and policy == CheckpointPolicy.BEST:
+        logger.warning(
+            "checkpoint_policy='best' needs a searcher metric (searcher.metric in exp_conf); "
+            "without one, as in Determined's local training mode, every validation is "
+            "followed by a checkpoint ('all')"
         )
+        policy = CheckpointPolicy.ALL
+    root = info.checkpoint_root or checkpoint_root(ctx.get_experiment_config())
+    latest = plan.latest_checkpoint
+    if latest is not None and not os.path.isdir(latest) and os.path.isdir(os.path.join(root, latest)):
+        latest = os.path.join(root, latest)
+    planned = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+    return RunSpec(
+        **{
+            **planned,
+            "max_length": max_length,
+            "checkpoint_policy": policy,
+            "latest_checkpoint": latest,
+            "checkpoint_root": root,
+            "code_source": code_source,
+            "searcher_metric": settings.searcher_metric,
+            "smaller_is_better": settings.smaller_is_better,
+            "trial_info": info,
+        }
+    )
+
+
+def _core_callbacks(
+    ctx: PyTorchTrialContext, display: Optional[ProgressDisplay]
+) -> List[Tuple[str, PyTorchCallback]]:
+    """Where metrics go: TensorBoard, the log (or the bar's lines) and the bar."""
+    is_chief, state = ctx.distributed.is_chief, ctx.harness.state
+    # context.set_enable_tensorboard_logging(False): no metrics to TensorBoard
+    tb_dir = _tensorboard_dir(ctx) if ctx.harness.tensorboard_logging else None
+    core: List[Tuple[str, PyTorchCallback]] = [
+        ("_core.tensorboard", TensorBoardMetrics(tb_dir, is_chief, state, ctx.get_hparams())),
+        ("_core.logger", MetricLogger(is_chief, state, display.write if display is not None else None)),
+    ]
+    if display is not None:
+        metric = ctx.harness.settings.searcher_metric
+        meter = ProgressMeter(display.show, metric, state=state, interval_s=LOCAL_INTERVAL_S)
+        core.append(("_core.progress", meter))
+    return core
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outputs:
+    """Where the chief shows a run (the bar and metric lines on stdout) and records it (a
+    ``local`` experiment in the store: ``experiment/_local.py``'s ``LocalRun``)."""
+
+    display: Optional[ProgressDisplay]
+    record: Any
+
+    def say(self, line: str) -> None:
+        (self.display.write if self.display is not None else logger.info)(line)
+
+    def attach(
+        self, spec: RunSpec, ctx: PyTorchTrialContext
+    ) -> Tuple[RunSpec, List[Tuple[str, PyTorchCallback]]]:
+        """``spec`` with the record's ids and stop requests, and the record's store callbacks."""
+        run = self.record
+        if run is None:
+            return spec, []
+        stop, eid = spec.should_stop, run.experiment_id
+        info = dataclasses.replace(
+            ctx.harness.trial_info,
+            experiment_id=eid,
+            trial_id=run.trial_id,
+            store_path=run.store_path,
+        )
+        self.say(f"recorded as local experiment {eid}: det-lite experiment describe {eid}")
+        return (
+            dataclasses.replace(
+                spec,
+                should_stop=lambda: (stop is not None and stop()) or run.should_stop(),
+                trial_info=info,
+            ),
+            run.callbacks(ctx),
+        )
+
+    def end(self, result: Optional[TrainResult], error: Optional[BaseException]) -> None:
+        """Close the bar and record how the run ended (a store that fails now costs a warning)."""
+        run = self.record
+        if run is not None and error is not None:
+            _finish(run, False, error)
+        if self.display is not None:
+            self.display.close()
+        if run is None or result is None:
+            return
+        ended = _finish(run, result.stopped_early, None)
+        if ended is not None:
+            eid = run.experiment_id
+            self.say(f"local experiment {eid} {ended}: det-lite checkpoint list --experiment {eid}")
+
+
+def _record(ctx: PyTorchTrialContext, name: str, spec: RunSpec) -> Any:
+    """The store's record of this plain-Python run (``experiment/_local.py``)."""
+    from determined_lite.experiment._local import LocalRun  # moves with it to reporting/
+
+    settings, conf, code = ctx.harness.settings, ctx.get_experiment_config(), spec.code_source
+    return LocalRun.record(
+        name=conf.get("name") or name,
+        exp_conf=conf,
+        hparams=ctx.get_hparams(),
+        seed=ctx.get_trial_seed(),
+        context_dir=code if code is None or os.path.isdir(code) else os.path.dirname(code),
+        checkpoint_root=spec.checkpoint_root,
+        metric=settings.searcher_metric,
+        smaller_is_better=settings.smaller_is_better,
+    )
 
 
 def _finish(run: Any, stopped_early: bool, error: Optional[BaseException]) -> Optional[str]:

@@ -8,10 +8,11 @@ write there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
-from typing import Optional
+from typing import Iterator, Optional
 
 from determined_lite.store._paths import det_lite_home
 
@@ -36,9 +37,21 @@ def get_base_path() -> str:
 
 
 def set_active_path(path: Optional[str]) -> None:
-    """Called by the harness when a trial starts (path) and ends (None)."""
+    """Make ``path`` the active trial's directory (None: none is active)."""
     global _active_path
     _active_path = path
 
 
-__all__ = ["det_lite_home", "get_base_path", "set_active_path", "trial_tensorboard_path"]
+@contextlib.contextmanager
+def active_path(path: Optional[str]) -> Iterator[None]:
+    """``path`` is the active trial's directory inside the block (``pytorch.init()``'s), the
+    enclosing one's again after it."""
+    enclosing = _active_path
+    set_active_path(path)
+    try:
+        yield
+    finally:
+        set_active_path(enclosing)
+
+
+__all__ = ["active_path", "det_lite_home", "get_base_path", "set_active_path", "trial_tensorboard_path"]
