@@ -73,7 +73,7 @@ def _tqdm() -> Any:
     for its number formats alone."""
     from tqdm import tqdm
 
-    class Bar(tqdm):  # type: ignore[misc]
+    class Bar(tqdm):
         monitor_interval = 0  # no monitor thread: the board redraws its bars itself
 
         def moveto(self, n: int) -> None:
