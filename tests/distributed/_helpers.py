@@ -26,6 +26,13 @@ TRIAL_SEED = 11
 
 BACKENDS = ["torch", "horovod"]
 
+# The tiny trial the distributed tests train (a one-weight linear model, tests/fixtures/linear.py):
+# 12 records, global batch 4 (2 per slot on SLOTS), MAX_BATCHES batches; modules add their own
+# hyperparameters to TINY_HP.
+SLOTS = 2
+MAX_BATCHES = 8
+TINY_HP: Dict[str, Any] = {"lr": 0.005, "w0": 0.5, "global_batch_size": 4, "dataset_size": 12}
+
 
 @dataclasses.dataclass
 class Run:
