@@ -1,26 +1,26 @@
 """What det-lite draws on a terminal: numbers rounded for reading, progress bars that fit the
 width, and a board of bars at the bottom of the screen with lines written above them.
 
-Standard library only (the runner and the CLI use it without torch). Bars are drawn with
-carriage returns and, for more than one bar, the ANSI cursor-up and erase-line sequences every
-terminal emulator understands; where output is not a terminal but a notebook, one bar is
-redrawn with carriage returns alone.
+tqdm draws the bars and keeps them in place (carriage returns, and for more than one bar the
+cursor-up sequence every terminal emulator understands; where output is not a terminal but a
+notebook, one bar redrawn with carriage returns). It is imported on first use only: the runner
+and the CLI draw bars, trial workers import this module for its number formats alone and never
+load tqdm.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 DEFAULT_WIDTH = 100
 MAX_BAR_WIDTH = 40
 MIN_BAR_WIDTH = 6
-_EIGHTHS = " ▏▎▍▌▋▊▉"
-_FULL = "█"
 ELLIPSIS = "…"
 
 
@@ -66,31 +66,49 @@ def fit(text: str, width: int) -> str:
     return text[: max(0, width - 1)] + ELLIPSIS if width > 0 else ""
 
 
-def _bar(fraction: float, width: int) -> str:
-    fraction = min(1.0, max(0.0, fraction))
-    eighths = int(fraction * width * 8)
-    full, part = divmod(eighths, 8)
-    text = _FULL * full + (_EIGHTHS[part] if part and full < width else "")
-    return text.ljust(width)
+@functools.lru_cache(maxsize=None)
+def _tqdm() -> Any:
+    """The tqdm class the board draws with, imported on first use: only a process that draws
+    bars (the CLI, a plain-Python ``Trainer.fit``) loads tqdm; trial workers import this module
+    for its number formats alone."""
+    from tqdm import tqdm
+
+    class Bar(tqdm):
+        monitor_interval = 0  # no monitor thread: the board redraws its bars itself
+
+        def moveto(self, n: int) -> None:
+            """tqdm's move between bar rows, back to the row's start before moving up, so that a
+            bar's text ends its line in the byte stream as it does on the screen."""
+            self.fp.write("\n" * n + ("\r" + "\x1b[A" * -n if n < 0 else ""))
+            self.fp.flush()
+
+    return Bar
 
 
 def bar_line(label: str, done: int, total: Optional[int], width: int, stats: Sequence[str] = ()) -> str:
     """``trial 3 lr=0.01:  45%|████▌     | 45/100 [00:02<00:03, 17.9 batch/s, loss=0.123]``.
 
-    Never wider than ``width``: the bar shrinks first, then goes, then the label is cut (to its
-    first two words, ``trial 12``), then the end of the line.
+    tqdm draws the bar. Never wider than ``width``: the bar shrinks first, then goes, then the
+    label is cut (to its first two words, ``trial 12``), then the end of the line.
     Without a ``total`` (not known yet), the counts alone.
     """
     tail = f" [{', '.join(stats)}]" if stats else ""
     if not total:
         return fit(f"{label}: {done} batches{tail}", width)
-    percent = f"{int(100 * min(done, total) / total):3d}%"
+    percent = f"{100 * min(done, total) / total:3.0f}%"
     counts = f" {done}/{total}{tail}"
-    head = f"{label}: {percent}"
-    room = width - len(head) - len(counts) - 2  # the two "|" around the bar
+    fixed = len(label) + 2 + len(percent) + len(counts) + 2  # ": " and the two "|" around the bar
+    room = width - fixed
     if room >= MIN_BAR_WIDTH:
-        bar_width = min(room, MAX_BAR_WIDTH)
-        return f"{head}|{_bar(done / total, bar_width)}|{counts}"
+        return _tqdm().format_meter(
+            min(done, total),
+            total,
+            0,
+            ncols=fixed + min(room, MAX_BAR_WIDTH),
+            prefix=label,
+            bar_format="{l_bar}{bar}|{counts}",
+            counts=counts,
+        )
     plain = f"{percent}{counts}"
     # The label's first two words (``trial 12``) stay; the rest of it, then the stats, give way.
     keep = len(" ".join(label.split(" ")[:2]))
@@ -118,18 +136,22 @@ class BarBoard:
     ``update(key, render)`` sets what a bar shows (``render(width) -> line``); ``refresh()``
     redraws at most every ``interval_s``; ``write(line)`` prints a line above the bars;
     ``remove(key, keep=True)`` leaves the bar's last line on the screen. ``enabled=False``: no
-    bars, lines are printed as they come. Thread-safe.
+    bars, lines are printed as they come (and tqdm is never imported). Thread-safe.
+
+    tqdm keeps the bars in place: one tqdm line per key at a fixed position under the cursor,
+    cleared and redrawn around every line written above them (``tqdm.write``). Several bars need
+    cursor movement, a terminal; elsewhere (a notebook's stdout) only the first bar is shown,
+    redrawn with carriage returns.
     """
 
     def __init__(self, out: TextIO, *, enabled: bool, interval_s: float = 0.1) -> None:
         self.out = out
         self.enabled = enabled
         isatty = getattr(out, "isatty", None)
-        # Several bars need cursor movement: a terminal. A notebook gets one bar, redrawn with \r.
         self.ansi = bool(isatty and isatty())
         self.interval_s = interval_s
         self._renders: Dict[Any, Callable[[int], str]] = {}
-        self._drawn: List[str] = []  # the bar lines now on the screen
+        self._bars: Dict[Any, Any] = {}  # key -> its tqdm line, once drawn
         self._last_draw = -math.inf
         self._lock = threading.RLock()
 
@@ -143,18 +165,23 @@ class BarBoard:
             render = self._renders.pop(key, None)
             if render is None or not self.enabled:
                 return
-            line = render(self._width()) if keep else None
-            self._clear()
-            if line is not None:
-                self.out.write(line + "\n")
-            self._draw()
+            bar = self._bars.pop(key, None)
+            with _tqdm().external_write_mode(file=self.out):  # clears the bars, redraws them after
+                if bar is not None:
+                    bar.close()
+                self._place()
+                if keep:
+                    self.out.write(fit(render(self._width()), self._width()) + "\n")
+            self.refresh(force=True)
 
     def write(self, line: str) -> None:
         """Print ``line`` above the bars."""
         with self._lock:
-            self._clear()
-            self.out.write(line + "\n")
-            self._draw()
+            if self._bars:
+                _tqdm().write(line, file=self.out)
+            else:
+                self.out.write(line + "\n")
+            self.out.flush()
 
     def refresh(self, force: bool = False) -> None:
         with self._lock:
@@ -163,8 +190,17 @@ class BarBoard:
             now = time.monotonic()
             if not force and now - self._last_draw < self.interval_s:
                 return
-            self._clear()
-            self._draw()
+            self._last_draw = now
+            width = self._width()
+            for key, render in self._shown():
+                line = fit(render(width), width)
+                bar = self._bars.get(key)
+                if bar is None:
+                    self._bars[key] = self._new_bar(len(self._bars), line, width)
+                else:
+                    bar.ncols = width
+                    bar.set_description_str(line)
+            self.out.flush()
 
     def close(self) -> None:
         """Leave every bar's last state on the screen and stop drawing."""
@@ -173,26 +209,29 @@ class BarBoard:
                 self.remove(key)
             self.out.flush()
 
+    def _shown(self) -> List[Tuple[Any, Callable[[int], str]]]:
+        renders = list(self._renders.items())
+        return renders if self.ansi else renders[:1]
+
+    def _new_bar(self, position: int, line: str, width: int) -> Any:
+        return _tqdm()(
+            desc=line,
+            file=self.out,
+            position=position,
+            leave=False,
+            bar_format="{desc}",
+            dynamic_ncols=False,
+            ncols=width,
+            mininterval=0,
+            delay=0,
+            disable=False,
+        )
+
+    def _place(self) -> None:
+        """Number the remaining bars from the top again (tqdm's fixed positions are negative)."""
+        for position, bar in enumerate(self._bars.values()):
+            bar.pos = -position
+
     def _width(self) -> int:
         # One column short of the edge: writing the last column makes some terminals wrap.
         return max(20, terminal_width(self.out) - 1)
-
-    def _clear(self) -> None:
-        if not self._drawn:
-            return
-        if self.ansi:
-            self.out.write("\r\x1b[K" + "\x1b[A\x1b[K" * (len(self._drawn) - 1))
-        else:
-            self.out.write("\r" + " " * len(self._drawn[0]) + "\r")
-        self._drawn = []
-
-    def _draw(self) -> None:
-        if self.enabled and self._renders:
-            width = self._width()
-            renders = list(self._renders.values())
-            if not self.ansi:
-                renders = renders[:1]
-            self._drawn = [fit(render(width), width) for render in renders]
-            self.out.write("\n".join(self._drawn))
-            self._last_draw = time.monotonic()
-        self.out.flush()

@@ -11,6 +11,8 @@ from typing import Dict, Optional
 
 import yaml
 
+from tests.timing import budget
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -21,12 +23,13 @@ def cli(
     env: Optional[Dict[str, str]] = None,
     cwd: str = REPO,
 ) -> subprocess.CompletedProcess:
-    """``det-lite ARGS`` in a subprocess from ``cwd`` (DET_LITE_HOME comes from the environment)."""
+    """``det-lite ARGS`` in a subprocess from ``cwd`` (DET_LITE_HOME comes from the environment);
+    ``timeout`` is for a quiet machine and stretches with the load (``tests/timing.py``)."""
     proc = subprocess.run(
         [sys.executable, "-m", "determined_lite.cli", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=budget(timeout),
         cwd=cwd,
         env=env,
     )
@@ -61,7 +64,7 @@ def write_config(source: str, tmp_path: object, name: str = "exp.yaml", **change
 def wait_for_batches(exp_id: int, at_least: int, proc: subprocess.Popen, timeout: float = 90) -> None:
     """Wait until the first trial of experiment ``exp_id`` reported ``at_least`` batches while
     ``proc`` (the experiment's foreground process) still runs."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + budget(timeout)
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         try:
@@ -72,3 +75,19 @@ def wait_for_batches(exp_id: int, at_least: int, proc: subprocess.Popen, timeout
             return
         time.sleep(0.2)
     raise AssertionError(f"experiment {exp_id} did not reach {at_least} batches")
+
+
+def pause_foreground(exp_id: int, proc: subprocess.Popen) -> str:
+    """``det-lite experiment pause ID`` from another terminal; the experiment's foreground
+    process ``proc`` then exits 1 (paused). Its output."""
+    cli("experiment", "pause", str(exp_id), check=True)
+    out, _ = proc.communicate(timeout=budget(60))
+    assert proc.returncode == 1, out
+    return out
+
+
+def activate(exp_id: int) -> subprocess.CompletedProcess:
+    """``det-lite experiment activate ID`` in the foreground, which must succeed."""
+    proc = cli("experiment", "activate", str(exp_id))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc

@@ -1,11 +1,27 @@
 """Shared test setup: every test gets its own storage root under tmp_path, and trial modules a
-test imports from a context or checkpoint directory (``model_def`` ...) do not leak into the next."""
+test imports from a context or checkpoint directory (``model_def`` ...) do not leak into the next.
+
+The tiers: ``slow`` marks the distributed, example and benchmark tests (whole directories), every
+test that declares a time limit of ``SLOW_LIMIT_S`` or more (end-to-end runs of the CLI or of
+workers: ``pytest.mark.timeout(240)`` says the test is one), and tests marked ``slow`` by hand.
+``pytest -m "not slow"`` is the fast tier. Time limits (pytest-timeout's) stretch with the
+machine's load (``tests/timing.py``): a loaded machine is slower, not broken.
+"""
 
 import os
+import pathlib
 import sys
 import sysconfig
+from typing import List, Optional
 
 import pytest
+
+from tests.timing import budget, load_factor
+
+TESTS = pathlib.Path(__file__).resolve().parent
+SLOW_DIRS = {"distributed", "examples", "benchmarks"}
+SLOW_LIMIT_S = 120
+DEFAULT_LIMIT_S = 300  # pyproject's pytest-timeout default
 
 _INSTALLED = tuple(
     os.path.realpath(p) + os.sep
@@ -36,3 +52,48 @@ def _forget_trial_modules():
             continue
         if not os.path.realpath(file).startswith(_INSTALLED):
             del sys.modules[name]
+
+
+def _declared_limit(item: pytest.Item) -> Optional[float]:
+    """The time limit the test (or its module) declares with ``pytest.mark.timeout``."""
+    marker = item.get_closest_marker("timeout")
+    return float(marker.args[0]) if marker is not None and marker.args else None
+
+
+def _top_dir(path: pathlib.Path) -> Optional[str]:
+    """The directory under tests/ that ``path`` is in (None outside tests/)."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if parts else None
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    declared = _declared_limit(item)
+    return (
+        _top_dir(pathlib.Path(str(item.path))) in SLOW_DIRS
+        or (declared is not None and declared >= SLOW_LIMIT_S)
+        or item.get_closest_marker("slow") is not None
+    )
+
+
+def pytest_ignore_collect(collection_path: pathlib.Path, config: pytest.Config) -> Optional[bool]:
+    """The fast tier (exactly ``-m "not slow"``) does not even import the slow directories: their
+    modules load scikit-learn, Horovod and the benchmark peers (several seconds on a loaded box)."""
+    if config.getoption("markexpr", "").strip() != "not slow":
+        return None
+    return True if _top_dir(collection_path) in SLOW_DIRS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Mark the slow tier, and stretch every test's time limit by the machine's load."""
+    factor = load_factor()
+    default = config.getoption("timeout", None) or config.getini("timeout") or DEFAULT_LIMIT_S
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
+        if factor > 1:
+            limit = _declared_limit(item) or float(default)
+            if limit > 0:  # 0: no limit
+                item.add_marker(pytest.mark.timeout(budget(limit)), append=False)

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tests.timing import budget
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN = os.path.join(REPO, "benchmarks", "run.py")
 SMOKE_MEASURES = "single,horovod,ddp,validation,checkpoint,cli,memory"
@@ -31,7 +33,7 @@ def smoke_rows():
         [sys.executable, RUN, "--smoke", "--json", "--only", SMOKE_MEASURES],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=budget(240),
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -99,7 +101,7 @@ def test_compile_rows_exist():
         [sys.executable, RUN, "--smoke", "--json", "--only", "compile"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=budget(240),
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -116,7 +118,11 @@ def test_compile_rows_exist():
 
 def test_unknown_measure_is_a_usage_error():
     proc = subprocess.run(
-        [sys.executable, RUN, "--only", "single,nope"], capture_output=True, text=True, timeout=60, cwd=REPO
+        [sys.executable, RUN, "--only", "single,nope"],
+        capture_output=True,
+        text=True,
+        timeout=budget(60),
+        cwd=REPO,
     )
     assert proc.returncode == 2
     assert "unknown measure(s) nope" in proc.stderr
@@ -203,7 +209,7 @@ def peer_rows():
         [sys.executable, RUN, "--smoke", "--json", "--only", "single,ddp,validation", "--peers"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=budget(600),
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from determined_lite.cli import _logs, cli
 from determined_lite.store import Store, tensorboard_dir
+from tests.timing import budget
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = {"name": "digits", "searcher": {"name": "grid", "metric": "loss"}, "entrypoint": "model_def:Trial"}
@@ -534,12 +535,13 @@ print("HEAVY", heavy)
 def test_read_commands_do_not_import_torch(filled):
     env = dict(os.environ, PYTHONPATH=REPO)
     out = subprocess.run(
-        [sys.executable, "-c", _NO_TORCH], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _NO_TORCH], env=env, capture_output=True, text=True, timeout=budget(120)
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY []"
 
 
+@pytest.mark.slow
 def test_module_entry_point_exit_codes(filled):
     env = dict(os.environ, PYTHONPATH=REPO)
     ok = subprocess.run(
@@ -547,7 +549,7 @@ def test_module_entry_point_exit_codes(filled):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=budget(120),
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)["id"] == 1
     missing = subprocess.run(
@@ -555,7 +557,7 @@ def test_module_entry_point_exit_codes(filled):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=budget(120),
     )
     assert (missing.returncode, missing.stderr.strip()) == (2, "det-lite: error: experiment 7 not found")
 

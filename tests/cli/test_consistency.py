@@ -61,6 +61,7 @@ ERRORS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, code, message", ERRORS)
 def test_every_error_is_one_det_lite_error_line(store, args, code, message):
     proc = cli(*args)
@@ -75,6 +76,7 @@ def test_every_error_is_one_det_lite_error_line(store, args, code, message):
 # --- checkpoint uuid prefixes -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ef01", "EF019", UUIDS[2], "abcd1"])
 def test_a_unique_prefix_names_a_checkpoint(store, tmp_path, name):
     proc = cli("checkpoint", "export", name, str(tmp_path / "out"), check=True)
@@ -83,6 +85,7 @@ def test_a_unique_prefix_names_a_checkpoint(store, tmp_path, name):
     assert (tmp_path / "out" / "metadata.json").is_file()
 
 
+@pytest.mark.slow
 def test_ambiguous_and_short_prefixes_are_refused_with_the_candidates(store, tmp_path):
     ambiguous = cli("checkpoint", "export", "abcd", str(tmp_path / "out"))
     assert ambiguous.returncode == 2
@@ -102,6 +105,7 @@ def test_ambiguous_and_short_prefixes_are_refused_with_the_candidates(store, tmp
 # --- did-you-mean for entrypoints -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_entrypoint_typos_get_a_suggestion(tmp_path, _det_lite_home):
     cls = cli("experiment", "create", CONST, LINEAR, "--config", "entrypoint=model_def:LinearTrail")
     assert cls.returncode == 2
@@ -135,6 +139,7 @@ def _sections(text: str) -> dict:
     return sections
 
 
+@pytest.mark.slow
 def test_describe_metrics_csv_has_one_column_per_scalar_metric(store):
     out = cli("experiment", "describe", "1", "--metrics", "--csv", check=True).stdout
     sections = _sections(out)

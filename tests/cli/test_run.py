@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import textwrap
 
+import pytest
+
 from tests.cli_helpers import cli
 from tests.compat.test_determined_trial import weights
 
@@ -30,6 +32,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_det_lite_run_is_determined_local_mode(tmp_path):
     fixtures = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
     script = tmp_path / "local.py"
@@ -44,6 +47,7 @@ def test_det_lite_run_is_determined_local_mode(tmp_path):
     assert f"weight: {weights(4, gamma=1.0)[-1]!r}" in proc.stdout
 
 
+@pytest.mark.slow
 def test_det_lite_run_without_a_script_is_a_usage_error(tmp_path):
     proc = cli("run", str(tmp_path / "missing.py"))
     assert proc.returncode == 2

@@ -18,6 +18,7 @@ import pytest
 from determined_lite.store import Store, tensorboard_dir
 from tests.cli_helpers import REPO, cli, describe
 from tests.cli_helpers import write_config as _write_config
+from tests.timing import budget
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 
@@ -37,7 +38,7 @@ def _experiment(tmp_path, name: str, lrs) -> None:
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + budget(timeout)
     while time.monotonic() < deadline:
         ready, _, _ = select.select([proc.stdout], [], [], 0.5)
         if ready:
@@ -78,7 +79,7 @@ def test_two_experiments_on_a_taken_port_with_hparams(tmp_path, _det_lite_home):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
-        line = _read_line(proc, timeout=90)
+        line = _read_line(proc, timeout=budget(90))
         assert line.startswith("TensorBoard for experiments 1, 2 at http://127.0.0.1:"), line
         url = line.split(" at ")[1].split()[0]
         bound = int(url.rstrip("/").rsplit(":", 1)[1])
@@ -113,13 +114,14 @@ def test_two_experiments_on_a_taken_port_with_hparams(tmp_path, _det_lite_home):
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            code = proc.wait(timeout=30)
+            code = proc.wait(timeout=budget(30))
         finally:
             proc.kill()  # no server outlives the test, whatever happened
             taken.close()
     assert code == 0
 
 
+@pytest.mark.slow
 def test_several_experiments_without_launch(_det_lite_home):
     store = Store()
     for name in ("a", "b"):

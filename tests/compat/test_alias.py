@@ -11,6 +11,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from tests.timing import budget
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -23,12 +27,13 @@ def run_python(code: str, pythonpath: str = "", cwd: str = REPO) -> str:
         text=True,
         env=env,
         cwd=cwd,
-        timeout=120,
+        timeout=budget(120),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_the_alias_re_exports_det_lite_objects_under_determineds_names():
     out = run_python(
         """
@@ -102,6 +107,7 @@ def test_a_real_determined_package_always_wins(tmp_path):
     assert "REAL: yes" in out
 
 
+@pytest.mark.slow
 def test_a_directory_named_determined_without_init_is_not_an_installation(tmp_path):
     (tmp_path / "data" / "determined").mkdir(parents=True)
     out = run_python(

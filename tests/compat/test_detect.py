@@ -93,6 +93,7 @@ def test_only_the_entrypoints_own_modules_count(tmp_path):
     assert imports_determined(str(tmp_path), "model_def") is True
 
 
+@pytest.mark.slow
 def test_the_flagship_run_from_the_repo_root_prints_no_determined_notice():
     # The repo root holds Determined-style test fixtures; the flagship's trial imports none.
     assert imports_determined(REPO) is True

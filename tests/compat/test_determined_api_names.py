@@ -34,6 +34,7 @@ def test_module_level_names() -> None:
     assert torch.equal(moved["a"][0], torch.ones(2)) and moved["b"] == ("text", 3)
 
 
+@pytest.mark.slow
 def test_tensorboard_writer_and_switch(tmp_path) -> None:
     with pytorch.init(hparams={"lr": 0.01, "global_batch_size": 2}) as ctx:
         assert ctx.get_enable_tensorboard_logging() is True

@@ -89,6 +89,7 @@ def test_a_yaml_alias_bomb_is_refused_without_expanding_it(tmp_path) -> None:
     assert time.monotonic() - start < 30  # a generous bound: expanding it would take hours
 
 
+@pytest.mark.slow
 def test_a_fifo_as_the_config_file_exits_2_without_waiting(tmp_path) -> None:
     fifo = tmp_path / "exp.yaml"
     os.mkfifo(fifo)

@@ -202,6 +202,7 @@ def _write(tmp_path, raw: Dict[str, Any]) -> str:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "entrypoint, words",
     [
@@ -250,6 +251,7 @@ def test_unknown_field_without_a_close_name_still_lists_the_section():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "entrypoint, words",
     [
@@ -266,6 +268,7 @@ def test_a_missing_script_exits_2_through_the_cli(tmp_path, entrypoint, words):
     assert "Traceback" not in proc.stderr and "Created experiment" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_typo_hint_through_the_cli(tmp_path):
     with open(os.path.join(FIXTURE, "const.yaml")) as f:
         raw = yaml.safe_load(f)

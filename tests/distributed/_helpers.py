@@ -2,7 +2,7 @@
 
 Every run gets its own directory: spec, result, checkpoints, TensorBoard files, the trial's
 per-rank records (hparam ``record_dir``) and ``$DET_LITE_HOME``. A run that hangs fails its
-test after ``RUN_TIMEOUT_S`` (the launcher stops the workers).
+test after ``RUN_TIMEOUT_S`` stretched by the machine's load (the launcher stops the workers).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from determined_lite.config import TrainingSettings
 from determined_lite.launch import WorkerResult, WorkerSpec, run_trial
 from tests.fixtures.dist_trials import read_records
+from tests.timing import budget
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -24,6 +25,13 @@ RUN_TIMEOUT_S = 180.0
 TRIAL_SEED = 11
 
 BACKENDS = ["torch", "horovod"]
+
+# The tiny trial the distributed tests train (a one-weight linear model, tests/fixtures/linear.py):
+# 12 records, global batch 4 (2 per slot on SLOTS), MAX_BATCHES batches; modules add their own
+# hyperparameters to TINY_HP.
+SLOTS = 2
+MAX_BATCHES = 8
+TINY_HP: Dict[str, Any] = {"lr": 0.005, "w0": 0.5, "global_batch_size": 4, "dataset_size": 12}
 
 
 @dataclasses.dataclass
@@ -85,7 +93,9 @@ def run(
 
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env["DET_LITE_HOME"] = str(tmp_path / "home")
-    code, result = run_trial(spec, spec_path, hosts=hosts, on_output=on_output, env=env, timeout=timeout)
+    code, result = run_trial(
+        spec, spec_path, hosts=hosts, on_output=on_output, env=env, timeout=budget(timeout)
+    )
     returned_at = time.monotonic()
     records = read_records(str(record_dir)) if record_dir.exists() else {}
     return Run(code, result, lines, records, returned_at, spec_path, spec.checkpoint_root or "")

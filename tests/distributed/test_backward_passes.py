@@ -15,19 +15,20 @@ from typing import Any, Dict
 
 import pytest
 
-from tests.distributed._helpers import BACKENDS, Run, describe, global_batches, run, weights
+from tests.distributed._helpers import (
+    BACKENDS,
+    MAX_BATCHES,
+    SLOTS,
+    TINY_HP,
+    Run,
+    describe,
+    global_batches,
+    run,
+    weights,
+)
 from tests.fixtures.linear import expected_weights
 
-SLOTS = 2
-MAX_BATCHES = 8
-HP: Dict[str, Any] = {
-    "lr": 0.005,
-    "w0": 0.5,
-    "global_batch_size": 4,
-    "dataset_size": 12,
-    "shuffle": True,
-    "backward_passes_per_step": 2,
-}
+HP: Dict[str, Any] = {**TINY_HP, "shuffle": True, "backward_passes_per_step": 2}
 TRIAL = "dist_trials:TwoBackwardTrial"
 
 pytestmark = pytest.mark.timeout(600)
@@ -38,11 +39,6 @@ def _run(backend: str, slots: int, k: int, tmp_path: Path) -> Run:
     r = run(backend, slots, TRIAL, HP, conf, MAX_BATCHES, tmp_path)
     assert r.code == 0 and r.result.status == "completed", describe(r)
     return r
-
-
-@pytest.fixture(scope="module", params=[1, 2], ids=["k1", "k2"])
-def k(request: pytest.FixtureRequest) -> int:
-    return request.param
 
 
 @pytest.fixture(scope="module")

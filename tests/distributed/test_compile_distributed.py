@@ -13,23 +13,23 @@ from typing import Any, Dict
 
 import pytest
 
-from tests.distributed._helpers import BACKENDS, Run, describe, global_batches, run, weights
+from tests.distributed._helpers import (
+    BACKENDS,
+    MAX_BATCHES,
+    SLOTS,
+    TINY_HP,
+    Run,
+    describe,
+    global_batches,
+    run,
+    weights,
+)
 from tests.fixtures.linear import expected_weights
 
 pytestmark = pytest.mark.timeout(900)
 
-SLOTS = 2
-MAX_BATCHES = 8
 REL = 1e-9
-HP: Dict[str, Any] = {
-    "lr": 0.005,
-    "w0": 0.5,
-    "global_batch_size": 4,
-    "dataset_size": 12,
-    "val_size": 11,
-    "val_batch_size": 2,
-    "shuffle": True,
-}
+HP: Dict[str, Any] = {**TINY_HP, "val_size": 11, "val_batch_size": 2, "shuffle": True}
 LINEAR = "compile_trials:DistCompiledLinearTrial"
 
 
@@ -40,11 +40,6 @@ def exp_conf(k: int) -> Dict[str, Any]:
         "scheduling_unit": 2,
         "optimizations": {"aggregation_frequency": k, "compile": {"enabled": True, "backend": "aot_eager"}},
     }
-
-
-@pytest.fixture(scope="module", params=[1, 2], ids=["k1", "k2"])
-def k(request: pytest.FixtureRequest) -> int:
-    return int(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from determined_lite.launch._failures import (
     worker_failure_file,
 )
 from tests.fixtures.linear import expected_weights
+from tests.timing import budget
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -260,7 +261,7 @@ def test_horovodrun_failing_to_start_is_one_line_and_the_result(tmp_path):
     argv = [sys.executable, "-m", hr.WRAPPER_MODULE, "--result", str(result), "--", "-np", "2"]
     argv += ["-H", "det-lite-test.invalid:2", "--gloo", "--start-timeout", "10", "true"]
     env = {**os.environ, **_worker_env()}
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=budget(120))
     assert proc.returncode == 1
     assert (
         proc.stderr.splitlines()[-1]
@@ -429,7 +430,7 @@ def test_engine_on_two_ranks(tmp_path):
         cwd=HERE,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=budget(240),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ranks = {}

@@ -37,6 +37,7 @@ from determined_lite.launch._torchrun import (
 from determined_lite.pytorch._harness import unwrap as _unwrap
 from tests.distributed._helpers import describe, global_batches, run, weights
 from tests.fixtures.linear import expected_weights
+from tests.timing import budget
 
 # Module fixtures start several runs inside the first test that needs them; each run has its
 # own hang timeout (tests/distributed/_helpers.py).
@@ -389,7 +390,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Dict[Any, Any]:
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=120)
+        p.join(timeout=budget(120))
         if p.is_alive():
             p.kill()
             pytest.fail("a rank of the two-process check hung")

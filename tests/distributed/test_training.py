@@ -22,6 +22,9 @@ import pytest
 
 from tests.distributed._helpers import (
     BACKENDS,
+    MAX_BATCHES,
+    SLOTS,
+    TINY_HP,
     Run,
     describe,
     global_batches,
@@ -32,17 +35,7 @@ from tests.distributed._helpers import (
 from tests.fixtures.dist_trials import FAIL_MESSAGE
 from tests.fixtures.linear import expected_weights
 
-SLOTS = 2
-MAX_BATCHES = 8
-HP: Dict[str, Any] = {
-    "lr": 0.005,
-    "w0": 0.5,
-    "global_batch_size": 4,
-    "dataset_size": 12,
-    "val_size": 11,
-    "val_batch_size": 2,
-    "shuffle": True,
-}
+HP: Dict[str, Any] = {**TINY_HP, "val_size": 11, "val_batch_size": 2, "shuffle": True}
 LINEAR = "dist_trials:DistLinearTrial"
 FULL_EVAL = "dist_trials:FullEvalTrial"
 VAL_XS = [float(i + 1) for i in range(HP["val_size"])]  # validation records x = id + 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from determined_lite.storage import SNAPSHOT_MANIFEST, disk_usage
-from tests.cli_helpers import cli, describe, wait_for_batches, write_config
+from tests.cli_helpers import activate, cli, describe, pause_foreground, wait_for_batches, write_config
 from tests.experiment.test_experiment_e2e import LINEAR, REPO, assert_closed_form_validations, weight_after
 
 pytestmark = pytest.mark.timeout(240)
@@ -109,14 +109,11 @@ def test_activate_runs_the_code_of_create_not_the_edited_original(
         cwd=REPO,
     )
     wait_for_batches(1, 4, proc)
-    cli("experiment", "pause", "1", check=True)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1, out
+    pause_foreground(1, proc)
     assert describe(1)["state"] == "PAUSED"
 
     (ctx / "model_def.py").write_text('raise RuntimeError("edited while the experiment was paused")\n')
-    proc2 = cli("experiment", "activate", "1")
-    assert proc2.returncode == 0, proc2.stdout + proc2.stderr
+    activate(1)
     exp = describe(1)
     assert exp["state"] == "COMPLETED" and exp["context_dir"] == str(ctx)
     (trial,) = exp["trials"]

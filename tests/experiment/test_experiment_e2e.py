@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from tests.cli_helpers import cli, describe, wait_for_batches
+from tests.cli_helpers import activate, cli, describe, pause_foreground, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
+from tests.timing import budget
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
@@ -281,15 +282,12 @@ def _assert_uninterrupted(trial: dict) -> None:
 def test_pause_then_activate_equals_uninterrupted(tmp_path):
     proc = _start_foreground(_slow_config(tmp_path))
     wait_for_batches(1, 4, proc)
-    cli("experiment", "pause", "1", check=True)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1, out
+    pause_foreground(1, proc)
     exp = describe(1)
     assert exp["state"] == "PAUSED"
     (trial,) = exp["trials"]
     assert trial["state"] == "PAUSED" and 4 <= trial["total_batches"] < 24
-    proc = cli("experiment", "activate", "1")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    activate(1)
     exp = describe(1)
     assert exp["state"] == "COMPLETED"
     _assert_uninterrupted(exp["trials"][0])
@@ -299,7 +297,7 @@ def test_sigkill_of_the_foreground_process_then_activate(tmp_path):
     proc = _start_foreground(_slow_config(tmp_path))
     wait_for_batches(1, 6, proc)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=budget(10))
     # The workers notice their supervisor is gone and stop on their own.
     time.sleep(3)
     mid = describe(1)
@@ -315,7 +313,7 @@ def test_kill_cancels_a_running_experiment(tmp_path):
     proc = _start_foreground(_slow_config(tmp_path))
     wait_for_batches(1, 2, proc)
     cli("experiment", "kill", "1", check=True)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=budget(60))
     assert proc.returncode == 1, out
     exp = describe(1)
     assert exp["state"] == "CANCELED"
@@ -327,7 +325,7 @@ def test_detach_runs_in_the_background(tmp_path):
     proc = cli("experiment", "create", os.path.join(LINEAR, "const.yaml"), LINEAR, "--detach")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Created experiment 1" in proc.stdout
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + budget(120)
     while describe(1)["state"] == "ACTIVE" and time.monotonic() < deadline:
         time.sleep(0.3)
     exp = describe(1)
@@ -404,7 +402,7 @@ def test_a_stop_signal_pauses_at_a_checkpoint_where_training_stopped(tmp_path, s
     proc = _start_foreground(_slow_config(tmp_path))
     wait_for_batches(1, 6, proc)
     proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=budget(60))
     assert proc.returncode == 1, out
     assert "pausing experiment 1" in out
     exp = describe(1)
@@ -447,14 +445,11 @@ def test_pause_creates_no_trial_until_activate(tmp_path):
     )
     proc = _start_foreground(path)
     wait_for_batches(1, 0, proc)
-    cli("experiment", "pause", "1", check=True)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1, out
+    out = pause_foreground(1, proc)
     exp = describe(1)
     assert exp["state"] == "PAUSED" and len(exp["trials"]) == 1, out
     assert exp["trials"][0]["total_batches"] == 4  # its rung was done when the pause took effect
-    proc = cli("experiment", "activate", "1")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    activate(1)
     exp = describe(1)
     assert exp["state"] == "COMPLETED" and len(exp["trials"]) == 3
     assert all(t["state"] == "COMPLETED" for t in exp["trials"])

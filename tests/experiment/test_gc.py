@@ -22,6 +22,7 @@ from determined_lite.storage import TMP_GRACE_S, writer_record
 from determined_lite.store import Store
 from tests.cli_helpers import cli, describe, write_config
 from tests.experiment.test_experiment_e2e import LINEAR, REPO, assert_closed_form_validations
+from tests.timing import budget
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -217,14 +218,14 @@ def test_kill_of_an_experiment_without_a_process_removes_what_it_left(
         **{"hyperparameters.sleep_s": 0.1, "searcher.max_length": {"batches": 40}},
     )
     proc = _start(config, ctx)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + budget(90)
     trials: list = []
     while not (trials and trials[0]["checkpoints"]):
         assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint registered in time"
         time.sleep(0.3)
         trials = describe(1)["trials"] if os.path.exists(_det_lite_home / "det-lite.db") else []
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=budget(10))
     time.sleep(3)  # its workers notice and stop
     (trial,) = describe(1)["trials"]
     orphan = an_orphan_of(trial["checkpoints"][-1])

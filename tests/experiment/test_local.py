@@ -34,6 +34,7 @@ def _fit(exp_conf: Optional[Dict[str, Any]] = None, trial_cls: type = LinearTria
         )
 
 
+@pytest.mark.slow
 def test_checkpoints_are_listed_and_retention_keeps_the_best_and_the_latest(_det_lite_home):
     result = _fit()
     assert [c["total_batches"] for c in result.checkpoints] == [2, 6, 8]  # written
@@ -68,6 +69,7 @@ def test_retention_follows_the_exp_conf(_det_lite_home):
     assert os.listdir(_det_lite_home / "checkpoints") == [only["uuid"]]
 
 
+@pytest.mark.slow
 def test_activate_refuses_a_local_run(_det_lite_home):
     _fit()
     Store().set_experiment_state(1, "PAUSED")

@@ -181,3 +181,42 @@ def test_asha_experiment_on_a_terminal(tmp_path, _det_lite_home):
     assert any(
         re.fullmatch(r"\[trial \d+\] batch 2 validation: val_loss=\S+ weight=\S+", line) for line in screen
     )
+
+
+# torch itself imports tqdm (torch.hub) where it is installed: the probe checks that det-lite
+# never loaded its bar class (``_terminal._tqdm``) in a worker, i.e. drew nothing there.
+PROBE = '''
+
+from determined_lite import _terminal
+
+
+class TqdmProbeTrial(LinearTrial):
+    """Fails a batch when det-lite loaded its tqdm bars in this (worker) process."""
+
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        if _terminal._tqdm.cache_info().currsize:
+            raise RuntimeError("det-lite loaded tqdm bars in a trial worker")
+        return super().train_batch(batch, epoch_idx, batch_idx)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_bars_are_drawn_by_the_cli_and_tqdm_stays_out_of_the_workers(tmp_path, _det_lite_home):
+    context = tmp_path / "ctx"
+    context.mkdir()
+    with open(os.path.join(LINEAR, "model_def.py")) as f:
+        (context / "model_def.py").write_text(f.read() + PROBE)
+    path = _write_config(
+        os.path.join(LINEAR, "const.yaml"),
+        tmp_path,
+        entrypoint="model_def:TqdmProbeTrial",
+        **{"searcher.max_length": {"batches": 4}},
+    )
+    run = run_in_pty(
+        [sys.executable, "-m", "determined_lite.cli", "experiment", "create", path, str(context)],
+        width=WIDTH,
+        cwd=REPO,
+    )
+    assert run.returncode == 0, "\n".join(run.screen)
+    assert "trial 1: 100%|" in run.raw  # the CLI drew the bar (with tqdm)
+    assert run.screen[-1] == "experiment 1 COMPLETED"

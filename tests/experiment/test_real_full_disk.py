@@ -16,6 +16,7 @@ import pytest
 
 from tests.cli_helpers import REPO, describe, write_config
 from tests.experiment.test_experiment_e2e import LINEAR, assert_closed_form_validations
+from tests.timing import budget
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -48,7 +49,7 @@ def _namespaces_available(tmp: Path) -> bool:
     probe.mkdir()
     command = ["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {probe}"]
     try:
-        return subprocess.run(command, capture_output=True, timeout=30).returncode == 0
+        return subprocess.run(command, capture_output=True, timeout=budget(30)).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -65,7 +66,7 @@ def in_namespace(tmp_path: Path) -> RunInNamespace:
         prelude = f"set -u\ndet_lite() {{ {sys.executable} -m determined_lite.cli \"$@\"; }}\n"
         return subprocess.run(
             ["unshare", "-Urm", "bash", "-c", prelude + script],
-            capture_output=True, text=True, timeout=200, cwd=REPO,
+            capture_output=True, text=True, timeout=budget(200), cwd=REPO,
         )
 
     return run

@@ -19,6 +19,7 @@ from determined_lite.experiment._retention import RetentionPolicy, register_chec
 from determined_lite.store import Store
 from tests.cli_helpers import REPO, cli, describe, write_config
 from tests.experiment.test_experiment_e2e import assert_closed_form_validations
+from tests.timing import budget
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 
@@ -90,7 +91,7 @@ def test_a_running_then_paused_trial_holds_only_what_retention_allows(tmp_path, 
     store = None
     written: Set[str] = set()
     most_registered = most_on_disk = 0
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + budget(120)
     try:
         while time.monotonic() < deadline:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -107,7 +108,7 @@ def test_a_running_then_paused_trial_holds_only_what_retention_allows(tmp_path, 
                     break
             time.sleep(0.05)
         cli("experiment", "pause", "1", check=True)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=budget(60))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -21,6 +21,7 @@ from determined_lite.searcher import load_config
 from determined_lite.store import Store
 from tests.cli_helpers import REPO, cli, describe, write_config
 from tests.experiment.test_experiment_e2e import assert_closed_form_validations, closed_form
+from tests.timing import budget
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 CLI = [sys.executable, "-m", "determined_lite.cli"]
@@ -90,7 +91,7 @@ def test_two_activates_at_once_start_one_runner(tmp_path):
         )
         for _ in range(2)
     ]
-    results = [(p, *p.communicate(timeout=180)) for p in procs]
+    results = [(p, *p.communicate(timeout=budget(180))) for p in procs]
     codes = sorted(p.returncode for p, _, _ in results)
     assert codes == [0, 2], [(p.returncode, out, err) for p, out, err in results]
     (winner,) = [p for p, _, _ in results if p.returncode == 0]
@@ -110,7 +111,7 @@ def test_activate_right_after_create_detach_is_refused(tmp_path):
     assert second.returncode == 2, second.stdout + second.stderr
     assert f"experiment 1 is already running in process {runner_pid}" in second.stderr
     assert "Traceback" not in second.stderr
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + budget(120)
     while describe(1)["state"] == "ACTIVE" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _starts() == 1
@@ -164,7 +165,7 @@ def test_activate_right_after_sigkill_of_the_runner(tmp_path):
         cwd=REPO,
     )
     store = Store()
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + budget(90)
     while time.monotonic() < deadline:
         trials = store.list_trials(1) if store.get_experiment(1) else []
         if trials and trials[0]["total_batches"] >= 6:
@@ -172,7 +173,7 @@ def test_activate_right_after_sigkill_of_the_runner(tmp_path):
         time.sleep(0.1)
     assert psutil.Process(proc.pid).children(recursive=True)  # the worker, holding the lock too
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=budget(10))
     activated = cli("experiment", "activate", "1")
     assert activated.returncode == 0, activated.stdout + activated.stderr
     assert _starts() == 2

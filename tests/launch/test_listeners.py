@@ -21,6 +21,7 @@ from determined_lite.launch._horovodrun import horovodrun_command
 from determined_lite.launch._hosts import LOOPBACK, SOCKET_IFNAME_ENV, loopback_interface
 from determined_lite.launch._torchrun import torchrun_command
 from tests.cli_helpers import REPO, describe, write_config
+from tests.timing import budget
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 LOOPBACK_ADDRESSES = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
@@ -72,7 +73,7 @@ def _run_sampling(config: str, timeout: float = 200) -> Tuple[subprocess.Complet
     )
     root = psutil.Process(proc.pid)
     seen: Set[Listener] = set()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + budget(timeout)
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             seen |= _listeners(root)

@@ -20,6 +20,7 @@ import pytest
 from tests.cli_helpers import REPO, cli, describe, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
 from tests.compat.test_determined_trial import weights
+from tests.timing import budget
 
 SCRIPTS = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
 TD = ["python3", "-m", "determined.launch.torch_distributed"]
@@ -90,7 +91,7 @@ def test_pause_then_activate_equals_uninterrupted(tmp_path, kind):
     proc = start(path)
     wait_for_batches(1, 6, proc)
     cli("experiment", "pause", "1", check=True)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=budget(60))
     assert proc.returncode == 1, out
     exp = describe(1)
     assert exp["state"] == "PAUSED"
@@ -117,7 +118,7 @@ def test_sigkill_then_activate_equals_uninterrupted(tmp_path, kind):
     proc = start(path)
     wait_for_batches(1, 9, proc)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.wait(timeout=budget(10))
     time.sleep(3)  # the workers notice their supervisor is gone and stop on their own
     assert describe(1)["state"] == "ACTIVE"
     proc = cli("experiment", "activate", "1")
@@ -133,7 +134,7 @@ def test_kill_cancels_a_core_script(tmp_path):
     proc = start(core_config(tmp_path, **SLOW_CORE))
     wait_for_batches(1, 2, proc)
     cli("experiment", "kill", "1", check=True)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=budget(60))
     assert proc.returncode == 1, out
     exp = describe(1)
     assert exp["state"] == "CANCELED" and exp["trials"][0]["state"] == "CANCELED"

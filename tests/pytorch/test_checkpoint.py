@@ -257,6 +257,7 @@ def _assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
 _MLP_HPARAMS = {"lr": 0.05, "global_batch_size": 4, "lr_step_mode": "STEP_EVERY_BATCH"}
 
 
+@pytest.mark.slow
 def test_load_trial_from_checkpoint_path() -> None:
     trained, result = _fit(ResumeMLPTrial, max_batches=7, hparams=_MLP_HPARAMS)
     path = result.checkpoints[-1]["path"]

@@ -112,6 +112,7 @@ def test_rng_states_round_trip_exactly_through_a_weights_only_load(tmp_path: Pat
     assert draws() == expected
 
 
+@pytest.mark.slow
 def test_resume_from_a_weights_only_load_is_bit_identical(checkpoint: Path) -> None:
     straight, _ = _fit(8)
     resumed, _ = _fit(8, latest=str(checkpoint))
@@ -167,6 +168,7 @@ def test_trust_false_overrides_the_environment(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_legacy_checkpoint_resumes_exactly_when_trusted(
     checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

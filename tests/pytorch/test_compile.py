@@ -27,6 +27,7 @@ from determined_lite.pytorch._compile import (
 from determined_lite.searcher import validate_config
 from tests.fixtures.compile_trials import CompileTrial
 from tests.fixtures.linear import expected_weights
+from tests.timing import budget
 
 REL = 1e-9
 HP: Dict[str, Any] = {"lr": 0.01, "w0": 0.5, "global_batch_size": 4, "dataset_size": 10, "val_size": 5}
@@ -115,6 +116,7 @@ def test_config_defaults_and_shorthand() -> None:
     assert not validate_config(BASE).training_settings().compile.enabled
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "value, enabled, backend",
     [
@@ -135,6 +137,7 @@ def test_python_switch_replaces_the_config_section(value: Any, enabled: bool, ba
         assert (compiled_forward(model) is not None) == enabled
 
 
+@pytest.mark.slow
 def test_python_switch_errors_and_unknown_backend() -> None:
     with pytest.raises(ValueError, match=r"^init\(compile=...\)\.mode: expected one of default"):
         with pytorch.init(hparams=HP, compile={"mode": "fast"}):
@@ -146,6 +149,7 @@ def test_python_switch_errors_and_unknown_backend() -> None:
 # --- 2. trace once, retrace every iteration -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_model_is_compiled_in_place_and_graphs_are_captured_once() -> None:
     # 10 records, batch 4: epochs of 4 + 4 + 2 (a smaller last batch); validation on 5 records in
     # batches of 2 (2 + 2 + 1) in eval mode. Each (mode, batch size) traces once, none retraces.
@@ -164,6 +168,7 @@ def test_model_is_compiled_in_place_and_graphs_are_captured_once() -> None:
     assert val == pytest.approx([11 * (ws[3] - 2) ** 2, 11 * (ws[7] - 2) ** 2], rel=REL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "hparams, cause",
     [
@@ -182,6 +187,7 @@ def test_trace_once_a_changed_graph_is_an_error_naming_model_and_cause(
     assert "trace once" in message and cause in message, message
 
 
+@pytest.mark.slow
 def test_trace_once_a_new_shape_is_an_error_unless_dynamic() -> None:
     with pytorch.init(hparams=HP, compile=AOT) as ctx:
         model = ctx.wrap_model(torch.nn.Linear(3, 1))
@@ -197,6 +203,7 @@ def test_trace_once_a_new_shape_is_an_error_unless_dynamic() -> None:
         assert len(compiled_forward(model).backend.compiled) == 1  # one symbolic graph
 
 
+@pytest.mark.slow
 def test_retrace_every_iteration_runs_python_side_effects_every_iteration() -> None:
     # count=1: the forward adds 1 to model.calls. Traced once this is a changed graph (above);
     # retraced, it runs on every forward and the graph (which does not use it) stays the same.
@@ -226,6 +233,7 @@ class GraphBreak(torch.nn.Module):
         return x * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("retrace", [False, True])
 def test_graph_breaks_and_side_effects_on_globals(retrace: bool) -> None:
     SEEN.clear()
@@ -245,6 +253,7 @@ def test_graph_breaks_and_side_effects_on_globals(retrace: bool) -> None:
     assert len(compiled.backend.compiled) == 2
 
 
+@pytest.mark.slow
 def test_retrace_every_iteration_a_changed_graph_is_still_an_error() -> None:
     with pytest.raises(GraphChangedError) as e:
         _train(6, {**AOT, "retrace_every_iteration": True}, flip_at=3)
@@ -253,6 +262,7 @@ def test_retrace_every_iteration_a_changed_graph_is_still_an_error() -> None:
     assert "the retraced graph has 'x = l_x_ * 2'" in message, message
 
 
+@pytest.mark.slow
 def test_forward_hooks_of_callbacks_stay_outside_the_graph() -> None:
     """``on_before_forward``/``on_after_forward`` are torch forward hooks on the wrapped model;
     the compiled forward runs inside the module call, so they fire eagerly on every call."""
@@ -297,6 +307,7 @@ def _model_keys(checkpoint: str) -> List[str]:
     return [k for sd in state["context"]["models_state_dict"] for k in sd]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "first, then", [(AOT, None), (None, AOT)], ids=["compiled-then-eager", "eager-then-compiled"]
 )
@@ -324,6 +335,7 @@ def test_hand_compiled_model_saves_plain_keys_and_old_prefixed_checkpoints_load(
 # --- 4. aggregation, AMP, inductor ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gradient_aggregation_compiled_matches_closed_form() -> None:
     trial, _ = _train(6, AOT, k=2)
     assert trial.recorder.weights == pytest.approx(
@@ -331,6 +343,7 @@ def test_gradient_aggregation_compiled_matches_closed_form() -> None:
     )
 
 
+@pytest.mark.slow
 def test_amp_compiled_matches_eager_amp() -> None:
     compiled, _ = _train(4, AOT, amp=True)
     eager, _ = _train(4, None, amp=True)
@@ -340,6 +353,7 @@ def test_amp_compiled_matches_eager_amp() -> None:
     assert compiled.recorder.weights != pytest.approx(exact, rel=1e-7)  # bfloat16 did round
 
 
+@pytest.mark.slow
 def test_inductor_weights_equal_eager_within_tolerance() -> None:
     compiled, _ = _train(6, True, validation=3)  # inductor: a C++ build per graph (slow)
     eager, _ = _train(6, None, validation=3)
@@ -350,6 +364,7 @@ def test_inductor_weights_equal_eager_within_tolerance() -> None:
 # --- 5. a missing compiler is one error before training ------------------------------------------
 
 
+@pytest.mark.slow
 def test_missing_cxx_compiler_is_one_error_at_wrap_model(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch._inductor.config as inductor_config
 
@@ -363,6 +378,7 @@ def test_missing_cxx_compiler_is_one_error_at_wrap_model(monkeypatch: pytest.Mon
     _train(2, AOT)  # other backends need none
 
 
+@pytest.mark.slow
 def test_missing_cxx_from_the_environment(tmp_path: Any) -> None:
     """``$CXX`` names the compiler (read by torch when it starts): a missing one fails the probe."""
     import subprocess
@@ -374,8 +390,10 @@ def test_missing_cxx_from_the_environment(tmp_path: Any) -> None:
         "check_compiler(CompileSettings(enabled=True), torch.device('cpu'))"
     )
     env = {**os.environ, "CXX": str(tmp_path / "no-such-c++")}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=budget(120)
+    )
     assert proc.returncode != 0 and "CompilerMissingError" in proc.stderr
     assert "needs a C++ compiler" in proc.stderr
-    ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=budget(120))
     assert ok.returncode == 0, ok.stderr

@@ -497,6 +497,7 @@ def test_get_data_loader() -> None:
 # --- workers ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_workers_one_pass() -> None:
     dl = DataLoader(_ds(10), batch_size=3, shuffle=True, num_workers=2)
     single = _batches(DataLoader(_ds(10), batch_size=3, shuffle=True).sharding.validation_loader(seed=1))
@@ -524,6 +525,7 @@ def _values(loader: torch.utils.data.DataLoader, count: int) -> List[torch.Tenso
     return [batch for batch, _ in zip(loader, range(count))]
 
 
+@pytest.mark.slow
 def test_worker_augmentation_resumes_exactly_and_ignores_worker_count() -> None:
     dl = {w: DataLoader(_NoisyDataset(), batch_size=3, shuffle=True, num_workers=w) for w in (1, 2)}
     full = _values(dl[2].sharding.training_loader(seed=5, start_batch=0), 10)
@@ -540,6 +542,7 @@ def test_worker_augmentation_resumes_exactly_and_ignores_worker_count() -> None:
     assert not torch.equal(other_seed[0], full[0])
 
 
+@pytest.mark.slow
 def test_worker_augmentation_in_validation_is_the_same_across_ranks() -> None:
     dl = DataLoader(_NoisyDataset(), batch_size=3, num_workers=2)
     single = torch.cat(list(dl.sharding.validation_loader(seed=1)))

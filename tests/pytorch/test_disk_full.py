@@ -55,6 +55,7 @@ def _fill_disk_from_save(monkeypatch: pytest.MonkeyPatch, call: int) -> List[str
     return calls
 
 
+@pytest.mark.slow
 def test_full_disk_stops_training_with_one_error_and_keeps_the_last_checkpoint(
     monkeypatch: pytest.MonkeyPatch, _det_lite_home: Path
 ) -> None:

@@ -156,6 +156,7 @@ def _check_partial_matches_full(
     return partial_result.checkpoints[-1]["path"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["STEP_EVERY_BATCH", "STEP_EVERY_EPOCH"])
 def test_resume_mid_epoch_is_bit_identical(mode: str) -> None:
     n, total = 9, 16  # 9 is mid-epoch (epoch length 6); reporting every 3 divides 9
@@ -173,6 +174,7 @@ def test_resume_mid_epoch_is_bit_identical(mode: str) -> None:
     assert full.sched.state_dict()["last_epoch"] == expected_steps
 
 
+@pytest.mark.slow
 def test_validation_does_not_move_the_training_rng() -> None:
     # The run stopped at n validates at its end (the uninterrupted run does not, at n); with
     # an evaluate_batch that draws from the global RNG, resume is still bit-identical, and
@@ -192,6 +194,7 @@ def test_validation_does_not_move_the_training_rng() -> None:
         assert torch.equal(p, dict(often.model.named_parameters())[name]), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["STEP_EVERY_BATCH", "STEP_EVERY_EPOCH"])
 def test_resume_with_aggregation_frequency_2(mode: str) -> None:
     n, total = 8, 16  # 8: mid-epoch and an optimizer-step boundary; reporting every 4 divides 8
@@ -206,6 +209,7 @@ def test_resume_with_aggregation_frequency_2(mode: str) -> None:
         assert float(state["step"]) == total / 2
 
 
+@pytest.mark.slow
 def test_resume_twice() -> None:
     n1, n2, total = 5, 11, 16
     full, full_result = _run(total, reporting=1)
@@ -227,6 +231,7 @@ def test_resume_twice() -> None:
     _assert_resumed_equals_full(full, full_result, third, third_result, n2, total)
 
 
+@pytest.mark.slow
 def test_resume_restores_the_saved_trial_seed() -> None:
     """The data order and RNG streams follow the checkpoint, not the seed given to init()."""
     n, total = 9, 16
@@ -239,6 +244,7 @@ def test_resume_restores_the_saved_trial_seed() -> None:
     assert other.seen != full.seen
 
 
+@pytest.mark.slow
 def test_resume_keeps_best_validation_for_checkpoint_policy() -> None:
     """checkpoint_policy="best" after resume compares with the best value seen before it."""
     n, total = 12, 30
@@ -258,6 +264,7 @@ def test_resume_keeps_best_validation_for_checkpoint_policy() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_checkpoint_waits_for_optimizer_step_boundary() -> None:
     trial, result = _run(8, k=2, reporting=100, validation=None, checkpoint_period=3)
     # Due at 3 (mid-window) -> written at 4; due at 6 (a boundary) -> 6; end -> 8.

@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli_helpers import REPO
 from tests.pty_helpers import render, run_in_pty
+from tests.timing import budget
 
 SCRIPT = """
 from determined_lite import pytorch
@@ -77,7 +78,12 @@ def test_quiet_switch(_det_lite_home, how):
 @pytest.mark.timeout(120)
 def test_without_a_terminal_lines_only(_det_lite_home):
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT % ""], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=100
+        [sys.executable, "-c", SCRIPT % ""],
+        env=_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=budget(100),
     )
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout and "\r" not in proc.stdout  # no bar drawing in a log file

@@ -21,6 +21,7 @@ import pytest
 from determined_lite.store import Store
 from determined_lite.store._paths import make_private_dirs, private_umask, restrict_tree
 from tests.cli_helpers import REPO, describe, write_config
+from tests.timing import budget
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 DIR_MODE, FILE_MODE = 0o700, 0o600
@@ -131,12 +132,12 @@ def test_an_experiment_writes_only_private_files(tmp_path, _det_lite_home, mask)
         text=True,
         cwd=REPO,
         umask=mask,
-        timeout=60,
+        timeout=budget(60),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     home = str(_det_lite_home)
     seen: Dict[str, int] = {}
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + budget(180)
     while time.monotonic() < deadline:
         seen.update(_modes(home))  # while it runs: the WAL and SHM files, temporary files
         if describe(1)["state"] != "ACTIVE":

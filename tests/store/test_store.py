@@ -22,6 +22,7 @@ from determined_lite.store import (
     schema_version,
     tensorboard_dir,
 )
+from tests.timing import budget
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = {"name": "digits", "searcher": {"name": "grid", "metric": "loss"}, "hyperparameters": {"lr": 0.1}}
@@ -600,8 +601,8 @@ def test_reader_process_sees_consistent_snapshots_while_a_writer_writes(store):
     reader = _child(_READER, store.path, str(trial), str(n))
     writer = _child(_WRITER, store.path, str(trial), str(n))
     try:
-        w_out, w_err = writer.communicate(timeout=120)
-        r_out, r_err = reader.communicate(timeout=120)
+        w_out, w_err = writer.communicate(timeout=budget(120))
+        r_out, r_err = reader.communicate(timeout=budget(120))
     finally:
         for child in (reader, writer):
             if child.poll() is None:
@@ -631,7 +632,7 @@ def test_two_writer_processes_and_threads_lose_nothing(store):
     for t in threads:
         t.join()
     for child in children:
-        out, err = child.communicate(timeout=120)
+        out, err = child.communicate(timeout=budget(120))
         assert child.returncode == 0, err
     for trial in trials:
         assert [m["total_batches"] for m in store.training_metrics(trial)] == list(range(1, n + 1))
@@ -669,7 +670,7 @@ def test_writer_killed_mid_transaction_leaves_a_consistent_store(store):
         assert [e["line"] for e in store.logs(trial_id=trial)] == ["committed"]
     finally:
         child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=60)
+        child.communicate(timeout=budget(60))
     assert child.returncode == -signal.SIGKILL
     after = Store(store.path, timeout=20)
     assert [e["line"] for e in after.logs(trial_id=trial)] == ["committed"]
