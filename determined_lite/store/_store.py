@@ -11,6 +11,7 @@ import sqlite3
 import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
+from determined_lite.store import _buckets
 from determined_lite.store._db import NotFoundError, dumps_json, loads_json
 from determined_lite.store._paths import process_alive, process_token
 from determined_lite.store._records import TrialRecords, checkpoint_rows
@@ -432,6 +433,7 @@ class Store(TrialRecords):
                     f"DELETE FROM {table} WHERE trial_id = ? AND total_batches > ?",
                     (int(trial_id), int(total_batches)),
                 )
+            _buckets.rebuild_series(conn, [int(trial_id)])
 
         self._write(body)
 

@@ -1,11 +1,13 @@
 """Learning curves for the dashboard: every trial's metric in min/max buckets, kept in memory and
-extended with only the rows reported since, so that a live page's refresh reads little.
+extended with only the buckets that changed since, so that a live page's refresh reads little.
 
-Per trial, kind and metric the cache holds buckets of a power-of-two ``width`` of batches (at
-most ``2 * BASE_BUCKETS`` of them: a trial that outgrows that has its width doubled, pairs of
-buckets merged, which is exact for minima, maxima and counts). A chart asks for about
-``points`` buckets per trial; the cached buckets are merged up to that. The first read of a
-trial scans its rows once, in SQLite, split over two threads (SQLite works without the GIL). A
+The store keeps each curve down-sampled as it is written (``Store.metric_buckets``: at most
+1024 buckets of a power-of-two width per trial, so a read touches at most that many rows per
+trial). Per trial, kind and metric the cache holds buckets of a power-of-two ``width`` of
+batches (at most ``2 * BASE_BUCKETS`` of them, never finer than the store's: a trial that
+outgrows that has its width doubled, pairs of buckets merged, which is exact for minima, maxima
+and counts). A refresh reads again the buckets from the last one read on and replaces them. A
+chart asks for about ``points`` buckets per trial; the cached buckets are merged up to that. A
 trial that restarted (its metrics after the checkpoint are replaced) is read again from scratch.
 """
 
@@ -20,7 +22,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from determined_lite.store import Store
 from determined_lite.ui._downsample import Bucket
 
-BASE_BUCKETS = 2048
+BASE_BUCKETS = 512  # half the store's 1024 buckets per trial: the cache is never finer than the store
 TOTAL_POINTS = 20000  # a chart of many trials gets fewer buckets per trial
 MIN_POINTS, MAX_POINTS = 100, 1000
 MAX_ENTRIES = 4000  # cached curves (trial, kind, metric); the oldest go first
@@ -39,9 +41,12 @@ def _pow2(n: float) -> int:
 
 
 def _merge(cell: Cell, other: Sequence[Any]) -> None:
+    """Fold ``other`` into ``cell``; a NaN bound (a bucket of NaN only) gives way to a number."""
     cell[0], cell[1] = min(cell[0], other[0]), max(cell[1], other[1])
     cell[2] += other[2]
-    cell[3], cell[4] = min(cell[3], other[3]), max(cell[4], other[4])
+    if other[2]:
+        cell[3] = other[3] if math.isnan(cell[3]) else min(cell[3], other[3])
+        cell[4] = other[4] if math.isnan(cell[4]) else max(cell[4], other[4])
 
 
 def _rebucket(buckets: Dict[int, Cell], factor: int) -> Dict[int, Cell]:
@@ -104,7 +109,8 @@ class CurveCache:
         return curve
 
     def _scan(self, groups: Dict[Tuple[int, int], List[int]], kind: str, metric: str) -> List[Bucket]:
-        """New rows of each group of trials (same width, read up to the same batch), in parallel."""
+        """The buckets of each group of trials (same width, read up to the same batch) from the one
+        holding that batch on, in parallel."""
         jobs = []
         for (width, upto), ids in groups.items():
             half = (len(ids) + 1) // 2
@@ -125,13 +131,12 @@ class CurveCache:
             groups: Dict[Tuple[int, int], List[int]] = {}
             for trial_id, curve in curves.items():
                 groups.setdefault((curve.width, curve.upto), []).append(trial_id)
+            for curve in curves.values():  # read again, whole: the buckets from the last one read on
+                start = curve.upto // curve.width
+                curve.buckets = {i: cell for i, cell in curve.buckets.items() if i < start}
             for trial_id, first, last, rows, low, high in self._scan(groups, kind, metric):
                 curve = curves[trial_id]
-                cell = curve.buckets.get(first // curve.width)
-                if cell is None:
-                    curve.buckets[first // curve.width] = [first, last, rows, low, high]
-                else:
-                    _merge(cell, (first, last, rows, low, high))
+                curve.buckets[first // curve.width] = [first, last, rows, low, high]
                 curve.upto = max(curve.upto, last)
             longest = max((int(t["total_batches"] or 0) for t in trials), default=0)
             width = max([_pow2(longest / max(points, 1))] + [c.width for c in curves.values()])
