@@ -193,11 +193,15 @@ def read(
         (json.dumps(trial_ids), kind, name, after // width * width, width, width),
     ).fetchall()
     nan = math.nan
-    return [(r[0], r[1], r[2], r[3], nan if r[4] is None else r[4], nan if r[5] is None else r[5]) for r in rows]
+    return [(r[0], r[1], r[2], r[3], nan if r[4] is None else r[4], nan if r[5] is None else r[5])
+            for r in rows]
 
 
-def last_points(conn: sqlite3.Connection, trial_ids: List[int], kind: str, name: str) -> Dict[int, Tuple[int, float]]:
-    """Each trial's last report of ``name`` that is a number: ``{trial_id: (batch, value)}``."""
+def last_points(
+    conn: sqlite3.Connection, trial_ids: List[int], kind: str, name: str
+) -> Dict[int, Tuple[int, float]]:
+    """``{trial_id: (batch, value)}``: the value at the last batch of each trial's last bucket
+    of ``name`` with a number, when that value is one."""
     found: Dict[int, Tuple[int, float]] = {}
     for trial_id in trial_ids:
         row = conn.execute(

@@ -131,11 +131,12 @@ class TrialRecords(Database):
         ``_buckets.MAX_BUCKETS`` rows per trial, whatever the number of reports."""
         self._check_kind(kind)
         ids = [int(t) for t in trial_ids]
-        return self._read(lambda conn: _buckets.read(conn, ids, kind, str(name), max(int(width), 1), int(after)))
+        width = max(int(width), 1)
+        return self._read(lambda conn: _buckets.read(conn, ids, kind, str(name), width, int(after)))
 
     def metric_last(self, trial_ids: Sequence[int], kind: str, name: str) -> Dict[int, Tuple[int, float]]:
-        """``{trial_id: (batch, value)}``: each trial's value of ``name`` at its last report of it,
-        exact (left out when that value is NaN or the trial never reported ``name``)."""
+        """``{trial_id: (batch, value)}``: each trial's last number reported as ``name``, exact
+        (left out when the last bucket with numbers ends on a NaN, or there is none)."""
         self._check_kind(kind)
         ids = [int(t) for t in trial_ids]
         return self._read(lambda conn: _buckets.last_points(conn, ids, kind, str(name)))

@@ -50,7 +50,9 @@ def _ending(bucket: Bucket, previous: Optional[float], value: float) -> List[Tup
 
 
 def curves(
-    buckets: Iterable[Bucket], trial_ids: Sequence[int], last: Optional[Mapping[int, Tuple[int, float]]] = None
+    buckets: Iterable[Bucket],
+    trial_ids: Sequence[int],
+    last: Optional[Mapping[int, Tuple[int, float]]] = None,
 ) -> List[Dict[str, Any]]:
     """One series per trial of ``trial_ids`` (in that order, empty when it reported nothing):
     ``{"trial_id", "x": [batches], "y": [values], "rows": n}``; ``rows`` counts the numbers
