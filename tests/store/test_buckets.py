@@ -10,8 +10,7 @@ import random
 import sqlite3
 from typing import Any, Dict, List, Tuple
 
-from determined_lite.store import Store
-from determined_lite.store import _schema
+from determined_lite.store import Store, _schema
 from determined_lite.store._buckets import MAX_BUCKETS, bucket_width
 
 
