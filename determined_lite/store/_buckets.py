@@ -9,8 +9,9 @@ is a function of its largest reported batch (``bucket_width``): a report past th
 doubles the width, merging pairs of buckets, which is exact for all of those. So a reader
 touches at most trials x ``MAX_BUCKETS`` rows whatever the number of reports, and a report
 costs one upsert per numeric metric. A report at or before the largest batch (a re-report
-after a restart replacing a row) rebuilds its bucket from the rows; forgetting rows
-(``delete_metrics_after``) rebuilds the series. Values are read with Python's ``json``, so
+after a restart replacing a row) rebuilds its bucket from the rows; forgetting the rows past a
+batch (``delete_metrics_after``) deletes the buckets past it and rebuilds the one holding it
+(the whole series when the width must shrink). Values are read with Python's ``json``, so
 NaN and infinities count (SQLite's JSON functions cannot read them).
 """
 
@@ -163,21 +164,48 @@ def _rebuild(conn: sqlite3.Connection, kind: str, trial_id: int, width: int, ind
     conn.executemany(_INSERT, bucket_rows(trial_id, kind, accumulate(rows, width)))
 
 
-def rebuild_series(conn: sqlite3.Connection, trial_ids: Optional[Iterable[int]] = None) -> None:
-    """Every bucket of ``trial_ids`` (None: of every trial) read again from the metric rows: the
-    v4 migration's backfill, and what follows forgetting rows."""
-    if trial_ids is None:
-        trial_ids = [r[0] for r in conn.execute("SELECT id FROM trials")]
-    for trial_id in trial_ids:
-        conn.execute("DELETE FROM metric_buckets WHERE trial_id = ?", (trial_id,))
-        for kind, table in METRIC_TABLES.items():
-            top = conn.execute(f"SELECT MAX(total_batches) FROM {table} WHERE trial_id = ?", (trial_id,))
-            width = bucket_width(top.fetchone()[0] or 0)
-            rows = conn.execute(
-                f"SELECT total_batches, metrics FROM {table} WHERE trial_id = ? ORDER BY total_batches",
-                (trial_id,),
-            )
-            conn.executemany(_INSERT, bucket_rows(trial_id, kind, accumulate(rows, width)))
+def top(conn: sqlite3.Connection, kind: str, trial_id: int) -> Optional[int]:
+    """The (trial, kind)'s largest reported batch (None: no report)."""
+    found = conn.execute(
+        f"SELECT MAX(total_batches) FROM {METRIC_TABLES[kind]} WHERE trial_id = ?", (trial_id,)
+    ).fetchone()
+    return None if found[0] is None else int(found[0])
+
+
+def _rebuild_kind(conn: sqlite3.Connection, kind: str, trial_id: int) -> None:
+    conn.execute("DELETE FROM metric_buckets WHERE trial_id = ? AND kind = ?", (trial_id, kind))
+    width = bucket_width(top(conn, kind, trial_id) or 0)
+    rows = conn.execute(
+        f"SELECT total_batches, metrics FROM {METRIC_TABLES[kind]} WHERE trial_id = ?", (trial_id,)
+    )
+    conn.executemany(_INSERT, bucket_rows(trial_id, kind, accumulate(rows, width)))
+
+
+def rebuild_series(conn: sqlite3.Connection) -> None:
+    """Every trial's buckets read from its metric rows: the v4 migration's backfill."""
+    for (trial_id,) in conn.execute("SELECT id FROM trials").fetchall():
+        for kind in METRIC_TABLES:
+            _rebuild_kind(conn, kind, trial_id)
+
+
+def forget_after(conn: sqlite3.Connection, trial_id: int, batch: int) -> None:
+    """Delete the trial's metric rows past ``batch``, and their buckets: the bucket holding
+    ``batch`` is read again from its rows, or, when the largest batch left needs a finer
+    width, the whole series (a restart that goes back past a width doubling)."""
+    for kind, table in METRIC_TABLES.items():
+        before = top(conn, kind, trial_id)
+        conn.execute(f"DELETE FROM {table} WHERE trial_id = ? AND total_batches > ?", (trial_id, batch))
+        if before is None or before <= batch:
+            continue
+        width = bucket_width(before)
+        if bucket_width(top(conn, kind, trial_id) or 0) != width:
+            _rebuild_kind(conn, kind, trial_id)
+            continue
+        conn.execute(
+            "DELETE FROM metric_buckets WHERE trial_id = ? AND kind = ? AND bucket > ?",
+            (trial_id, kind, batch // width),
+        )
+        _rebuild(conn, kind, trial_id, width, batch // width)
 
 
 def read(

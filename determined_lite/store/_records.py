@@ -57,9 +57,7 @@ class TrialRecords(Database):
             )
             if cursor.rowcount == 0:
                 raise NotFoundError(f"trial {trial_id} not found")
-            previous = conn.execute(
-                f"SELECT MAX(total_batches) FROM {table} WHERE trial_id = ?", (int(trial_id),)
-            ).fetchone()[0]
+            previous = _buckets.top(conn, kind, int(trial_id))
             conn.execute(
                 f"INSERT INTO {table} (trial_id, total_batches, metrics, created_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (trial_id, total_batches) DO UPDATE SET metrics = excluded.metrics,"
@@ -78,6 +76,22 @@ class TrialRecords(Database):
     def add_validation_metrics(self, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
         """Validation metrics at ``total_batches``; same rules as ``add_training_metrics``."""
         self._add_metrics("validation", trial_id, total_batches, metrics)
+
+    def delete_metrics_after(self, trial_id: int, total_batches: int) -> None:
+        """Forget the metrics reported after batch ``total_batches`` and lower the trial's
+        ``total_batches`` to it: a trial resumed from its checkpoint there re-reports them (and
+        the buckets kept for the dashboard lose them too)."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE trials SET total_batches = MIN(total_batches, ?) WHERE id = ?",
+                (int(total_batches), int(trial_id)),
+            )
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"trial {trial_id} not found")
+            _buckets.forget_after(conn, int(trial_id), int(total_batches))
+
+        self._write(body)
 
     def _metrics(self, table: str, trial_id: int) -> List[Dict[str, Any]]:
         rows = self._read(

@@ -11,7 +11,6 @@ import sqlite3
 import time
 from typing import Any, Dict, List, Optional, Tuple, Type
 
-from determined_lite.store import _buckets
 from determined_lite.store._db import NotFoundError, dumps_json, loads_json
 from determined_lite.store._paths import process_alive, process_token
 from determined_lite.store._records import TrialRecords, checkpoint_rows
@@ -414,26 +413,6 @@ class Store(TrialRecords):
             )
             if cursor.rowcount == 0:
                 raise NotFoundError(f"trial {trial_id} not found")
-
-        self._write(body)
-
-    def delete_metrics_after(self, trial_id: int, total_batches: int) -> None:
-        """Forget the metrics reported after batch ``total_batches`` and lower the trial's
-        ``total_batches`` to it: a trial resumed from its checkpoint there re-reports them."""
-
-        def body(conn: sqlite3.Connection) -> None:
-            cursor = conn.execute(
-                "UPDATE trials SET total_batches = MIN(total_batches, ?) WHERE id = ?",
-                (int(total_batches), int(trial_id)),
-            )
-            if cursor.rowcount == 0:
-                raise NotFoundError(f"trial {trial_id} not found")
-            for table in ("training_metrics", "validation_metrics"):
-                conn.execute(
-                    f"DELETE FROM {table} WHERE trial_id = ? AND total_batches > ?",
-                    (int(trial_id), int(total_batches)),
-                )
-            _buckets.rebuild_series(conn, [int(trial_id)])
 
         self._write(body)
 

@@ -80,11 +80,14 @@ def test_maintained_buckets_equal_a_brute_force_down_sampling(tmp_path):
         assert bucket_width(batch) >= 16 and len(_stored(store, trial, "training")) <= 2 * MAX_BUCKETS
         for kind in ("training", "validation"):
             assert _stored(store, trial, kind) == _brute(store, trial, kind)
-        store.delete_metrics_after(trial, batch // 3)  # a restart from a checkpoint
-        for b in range(batch // 3 + 1, batch // 3 + 200):
-            store.add_training_metrics(trial, b, {"loss": _value(rng)})
-        for kind in ("training", "validation"):
-            assert _stored(store, trial, kind) == _brute(store, trial, kind)
+        for back in (batch - 30, batch // 3):  # restarts from a checkpoint: same width, then finer
+            store.delete_metrics_after(trial, back)
+            for kind in ("training", "validation"):
+                assert _stored(store, trial, kind) == _brute(store, trial, kind)
+            for b in range(back + 1, back + 20):
+                store.add_training_metrics(trial, b, {"loss": _value(rng)})
+            for kind in ("training", "validation"):
+                assert _stored(store, trial, kind) == _brute(store, trial, kind)
 
 
 def test_reads_keep_nan_out_of_the_bounds_and_end_on_the_exact_last_value(tmp_path):
@@ -109,7 +112,9 @@ def _v3_store(path: str) -> None:
         migration(conn)
     conn.execute("PRAGMA user_version = 3")
     conn.execute("INSERT INTO experiments (state, config, created_at) VALUES ('ACTIVE', '{}', 0)")
-    conn.execute("INSERT INTO trials (experiment_id, state, hparams, created_at) VALUES (1, 'ACTIVE', '{}', 0)")
+    conn.execute(
+        "INSERT INTO trials (experiment_id, state, hparams, created_at) VALUES (1, 'ACTIVE', '{}', 0)"
+    )
     for batch in range(1, 3001):
         value = float("nan") if batch % 500 == 0 else math.sin(batch)
         conn.execute(
@@ -117,7 +122,8 @@ def _v3_store(path: str) -> None:
             (batch, json.dumps({"loss": value, "step": batch})),
         )
     conn.execute(
-        "INSERT INTO validation_metrics (trial_id, total_batches, metrics, created_at) VALUES (1, 3000, ?, 0)",
+        "INSERT INTO validation_metrics (trial_id, total_batches, metrics, created_at)"
+        " VALUES (1, 3000, ?, 0)",
         (json.dumps({"val_loss": 0.5}),),
     )
     conn.close()
