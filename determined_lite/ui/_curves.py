@@ -2,13 +2,14 @@
 extended with only the buckets that changed since, so that a live page's refresh reads little.
 
 The store keeps each curve down-sampled as it is written (``Store.metric_buckets``: at most
-1024 buckets of a power-of-two width per trial, so a read touches at most that many rows per
-trial). Per trial, kind and metric the cache holds buckets of a power-of-two ``width`` of
-batches (at most ``2 * BASE_BUCKETS`` of them, never finer than the store's: a trial that
-outgrows that has its width doubled, pairs of buckets merged, which is exact for minima, maxima
-and counts). A refresh reads again the buckets from the last one read on and replaces them. A
-chart asks for about ``points`` buckets per trial; the cached buckets are merged up to that. A
-trial that restarted (its metrics after the checkpoint are replaced) is read again from scratch.
+1024 buckets of a power-of-two width per trial, merged to the asked width in SQLite), so a read
+touches at most that many rows per trial whatever the number of reports. A chart asks for about
+``points`` buckets per trial (at most ``2 * BASE_BUCKETS``), which makes one power-of-two
+``width`` for all its trials; per trial, kind and metric the cache holds the buckets of that
+width (an entry coarsened when a later chart's width is larger, which is exact for minima,
+maxima and counts; read again when it is smaller). A refresh reads again the buckets from the
+last one read on and replaces them. A trial that restarted (its metrics after the checkpoint
+are replaced) is read again from scratch.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from determined_lite.store import Store
 from determined_lite.ui._downsample import Bucket
 
-BASE_BUCKETS = 512  # half the store's 1024 buckets per trial: the cache is never finer than the store
+BASE_BUCKETS = 512  # a chart asks for at most 2 * BASE_BUCKETS per trial: the store keeps 1024
 TOTAL_POINTS = 20000  # a chart of many trials gets fewer buckets per trial
 MIN_POINTS, MAX_POINTS = 100, 1000
 MAX_ENTRIES = 4000  # cached curves (trial, kind, metric); the oldest go first
@@ -91,20 +92,20 @@ class CurveCache:
             SCAN_THREADS, thread_name_prefix="det-lite-ui-scan"
         )
 
-    def _curve(self, trial: Dict[str, Any], kind: str, metric: str) -> _Curve:
-        """The trial's cache entry, reset when it restarted or was rewound, coarsened when it grew."""
+    def _curve(self, trial: Dict[str, Any], kind: str, metric: str, width: int) -> _Curve:
+        """The trial's cache entry in buckets of ``width`` batches: read again when the trial
+        restarted or was rewound or the entry is coarser; coarsened (exact) when it is finer."""
         key = (trial["id"], kind, metric)
         batches = int(trial["total_batches"] or 0)
         curve = self._curves.get(key)
-        if curve is None or curve.restarts != trial["restarts"] or batches < curve.upto:
-            curve = _Curve(width=_pow2(batches / BASE_BUCKETS), restarts=trial["restarts"])
+        if curve is None or curve.restarts != trial["restarts"] or batches < curve.upto or curve.width > width:
+            curve = _Curve(width=width, restarts=trial["restarts"])
             self._curves.pop(key, None)
             self._curves[key] = curve
             while len(self._curves) > MAX_ENTRIES:
                 self._curves.pop(next(iter(self._curves)))
-        if batches / curve.width > 2 * BASE_BUCKETS:
-            factor = _pow2(batches / BASE_BUCKETS) // curve.width
-            curve.buckets, curve.width = _rebucket(curve.buckets, factor), curve.width * factor
+        if curve.width < width:
+            curve.buckets, curve.width = _rebucket(curve.buckets, width // curve.width), width
             curve.view = (0, -1, [])
         return curve
 
@@ -126,8 +127,10 @@ class CurveCache:
     ) -> Tuple[int, List[Bucket]]:
         """``(width, buckets)``: each trial's curve in about ``points`` buckets of ``width`` batches,
         by trial then batch (``trials``: store rows with ``id``, ``total_batches``, ``restarts``)."""
+        longest = max((int(t["total_batches"] or 0) for t in trials), default=0)
+        width = _pow2(longest / max(min(points, 2 * BASE_BUCKETS), 1))
         with self._lock:
-            curves = {t["id"]: self._curve(t, kind, metric) for t in trials}
+            curves = {t["id"]: self._curve(t, kind, metric, width) for t in trials}
             groups: Dict[Tuple[int, int], List[int]] = {}
             for trial_id, curve in curves.items():
                 groups.setdefault((curve.width, curve.upto), []).append(trial_id)
@@ -138,8 +141,6 @@ class CurveCache:
                 curve = curves[trial_id]
                 curve.buckets[first // curve.width] = [first, last, rows, low, high]
                 curve.upto = max(curve.upto, last)
-            longest = max((int(t["total_batches"] or 0) for t in trials), default=0)
-            width = max([_pow2(longest / max(points, 1))] + [c.width for c in curves.values()])
             out: List[Bucket] = []
             for trial_id, curve in curves.items():
                 out.extend((trial_id, *cell) for cell in curve.cells(width))
