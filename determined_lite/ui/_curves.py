@@ -98,7 +98,12 @@ class CurveCache:
         key = (trial["id"], kind, metric)
         batches = int(trial["total_batches"] or 0)
         curve = self._curves.get(key)
-        if curve is None or curve.restarts != trial["restarts"] or batches < curve.upto or curve.width > width:
+        if (
+            curve is None
+            or curve.restarts != trial["restarts"]
+            or batches < curve.upto
+            or width < curve.width
+        ):
             curve = _Curve(width=width, restarts=trial["restarts"])
             self._curves.pop(key, None)
             self._curves[key] = curve
