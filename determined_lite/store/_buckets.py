@@ -100,16 +100,25 @@ def bucket_rows(trial_id: int, kind: str, cells: Mapping[Tuple[str, int], Cell])
 
 
 def accumulate(rows: Iterable[Tuple[int, str]], width: int) -> Dict[Tuple[str, int], Cell]:
-    """Cells of metric rows ``(total_batches, metrics JSON)`` at ``width``."""
+    """Cells of metric rows ``(total_batches, metrics JSON)`` at ``width`` (in any order)."""
     cells: Dict[Tuple[str, int], Cell] = {}
     for batch, text in rows:
+        index = batch // width
         for name, value in numbers(json.loads(text)):
-            key, new = (name, batch // width), _cell(batch, value)
-            found = cells.get(key)
-            if found is None:
-                cells[key] = new
+            cell = cells.get((name, index))
+            if cell is None:
+                cells[(name, index)] = _cell(batch, value)
+                continue
+            if batch >= cell[1]:
+                cell[1], cell[6] = batch, None if value != value else value
+            cell[0] = min(cell[0], batch)
+            if value != value:  # NaN
+                cell[3] += 1
+            elif cell[2] == 0:
+                cell[2], cell[4], cell[5] = 1, value, value
             else:
-                merge(found, new)
+                cell[2] += 1
+                cell[4], cell[5] = min(cell[4], value), max(cell[5], value)
     return cells
 
 
