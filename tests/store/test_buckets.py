@@ -80,6 +80,7 @@ def test_maintained_buckets_equal_a_brute_force_down_sampling(tmp_path):
         assert bucket_width(batch) >= 16 and len(_stored(store, trial, "training")) <= 2 * MAX_BUCKETS
         for kind in ("training", "validation"):
             assert _stored(store, trial, kind) == _brute(store, trial, kind)
+        assert bucket_width(batch - 30) == bucket_width(batch) > bucket_width(batch // 3)
         for back in (batch - 30, batch // 3):  # restarts from a checkpoint: same width, then finer
             store.delete_metrics_after(trial, back)
             for kind in ("training", "validation"):
