@@ -5,10 +5,11 @@ Per trial, metric kind (``training``, ``validation``) and metric name, the store
 batches ``i * width`` to ``(i + 1) * width - 1`` as its first and last batch, the count of its
 numeric values (``rows``) and of its NaN values (``nans``), their minimum and maximum
 (infinities included) and the value at its last batch (NULL when NaN). A (trial, kind)'s width
-is a function of its largest reported batch (``bucket_width``): a report past the last bucket
-doubles the width, merging pairs of buckets, which is exact for all of those. So a reader
-touches at most trials x ``MAX_BUCKETS`` rows whatever the number of reports, and a report
-costs one upsert per numeric metric. A report at or before the largest batch (a re-report
+is a function of its largest reported batch (``bucket_width``): a report at or past
+``MAX_BUCKETS * width`` doubles the width (or more), merging pairs of buckets, which is exact
+for all of those. So a reader touches at most trials x ``MAX_BUCKETS`` rows whatever the number
+of reports, and a report costs one index lookup (the largest batch) and one upsert per numeric
+metric. A report at or before the largest batch (a re-report
 after a restart replacing a row) rebuilds its bucket from the rows; forgetting the rows past a
 batch (``delete_metrics_after``) deletes the buckets past it and rebuilds the one holding it
 (the whole series when the width must shrink). Values are read with Python's ``json``, so
