@@ -13,6 +13,13 @@ server's CPU time (``/proc``; under another load the wall time grows, the CPU ti
 * ``training_cold``: then the training curves, every one of the 10^6 rows read (the worst case:
   the first look at the training loss);
 * ``open_warm``: all of it again, as a live page refreshes (only new rows are read).
+
+The store keeps each curve down-sampled as it is written (``store/_buckets.py``); after the bulk
+insert the benchmark fills those buckets with the v4 migration's backfill, which the store tests
+check equals what the write path keeps. A fourth row, ``store_write_report``, is the cost of that
+write path: ``add_training_metrics`` (3 metrics, a report every 100 batches) per report, against
+the same transaction without the buckets (what the store wrote before schema v4) on the same
+file; wall and CPU time, runs alternating.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ SIZES: Dict[str, Tuple[int, int, int, int]] = {
     "quick": (100, 10000, 100, 5),
     "full": (100, 10000, 100, 15),
 }
+WRITE_REPORTS = {"smoke": 200, "quick": 2000, "full": 5000}
 CONFIG = {
     "name": "dashboard-bench",
     "entrypoint": "model_def:Trial",
@@ -51,7 +59,7 @@ CONFIG = {
 def build_store(home: str, trials: int, rows: int, validations: int) -> int:
     """One experiment of ``trials`` trials with ``rows`` training and ``validations`` validation
     reports each; returns its id."""
-    from determined_lite.store import Store
+    from determined_lite.store import Store, _buckets
 
     store = Store(os.path.join(home, "det-lite.db"))
     exp = store.create_experiment(CONFIG, REPO, None, state="COMPLETED")
@@ -80,8 +88,64 @@ def build_store(home: str, trials: int, rows: int, validations: int) -> int:
                     for b in range(step, rows + 1, step)
                 ),
             )
+        _buckets.rebuild_series(conn)
     conn.close()
     return exp
+
+
+def _write_costs(home: str, reports: int) -> Tuple[float, float, float, float]:
+    """(det-lite wall, baseline wall, det-lite CPU, baseline CPU) seconds per report: ``reports``
+    reports through ``add_training_metrics``, then the same through the pre-v4 transaction."""
+    from determined_lite.store import Store
+    from determined_lite.store._db import dumps_json
+
+    store = Store(os.path.join(home, "det-lite.db"))
+    exp = store.create_experiment(CONFIG, REPO, None, state="COMPLETED")
+    ours, theirs = store.create_trial(exp, 0, {}, seed=0), store.create_trial(exp, 1, {}, seed=1)
+    conn = store._conn()
+
+    def plain(trial: int, batches: int, metrics: Dict[str, float]) -> None:
+        text = dumps_json(metrics, "training metrics")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE trials SET total_batches = MAX(total_batches, ?) WHERE id = ?", (batches, trial))
+        conn.execute(
+            "INSERT INTO training_metrics (trial_id, total_batches, metrics, created_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (trial_id, total_batches) DO UPDATE SET metrics = excluded.metrics,"
+            " created_at = excluded.created_at",
+            (trial, batches, text, time.time()),
+        )
+        conn.execute("COMMIT")
+
+    out = []
+    for trial, write in ((ours, store.add_training_metrics), (theirs, plain)):
+        wall, cpu = time.perf_counter(), time.process_time()
+        for n in range(1, reports + 1):
+            write(trial, 100 * n, {"loss": 1.0 / n, "accuracy": n / reports, "lr": 0.1})
+        out.append(((time.perf_counter() - wall) / reports, (time.process_time() - cpu) / reports))
+    store.close()
+    return out[0][0], out[1][0], out[0][1], out[1][1]
+
+
+def write_row(runs: int, reports: int) -> Row:
+    """``store_write_report``: the metric write path's cost per report, with and without buckets."""
+    found = []
+    for _ in range(runs + 1):  # the first run is untimed
+        with tempfile.TemporaryDirectory(prefix="bench-ui-write-") as home:
+            found.append(_write_costs(home, reports))
+    found = found[1:]
+    ours, base = [f[0] for f in found], [f[1] for f in found]
+    cpu, base_cpu = statistics.median(f[2] for f in found), statistics.median(f[3] for f in found)
+    return absolute_row(
+        "store_write_report",
+        ours,
+        None,
+        baseline_s=statistics.median(base),
+        ratio=statistics.median(o / b for o, b in zip(ours, base)),
+        cpu_s=cpu,
+        baseline_cpu_s=base_cpu,
+        note=f"add_training_metrics vs the pre-v4 write, {reports} reports; CPU {cpu * 1e6:.0f} vs"
+        f" {base_cpu * 1e6:.0f} us",
+    )
 
 
 def _start(env: Dict[str, str]) -> Tuple[subprocess.Popen, str]:
@@ -177,4 +241,5 @@ def run(mode: str, repeats: Optional[int] = None) -> List[Row]:
                 **extra,
             )
         )
+    out.append(write_row(runs, WRITE_REPORTS[mode]))
     return out

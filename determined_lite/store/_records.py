@@ -6,15 +6,15 @@ experiment and trial rows themselves are ``Store``'s (``_store.py``).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from determined_lite.store import _buckets
 from determined_lite.store._db import Database, NotFoundError, dumps_json, loads_json
 
 LogLine = Union[str, Tuple[Optional[int], str]]
-_METRIC_TABLES = {"training": "training_metrics", "validation": "validation_metrics"}
+_METRIC_TABLES = _buckets.METRIC_TABLES
 
 
 def checkpoint_rows(conn: sqlite3.Connection, where: str, params: Tuple[Any, ...]) -> List[Dict[str, Any]]:
@@ -40,27 +40,13 @@ def checkpoint_rows(conn: sqlite3.Connection, where: str, params: Tuple[Any, ...
     ]
 
 
-def _bucket_sql(kind: str, checked: bool) -> str:
-    """``metric_buckets``' query; ``checked`` skips rows SQLite cannot parse (NaN, Infinity),
-    at the cost of parsing each row twice (only used once the plain query met one)."""
-    value = "json_extract(metrics, ?)"
-    if checked:
-        value = f"CASE WHEN json_valid(metrics) THEN {value} END"
-    return (
-        "SELECT trial_id, MIN(total_batches), MAX(total_batches), COUNT(*), MIN(v), MAX(v) FROM"
-        f" (SELECT trial_id, total_batches, total_batches / ? AS bucket, {value} AS v"
-        f" FROM {_METRIC_TABLES[kind]} WHERE trial_id IN (SELECT value FROM json_each(?))"
-        " AND total_batches > ? ORDER BY trial_id, total_batches LIMIT -1)"
-        " WHERE typeof(v) IN ('integer', 'real') GROUP BY trial_id, bucket ORDER BY trial_id, bucket"
-    )
-
-
 class TrialRecords(Database):
     """Metrics, checkpoints and logs of trials (a base of ``Store``)."""
 
     # --- metrics ------------------------------------------------------------------------------
 
-    def _add_metrics(self, table: str, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+    def _add_metrics(self, kind: str, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
+        table = _METRIC_TABLES[kind]
         text = dumps_json(metrics, f"{table.replace('_', ' ')}")
         now = time.time()
 
@@ -71,23 +57,41 @@ class TrialRecords(Database):
             )
             if cursor.rowcount == 0:
                 raise NotFoundError(f"trial {trial_id} not found")
+            previous = _buckets.top(conn, kind, int(trial_id))
             conn.execute(
                 f"INSERT INTO {table} (trial_id, total_batches, metrics, created_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (trial_id, total_batches) DO UPDATE SET metrics = excluded.metrics,"
                 " created_at = excluded.created_at",
                 (int(trial_id), int(total_batches), text, now),
             )
+            _buckets.record(conn, kind, int(trial_id), int(total_batches), metrics, previous)
 
         self._write(body)
 
     def add_training_metrics(self, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
         """Training metrics reported at ``total_batches`` (one row per batch count: a re-report
         after a restart replaces it). Raises the trial's ``total_batches`` to at least this."""
-        self._add_metrics("training_metrics", trial_id, total_batches, metrics)
+        self._add_metrics("training", trial_id, total_batches, metrics)
 
     def add_validation_metrics(self, trial_id: int, total_batches: int, metrics: Dict[str, Any]) -> None:
         """Validation metrics at ``total_batches``; same rules as ``add_training_metrics``."""
-        self._add_metrics("validation_metrics", trial_id, total_batches, metrics)
+        self._add_metrics("validation", trial_id, total_batches, metrics)
+
+    def delete_metrics_after(self, trial_id: int, total_batches: int) -> None:
+        """Forget the metrics reported after batch ``total_batches`` and lower the trial's
+        ``total_batches`` to it: a trial resumed from its checkpoint there re-reports them (and
+        the buckets kept for the dashboard lose them too)."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE trials SET total_batches = MIN(total_batches, ?) WHERE id = ?",
+                (int(total_batches), int(trial_id)),
+            )
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"trial {trial_id} not found")
+            _buckets.forget_after(conn, int(trial_id), int(total_batches))
+
+        self._write(body)
 
     def _metrics(self, table: str, trial_id: int) -> List[Dict[str, Any]]:
         rows = self._read(
@@ -133,23 +137,28 @@ class TrialRecords(Database):
         self, trial_ids: Sequence[int], kind: str, name: str, width: int, after: int = 0
     ) -> List[Tuple[int, int, int, int, float, float]]:
         """Metric ``name`` of ``kind`` (``training`` or ``validation``) for ``trial_ids``, in
-        buckets of ``width`` batches (bucket ``i``: batches ``i * width`` to ``(i + 1) * width - 1``),
-        reported after batch ``after``: ``(trial_id, first batch, last batch, rows, minimum,
-        maximum)`` by trial then bucket. SQLite reads the value out of each row
-        (no JSON decoding in Python), so millions of rows take one scan; rows whose JSON SQLite
-        cannot read (a NaN or Infinity value) or that lack ``name`` are left out."""
+        buckets of ``width`` batches (a power of two; bucket ``i``: batches ``i * width`` to
+        ``(i + 1) * width - 1``; where the store keeps coarser buckets, those), the buckets from
+        the one holding batch ``after`` on: ``(trial_id, first batch, last batch, numbers,
+        minimum, maximum)`` by trial then bucket; a bucket of NaN only has no numbers and NaN
+        bounds. Read from the buckets the write path keeps (``_buckets.py``): at most
+        ``_buckets.MAX_BUCKETS`` rows per trial, whatever the number of reports."""
+        self._check_kind(kind)
+        ids = [int(t) for t in trial_ids]
+        width = max(int(width), 1)
+        return self._read(lambda conn: _buckets.read(conn, ids, kind, str(name), width, int(after)))
+
+    def metric_last(self, trial_ids: Sequence[int], kind: str, name: str) -> Dict[int, Tuple[int, float]]:
+        """``{trial_id: (batch, value)}``: each trial's last number reported as ``name``, exact
+        (left out when the last bucket with numbers ends on a NaN, or there is none)."""
+        self._check_kind(kind)
+        ids = [int(t) for t in trial_ids]
+        return self._read(lambda conn: _buckets.last_points(conn, ids, kind, str(name)))
+
+    @staticmethod
+    def _check_kind(kind: str) -> None:
         if kind not in _METRIC_TABLES:
             raise ValueError(f"metric kind must be one of {', '.join(_METRIC_TABLES)}; got {kind!r}")
-        if '"' in str(name):
-            return []
-        params = (max(int(width), 1), f'$."{name}"', json.dumps([int(t) for t in trial_ids]), int(after))
-        try:
-            rows = self._read(lambda conn: conn.execute(_bucket_sql(kind, checked=False), params).fetchall())
-        except sqlite3.OperationalError as e:
-            if "malformed JSON" not in str(e):
-                raise
-            rows = self._read(lambda conn: conn.execute(_bucket_sql(kind, checked=True), params).fetchall())
-        return [(r[0], r[1], r[2], r[3], float(r[4]), float(r[5])) for r in rows]
 
     # --- checkpoints --------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Callable, List
 
+from determined_lite.store import _buckets
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -128,4 +130,12 @@ _V3_STATEMENTS = [
 ]
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2, _v3]
+def _v4(conn: sqlite3.Connection) -> None:
+    """``metric_buckets``: the down-sampled curves the metric write path keeps (``_buckets.py``),
+    filled from the metric rows already stored."""
+    for statement in _buckets.TABLE_STATEMENTS:
+        conn.execute(statement)
+    _buckets.rebuild_series(conn)
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4]

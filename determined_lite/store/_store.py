@@ -416,25 +416,6 @@ class Store(TrialRecords):
 
         self._write(body)
 
-    def delete_metrics_after(self, trial_id: int, total_batches: int) -> None:
-        """Forget the metrics reported after batch ``total_batches`` and lower the trial's
-        ``total_batches`` to it: a trial resumed from its checkpoint there re-reports them."""
-
-        def body(conn: sqlite3.Connection) -> None:
-            cursor = conn.execute(
-                "UPDATE trials SET total_batches = MIN(total_batches, ?) WHERE id = ?",
-                (int(total_batches), int(trial_id)),
-            )
-            if cursor.rowcount == 0:
-                raise NotFoundError(f"trial {trial_id} not found")
-            for table in ("training_metrics", "validation_metrics"):
-                conn.execute(
-                    f"DELETE FROM {table} WHERE trial_id = ? AND total_batches > ?",
-                    (int(trial_id), int(total_batches)),
-                )
-
-        self._write(body)
-
     # --- describe -----------------------------------------------------------------------------
 
     def describe_experiment(self, experiment_id: int) -> Optional[Dict[str, Any]]:

@@ -1,12 +1,15 @@
 """Learning curves for the dashboard: every trial's metric in min/max buckets, kept in memory and
-extended with only the rows reported since, so that a live page's refresh reads little.
+extended with only the buckets that changed since, so that a live page's refresh reads little.
 
-Per trial, kind and metric the cache holds buckets of a power-of-two ``width`` of batches (at
-most ``2 * BASE_BUCKETS`` of them: a trial that outgrows that has its width doubled, pairs of
-buckets merged, which is exact for minima, maxima and counts). A chart asks for about
-``points`` buckets per trial; the cached buckets are merged up to that. The first read of a
-trial scans its rows once, in SQLite, split over two threads (SQLite works without the GIL). A
-trial that restarted (its metrics after the checkpoint are replaced) is read again from scratch.
+The store keeps each curve down-sampled as it is written (``Store.metric_buckets``: at most
+1024 buckets of a power-of-two width per trial, merged to the asked width in SQLite), so a read
+touches at most that many rows per trial whatever the number of reports. A chart asks for about
+``points`` buckets per trial (at most ``2 * BASE_BUCKETS``), which makes one power-of-two
+``width`` for all its trials; per trial, kind and metric the cache holds the buckets of that
+width (an entry coarsened when a later chart's width is larger, which is exact for minima,
+maxima and counts; read again when it is smaller). A refresh reads again the buckets from the
+last one read on and replaces them. A trial that restarted (its metrics after the checkpoint
+are replaced) is read again from scratch.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from determined_lite.store import Store
 from determined_lite.ui._downsample import Bucket
 
-BASE_BUCKETS = 2048
+BASE_BUCKETS = 512  # a chart asks for at most 2 * BASE_BUCKETS per trial: the store keeps 1024
 TOTAL_POINTS = 20000  # a chart of many trials gets fewer buckets per trial
 MIN_POINTS, MAX_POINTS = 100, 1000
 MAX_ENTRIES = 4000  # cached curves (trial, kind, metric); the oldest go first
@@ -39,9 +42,12 @@ def _pow2(n: float) -> int:
 
 
 def _merge(cell: Cell, other: Sequence[Any]) -> None:
+    """Fold ``other`` into ``cell``; a NaN bound (a bucket of NaN only) gives way to a number."""
     cell[0], cell[1] = min(cell[0], other[0]), max(cell[1], other[1])
     cell[2] += other[2]
-    cell[3], cell[4] = min(cell[3], other[3]), max(cell[4], other[4])
+    if other[2]:
+        cell[3] = other[3] if math.isnan(cell[3]) else min(cell[3], other[3])
+        cell[4] = other[4] if math.isnan(cell[4]) else max(cell[4], other[4])
 
 
 def _rebucket(buckets: Dict[int, Cell], factor: int) -> Dict[int, Cell]:
@@ -86,25 +92,31 @@ class CurveCache:
             SCAN_THREADS, thread_name_prefix="det-lite-ui-scan"
         )
 
-    def _curve(self, trial: Dict[str, Any], kind: str, metric: str) -> _Curve:
-        """The trial's cache entry, reset when it restarted or was rewound, coarsened when it grew."""
+    def _curve(self, trial: Dict[str, Any], kind: str, metric: str, width: int) -> _Curve:
+        """The trial's cache entry in buckets of ``width`` batches: read again when the trial
+        restarted or was rewound or the entry is coarser; coarsened (exact) when it is finer."""
         key = (trial["id"], kind, metric)
         batches = int(trial["total_batches"] or 0)
         curve = self._curves.get(key)
-        if curve is None or curve.restarts != trial["restarts"] or batches < curve.upto:
-            curve = _Curve(width=_pow2(batches / BASE_BUCKETS), restarts=trial["restarts"])
+        if (
+            curve is None
+            or curve.restarts != trial["restarts"]
+            or batches < curve.upto
+            or width < curve.width
+        ):
+            curve = _Curve(width=width, restarts=trial["restarts"])
             self._curves.pop(key, None)
             self._curves[key] = curve
             while len(self._curves) > MAX_ENTRIES:
                 self._curves.pop(next(iter(self._curves)))
-        if batches / curve.width > 2 * BASE_BUCKETS:
-            factor = _pow2(batches / BASE_BUCKETS) // curve.width
-            curve.buckets, curve.width = _rebucket(curve.buckets, factor), curve.width * factor
+        if curve.width < width:
+            curve.buckets, curve.width = _rebucket(curve.buckets, width // curve.width), width
             curve.view = (0, -1, [])
         return curve
 
     def _scan(self, groups: Dict[Tuple[int, int], List[int]], kind: str, metric: str) -> List[Bucket]:
-        """New rows of each group of trials (same width, read up to the same batch), in parallel."""
+        """The buckets of each group of trials (same width, read up to the same batch) from the one
+        holding that batch on, in parallel."""
         jobs = []
         for (width, upto), ids in groups.items():
             half = (len(ids) + 1) // 2
@@ -120,21 +132,20 @@ class CurveCache:
     ) -> Tuple[int, List[Bucket]]:
         """``(width, buckets)``: each trial's curve in about ``points`` buckets of ``width`` batches,
         by trial then batch (``trials``: store rows with ``id``, ``total_batches``, ``restarts``)."""
+        longest = max((int(t["total_batches"] or 0) for t in trials), default=0)
+        width = _pow2(longest / max(min(points, 2 * BASE_BUCKETS), 1))
         with self._lock:
-            curves = {t["id"]: self._curve(t, kind, metric) for t in trials}
+            curves = {t["id"]: self._curve(t, kind, metric, width) for t in trials}
             groups: Dict[Tuple[int, int], List[int]] = {}
             for trial_id, curve in curves.items():
                 groups.setdefault((curve.width, curve.upto), []).append(trial_id)
+            for curve in curves.values():  # read again, whole: the buckets from the last one read on
+                start = curve.upto // curve.width
+                curve.buckets = {i: cell for i, cell in curve.buckets.items() if i < start}
             for trial_id, first, last, rows, low, high in self._scan(groups, kind, metric):
                 curve = curves[trial_id]
-                cell = curve.buckets.get(first // curve.width)
-                if cell is None:
-                    curve.buckets[first // curve.width] = [first, last, rows, low, high]
-                else:
-                    _merge(cell, (first, last, rows, low, high))
+                curve.buckets[first // curve.width] = [first, last, rows, low, high]
                 curve.upto = max(curve.upto, last)
-            longest = max((int(t["total_batches"] or 0) for t in trials), default=0)
-            width = max([_pow2(longest / max(points, 1))] + [c.width for c in curves.values()])
             out: List[Bucket] = []
             for trial_id, curve in curves.items():
                 out.extend((trial_id, *cell) for cell in curve.cells(width))

@@ -177,7 +177,8 @@ class Queries:
         trials = [t for t in map(self.store.get_trial, trial_ids) if t is not None]
         points = min(points, _downsample.MAX_POINTS) if points > 0 else default_points(len(trials))
         width, buckets = self.curve_cache.buckets(trials, kind, metric, points)
-        series = _downsample.curves(buckets, [t["id"] for t in trials])
+        ids = [t["id"] for t in trials]
+        series = _downsample.curves(buckets, ids, self.store.metric_last(ids, kind, metric))
         return {"kind": kind, "metric": metric, "width": width, "series": series}
 
     def experiment_curves(

@@ -100,3 +100,12 @@ def test_a_long_curve_is_coarsened_exactly(tmp_path):
     ]
     assert width >= 3 * BASE_BUCKETS / 10
     assert default_points(1) == 1000 and default_points(100) == 200 and default_points(10**6) == 100
+
+
+def test_a_curve_ends_on_its_exact_last_value_and_nan_only_buckets_are_gaps():
+    buckets = [(1, 0, 9, 10, 1.0, 5.0), (1, 10, 13, 0, float("nan"), float("nan")), (1, 14, 19, 6, 0.5, 4.0)]
+    series = curves(buckets, [1], last={1: (19, 2.0)})[0]
+    assert series["x"] == [0, 9, 10, 14, 18, 19]
+    assert series["y"] == [1.0, 5.0, None, 0.5, 4.0, 2.0]  # extremes kept, then the last value
+    assert series["rows"] == 16
+    assert curves(buckets[:1], [1], last={1: (9, 1.0)})[0]["y"] == [5.0, 1.0]  # the minimum comes last
