@@ -14,11 +14,11 @@ import logging
 import os
 from typing import Any, Dict, Optional, Union
 
-from determined_lite._cluster import active_trial, get_cluster_info
 from determined_lite.core._checkpoint import CheckpointContext
 from determined_lite.core._preempt import PreemptContext, PreemptMode
 from determined_lite.core._searcher import SearcherContext, Unit
 from determined_lite.core._train import EarlyExitReason, TrainContext
+from determined_lite.runtime._cluster import active_trial, get_cluster_info
 
 logger = logging.getLogger("determined_lite")
 

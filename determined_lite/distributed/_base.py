@@ -185,7 +185,7 @@ class DistributedContext(abc.ABC):
 
 def _joined(backend: str) -> "DistributedContext | None":
     """The context the worker of a det-lite script trial joined, when it suits ``backend``."""
-    from determined_lite._cluster import active_trial
+    from determined_lite.runtime._cluster import active_trial
 
     trial = active_trial()
     if trial is None:

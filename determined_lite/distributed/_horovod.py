@@ -68,7 +68,7 @@ def record_failure(error: BaseException, rank: int) -> None:
 
     The record is the launchers' failure protocol, imported here only on this failure path.
     """
-    from determined_lite.launch._failures import record_worker_failure
+    from determined_lite.runtime._failures import record_worker_failure
 
     record_worker_failure(error, rank)
 

@@ -29,12 +29,12 @@ from determined_lite.config._settings import TEST_MODE_STEPS, TEST_MODE_VALIDATI
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
-from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.experiment._warm_start import warm_start_checkpoint
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus, launch
-from determined_lite.launch._failures import read_no_restart, remove_no_restart
-from determined_lite.launch._spec import progress_path
 from determined_lite.launch._watchdog import remove_heartbeats
+from determined_lite.reporting._retention import RetentionPolicy, apply_retention
+from determined_lite.runtime._failures import read_no_restart, remove_no_restart
+from determined_lite.runtime._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
 from determined_lite.searcher._ops import op_from_dict, op_to_dict
 from determined_lite.store._paths import (

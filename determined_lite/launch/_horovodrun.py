@@ -51,20 +51,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from determined_lite.launch._engines import engine_problem
 from determined_lite.launch._failures import (
-    FAILURE_PREFIX_ENV,
     STOP_SIGNALS,
-    WorkerFailure,
     primary_failure,
-    read_worker_failures,
-    remove_worker_failures,
     signal_name,
     stopped_exit_code,
     worker_command,
-    worker_failure_prefix,
     write_failure_result,
 )
 from determined_lite.launch._hosts import LOOPBACK, is_local, loopback_interface, parse_hosts
-from determined_lite.launch._spec import WorkerSpec
+from determined_lite.runtime._failures import (
+    FAILURE_PREFIX_ENV,
+    WorkerFailure,
+    read_worker_failures,
+    remove_worker_failures,
+    worker_failure_prefix,
+)
+from determined_lite.runtime._spec import WorkerSpec
 from determined_lite.store._paths import restrict_umask
 
 WRAPPER_MODULE = "determined_lite.launch._horovodrun"

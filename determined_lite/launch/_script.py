@@ -20,11 +20,12 @@ import runpy
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from determined_lite._cluster import checkpoint_batches, set_active_trial
 from determined_lite.config._launcher import ScriptCommand
 from determined_lite.config._schema import OWN_LENGTH
 from determined_lite.config.units import length_from_config
-from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.launch._fit import fit_arguments, result_of, trial_info
+from determined_lite.runtime._cluster import checkpoint_batches, set_active_trial
+from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
 logger = logging.getLogger("determined_lite")
 
@@ -144,7 +145,7 @@ class ScriptTrial:
     def reporter(self) -> Any:
         """The chief's ``TrialReporter`` (store writes), None on other ranks and outside experiments."""
         if not self._reporter_made:
-            from determined_lite.experiment._worker_hooks import trial_reporter
+            from determined_lite.reporting._reporter import trial_reporter
 
             self._reporter = trial_reporter(self.spec, self.distributed.is_chief)
             self._reporter_made = True
@@ -157,13 +158,11 @@ class ScriptTrial:
         store, eid = self._store_reader(), self.spec.experiment_id
         if store is None or eid is None:
             return False
-        from determined_lite.experiment._store_reporter import stop_requested
+        from determined_lite.reporting._reporter import stop_requested
 
         return stop_requested(store, eid)
 
     def trial_info(self) -> Any:
-        from determined_lite.launch.worker import trial_info
-
         return trial_info(self.spec)
 
     def owns(self, context: Any) -> bool:
@@ -176,8 +175,6 @@ class ScriptTrial:
         when the searcher has none), the checkpoint to resume from and the store hooks always;
         periods and policy from the script when it gave them (``given``: the non-default
         ones), else from the config."""
-        from determined_lite.launch.worker import fit_arguments
-
         if self.time_metric not in (None, "batches", "epochs", "records"):
             raise ValueError(
                 f"searcher.time_metric {self.time_metric!r}: Trainer.fit trains by batches, epochs or "
@@ -197,8 +194,6 @@ class ScriptTrial:
         return arguments
 
     def fit_done(self, result: Any) -> None:
-        from determined_lite.launch.worker import result_of
-
         self._fit_result = result_of(result)
 
     def result(self) -> WorkerResult:

@@ -2,7 +2,7 @@
 
 A plain-Python run (no experiment ids in its ``TrialInfo``) shows a progress bar and one line
 per report on stdout (``progress=False`` or ``$DET_LITE_PROGRESS=0``: quiet) and is recorded
-in the store as a ``local`` experiment (``experiment/_local.py``), so its checkpoints are listed
+in the store as a ``local`` experiment (``reporting/_local.py``), so its checkpoints are listed
 and kept by the retention policy like any experiment's.
 """
 
@@ -18,7 +18,6 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from determined_lite import tensorboard
-from determined_lite._cluster import active_trial
 from determined_lite.config import (
     DEFAULT_REPORTING_PERIOD,
     CheckpointPolicy,
@@ -41,6 +40,7 @@ from determined_lite.pytorch._progress import (
 from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._rng import seed_everything
 from determined_lite.pytorch._trial import PyTorchTrial
+from determined_lite.runtime._cluster import active_trial
 from determined_lite.store._paths import checkpoint_root
 
 logger = logging.getLogger("determined_lite")
@@ -361,8 +361,8 @@ class Trainer:
         return result
 
     def _record(self, root: str, code_source: Optional[str]) -> Any:
-        """The store's record of this plain-Python run (``experiment/_local.py``), or None."""
-        from determined_lite.experiment._local import LocalRun
+        """The store's record of this plain-Python run (``reporting/_local.py``), or None."""
+        from determined_lite.pytorch._store_callback import LocalRun
 
         ctx = self.context
         settings, conf = ctx.harness.settings, ctx.get_experiment_config()

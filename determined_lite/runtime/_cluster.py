@@ -132,7 +132,7 @@ def get_cluster_info() -> Optional[ClusterInfo]:
     if not path:
         return None
     if path not in _cache:
-        from determined_lite.launch._spec import WorkerSpec
+        from determined_lite.runtime._spec import WorkerSpec
 
         _cache[path] = ClusterInfo(WorkerSpec.load(path))
     return _cache[path]

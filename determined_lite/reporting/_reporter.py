@@ -1,7 +1,9 @@
 """The chief's store writes: every reported training and validation metric and every checkpoint
-of one trial, as they happen (so other terminals see them live), for experiment trials and
-plain-Python local runs alike.
+of one trial, as they happen (so other terminals see them live), for class trials, Core API
+scripts and plain-Python local runs alike.
 
+:class:`TrialReporter` is the interface the layers above plug into: plain methods, no training
+loop (``pytorch/_store_callback.py`` turns it into a callback; ``core/`` calls it directly).
 Registering a checkpoint applies the experiment's retention policy to the trial
 (``_retention.register_checkpoint``): a running trial never holds more checkpoints than
 ``checkpoint_storage`` keeps. ``stop_requested`` is the pause/kill poll, which the loop honours
@@ -10,17 +12,15 @@ at the next optimizer-step boundary with a checkpoint.
 
 from __future__ import annotations
 
-import json
 import numbers
-import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
-from determined_lite.experiment._retention import RetentionPolicy, register_checkpoint
-from determined_lite.pytorch._callback import PyTorchCallback
-from determined_lite.pytorch._schedule import is_better
-from determined_lite.store import Action
+from determined_lite.reporting._metric import is_better
+from determined_lite.reporting._retention import RetentionPolicy, register_checkpoint
+from determined_lite.runtime._spec import WorkerSpec
+from determined_lite.store import Action, Store
 
 STOP_ACTIONS = (Action.PAUSE, Action.KILL)
 
@@ -32,7 +32,7 @@ def stop_requested(store: Any, experiment_id: int) -> bool:
 
 class TrialReporter:
     """One trial's store writes, as its chief reports them: the one writer that class trials
-    (through :class:`StoreReporter`) and Core API scripts (``determined_lite.core``) share.
+    (through ``pytorch``'s ``StoreCallback``) and Core API scripts (``determined_lite.core``) share.
 
     ``experiment_id`` and ``retention``: registering a checkpoint forgets (and removes) the
     trial's checkpoints the policy no longer keeps; without an experiment, nothing is removed.
@@ -93,44 +93,15 @@ class TrialReporter:
         return self.experiment_id is not None and stop_requested(self.store, self.experiment_id)
 
 
-class StoreReporter(PyTorchCallback):
-    """Chief-side callback: metrics and checkpoints of a class trial into the store, through its
-    :class:`TrialReporter` (the searcher metric is the harness's)."""
-
-    def __init__(self, reporter: TrialReporter, context: Any = None) -> None:
-        self._reporter = reporter
-        self._context: Any = context
-        self._written: Dict[str, str] = {}  # uuid -> directory, until flushed to disk
-
-    def bind(self, context: Any) -> None:
-        self._context = context
-
-    def _harness(self) -> Any:
-        if self._context is None:
-            raise RuntimeError("StoreReporter.bind(context) must be called before training")
-        return self._context.harness
-
-    def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
-        self._reporter.restart_at(first_batch_idx)
-
-    def on_training_workload_end(
-        self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
-    ) -> None:
-        self._reporter.training(self._harness().state.batches_done, avg_metrics)
-
-    def on_validation_end(self, metrics: Dict[str, Any]) -> None:
-        # numpy values reach callbacks, as in Determined
-        self._reporter.validation(self._harness().state.batches_done, metrics)
-
-    def on_checkpoint_write_end(self, checkpoint_dir: str) -> None:
-        self._written[os.path.basename(os.path.normpath(checkpoint_dir))] = checkpoint_dir
-
-    def on_checkpoint_upload_end(self, uuid: str) -> None:
-        # Registered only once flushed to disk: the store never points at a checkpoint that a
-        # machine crash could still lose.
-        checkpoint_dir = self._written.pop(uuid)
-        with open(os.path.join(checkpoint_dir, "metadata.json")) as f:
-            metadata = json.load(f)
-        self._reporter.checkpoint(
-            uuid, checkpoint_dir, metadata["total_batches"], metadata.get("validation_metrics")
-        )
+def trial_reporter(spec: WorkerSpec, is_chief: bool) -> Optional[TrialReporter]:
+    """The chief's writer of the trial's metrics and checkpoints to the experiment store (None
+    on other ranks and outside experiments)."""
+    if not is_chief or spec.store_path is None or spec.trial_id is None:
+        return None
+    settings = spec.training_settings()
+    metric = settings.searcher_metric
+    retention = RetentionPolicy.from_config(spec.exp_conf, metric, settings.smaller_is_better)
+    store = Store(spec.store_path)
+    return TrialReporter(
+        store, spec.trial_id, spec.experiment_id, retention, metric, settings.smaller_is_better
+    )
