@@ -14,6 +14,7 @@ import logging
 import os
 from typing import Any, Dict, Optional, Union
 
+from determined_lite._errors import InvalidHP
 from determined_lite.core._checkpoint import CheckpointContext
 from determined_lite.core._preempt import PreemptContext, PreemptMode
 from determined_lite.core._searcher import SearcherContext, Unit
@@ -62,8 +63,6 @@ class Context:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        from determined_lite import InvalidHP
-
         if isinstance(exc, InvalidHP):  # as Determined: the trial ends, the search goes on
             self.train.report_early_exit(EarlyExitReason.INVALID_HP)
         self.close()

@@ -18,9 +18,9 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import determined_lite
 from determined_lite._errors import (
     DiskFullError,
+    InvalidHP,
     did_you_mean,
     find_action_required,
     find_trial_check,
@@ -247,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         finally:
             if watchdog is not None:
                 watchdog.stop()
-    except determined_lite.InvalidHP as e:
+    except InvalidHP as e:
         logger.warning("trial raised InvalidHP: %s", e)
         result = WorkerResult(status=WorkerStatus.INVALID_HP, error=str(e) or type(e).__name__)
     except BaseException as e:  # noqa: B036 -- report everything, then fail the worker
