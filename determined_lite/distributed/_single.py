@@ -15,6 +15,11 @@ class SingleProcessContext(DistributedContext):
     def __init__(self) -> None:
         super().__init__(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)
 
+    @classmethod
+    def from_environment(cls) -> "SingleProcessContext":
+        """One process needs no environment."""
+        return cls()
+
     def allgather(self, obj: Any) -> List[Any]:
         return [obj]
 
