@@ -30,11 +30,12 @@ class DistributedContext(abc.ABC):
 
     backend: str = "abstract"
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """An engine's class registers under its ``backend`` name (the package imports them all):
-        the base reaches its engines through :func:`engine`, never by importing them."""
+    def __init_subclass__(cls, engine: bool = False, **kwargs: Any) -> None:
+        """An engine's class (``class X(DistributedContext, engine=True)``) registers under its
+        ``backend`` name; the package imports them all. The base reaches its engines through
+        :func:`engine`, never by importing them; other subclasses (tests' fakes) register nothing."""
         super().__init_subclass__(**kwargs)
-        if "backend" in cls.__dict__:
+        if engine:
             _ENGINES[cls.backend] = cls
 
     def __init__(

@@ -91,7 +91,7 @@ class _TensorSlot:
     dtype: torch.dtype
 
 
-class HorovodContext(DistributedContext):
+class HorovodContext(DistributedContext, engine=True):
     """One worker of a job started by ``horovodrun`` (Gloo controller; MPI when built with it)."""
 
     backend = "horovod"

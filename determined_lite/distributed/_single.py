@@ -7,7 +7,7 @@ from typing import Any, List
 from determined_lite.distributed._base import DistributedContext
 
 
-class SingleProcessContext(DistributedContext):
+class SingleProcessContext(DistributedContext, engine=True):
     """One worker on one slot; every collective returns its own input."""
 
     backend = "single"

@@ -145,7 +145,7 @@ def is_peer_failure(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(m in text for m in _PEER_FAILURE_MARKERS)
 
 
-class TorchDistributedContext(DistributedContext):
+class TorchDistributedContext(DistributedContext, engine=True):
     """One worker of a ``torch.distributed`` process group (gloo on CPU, nccl on CUDA)."""
 
     backend = "torch"
