@@ -10,6 +10,7 @@ dummy searcher does) and nothing preempts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any, Dict, Optional, Union
@@ -31,25 +32,17 @@ class TensorboardMode:
     MANUAL = "MANUAL"
 
 
+@dataclasses.dataclass(eq=False)
 class Context:
     """``core_context``: ``checkpoint``, ``distributed``, ``preempt``, ``train``, ``searcher``,
     ``info`` (the cluster info, None in local mode). Use it as ``with det.core.init() as c:``."""
 
-    def __init__(
-        self,
-        checkpoint: CheckpointContext,
-        distributed: Any,
-        preempt: PreemptContext,
-        train: TrainContext,
-        searcher: SearcherContext,
-        info: Any = None,
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.distributed = distributed
-        self.preempt = preempt
-        self.train = train
-        self.searcher = searcher
-        self.info = info
+    checkpoint: CheckpointContext
+    distributed: Any
+    preempt: PreemptContext
+    train: TrainContext
+    searcher: SearcherContext
+    info: Any = None
 
     def start(self) -> None:
         self.preempt.start()

@@ -96,17 +96,9 @@ class HorovodContext(DistributedContext, engine=True):
 
     backend = "horovod"
 
-    def __init__(
-        self,
-        hvd: Any,
-        rank: int,
-        size: int,
-        local_rank: int,
-        local_size: int,
-        cross_rank: int,
-        cross_size: int,
-    ) -> None:
-        super().__init__(rank, size, local_rank, local_size, cross_rank, cross_size)
+    def __init__(self, hvd: Any, **ranks: int) -> None:
+        """``ranks``: the base's ``rank``, ``size``, ``local_rank``, ... as Horovod reports them."""
+        super().__init__(**ranks)
         self._hvd = hvd
         self._closed = False
         from horovod.common.exceptions import HorovodInternalError

@@ -151,18 +151,10 @@ class TorchDistributedContext(DistributedContext, engine=True):
     backend = "torch"
 
     def __init__(
-        self,
-        rank: int,
-        size: int,
-        local_rank: int,
-        local_size: int,
-        cross_rank: int,
-        cross_size: int,
-        *,
-        device: torch.device,
-        ddp_options: Optional[Mapping[str, Any]] = None,
+        self, *, device: torch.device, ddp_options: Optional[Mapping[str, Any]] = None, **ranks: int
     ) -> None:
-        super().__init__(rank, size, local_rank, local_size, cross_rank, cross_size)
+        """``ranks``: the base's ``rank``, ``size``, ``local_rank``, ... as torchrun sets them."""
+        super().__init__(**ranks)
         self.device = device
         self.ddp_options = check_ddp_options(ddp_options)
         self._ddp_kwargs = _ddp_kwargs(self.ddp_options)
@@ -212,7 +204,14 @@ class TorchDistributedContext(DistributedContext, engine=True):
         if not dist.is_initialized():
             _join_group(device, rank, size, seconds, collective_timeout)
         return cls(
-            rank, size, local_rank, local_size, cross_rank, cross_size, device=device, ddp_options=options
+            device=device,
+            ddp_options=options,
+            rank=rank,
+            size=size,
+            local_rank=local_rank,
+            local_size=local_size,
+            cross_rank=cross_rank,
+            cross_size=cross_size,
         )
 
     def is_peer_failure(self, error: BaseException) -> bool:

@@ -12,6 +12,7 @@ at the next optimizer-step boundary with a checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from typing import Any, Dict, Optional
 
@@ -30,6 +31,7 @@ def stop_requested(store: Any, experiment_id: int) -> bool:
     return store.pending_action(experiment_id) in STOP_ACTIONS
 
 
+@dataclasses.dataclass(eq=False)
 class TrialReporter:
     """One trial's store writes, as its chief reports them: the one writer that class trials
     (through ``pytorch``'s ``StoreCallback``) and Core API scripts (``determined_lite.core``) share.
@@ -38,21 +40,12 @@ class TrialReporter:
     trial's checkpoints the policy no longer keeps; without an experiment, nothing is removed.
     """
 
-    def __init__(
-        self,
-        store: Any,
-        trial_id: int,
-        experiment_id: Optional[int],
-        retention: Optional[RetentionPolicy],
-        metric: Optional[str] = None,
-        smaller_is_better: bool = True,
-    ) -> None:
-        self.store = store
-        self.trial_id = trial_id
-        self.experiment_id = experiment_id
-        self._retention = retention
-        self._metric = metric
-        self._smaller_is_better = smaller_is_better
+    store: Any
+    trial_id: int
+    experiment_id: Optional[int]
+    retention: Optional[RetentionPolicy]
+    metric: Optional[str] = None  # the searcher metric: the trial's best_validation follows it
+    smaller_is_better: bool = True
 
     def restart_at(self, batches: int) -> None:
         """A resumed trial re-trains what came after its checkpoint: metrics reported past it by
@@ -66,17 +59,17 @@ class TrialReporter:
     def validation(self, batches: int, metrics: Dict[str, Any]) -> None:
         """Record a validation; the trial's best searcher metric follows it."""
         self.store.add_validation_metrics(self.trial_id, batches, metrics)
-        value = metrics.get(self._metric) if self._metric is not None else None
+        value = metrics.get(self.metric) if self.metric is not None else None
         if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
             best = (self.store.get_trial(self.trial_id) or {}).get("best_validation")
-            if is_better(float(value), best, self._smaller_is_better):
+            if is_better(float(value), best, self.smaller_is_better):
                 self.store.update_trial(self.trial_id, best_validation=float(value))
 
     def checkpoint(
         self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
     ) -> None:
         """Register a checkpoint written (and flushed) to ``checkpoint_dir``."""
-        if self.experiment_id is None or self._retention is None:  # no experiment, no policy
+        if self.experiment_id is None or self.retention is None:  # no experiment, no policy
             self.store.add_checkpoint(self.trial_id, uuid, checkpoint_dir, total_batches, metrics)
             return
         checkpoint = {
@@ -86,7 +79,7 @@ class TrialReporter:
             "total_batches": total_batches,
             "metrics": metrics,
         }
-        register_checkpoint(self.store, self.experiment_id, self._retention, checkpoint)
+        register_checkpoint(self.store, self.experiment_id, self.retention, checkpoint)
 
     def stop_requested(self) -> bool:
         """Whether ``pause`` or ``kill`` was asked of the trial's experiment."""
