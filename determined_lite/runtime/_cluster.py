@@ -54,7 +54,7 @@ class ClusterTrialInfo:
 class ClusterInfo:
     """Determined's ``det.ClusterInfo`` for a det-lite trial (one machine: no master, no agents).
 
-    det-lite's own: ``spec`` (the worker spec it was read from, a ``launch.WorkerSpec``).
+    det-lite's own: ``spec`` (the worker spec it was read from, a ``runtime._spec.WorkerSpec``).
     """
 
     def __init__(self, spec: Any) -> None:
