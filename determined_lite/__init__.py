@@ -1,10 +1,7 @@
 """determined_lite: Determined's PyTorch trial API without a cluster."""
 
+from determined_lite._errors import InvalidHP
+
 __version__ = "0.1.0"
-
-
-class InvalidHP(Exception):
-    """Raised by a trial whose hyperparameters cannot work; ends that trial, not the experiment."""
-
 
 __all__ = ["InvalidHP", "__version__"]

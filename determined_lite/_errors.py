@@ -42,6 +42,11 @@ def did_you_mean(name: str, candidates: Sequence[str]) -> str:
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+class InvalidHP(Exception):
+    """Raised by a trial whose hyperparameters cannot work; ends that trial, not the experiment
+    (``determined_lite.InvalidHP``, ``det.InvalidHP``)."""
+
+
 class ActionRequired(Exception):
     """The trial cannot go on until the user does something; running it again would fail alike.
 

@@ -27,10 +27,10 @@ from determined_lite.cli._common import BadInput
 @click.argument("script_and_args", nargs=-1, type=click.UNPROCESSED)
 def run(module: Optional[str], script_and_args: Tuple[str, ...]) -> None:
     """Run a Determined script locally: det-lite run train.py [ARGS]..."""
-    from determined_lite._cluster import SPEC_ENV
     from determined_lite.compat import install_alias
     from determined_lite.config._launcher import ScriptCommand
     from determined_lite.launch._script import ScriptExit, run_as_main
+    from determined_lite.runtime._cluster import SPEC_ENV
 
     if module is None and not script_and_args:
         raise click.UsageError("det-lite run needs a script (det-lite run train.py [ARGS]) or -m MODULE")

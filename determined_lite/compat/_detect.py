@@ -9,8 +9,9 @@ import sys
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 # Bounds on the scan, so a context directory full of data stays quick to check.
-# A directory holding a top-level ``determined`` package made of re-exports (see _install).
-ALIAS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_alias")
+# A directory holding a top-level ``determined`` package made of re-exports (see _install):
+# ``determined_lite/_alias``, found by path (compat never imports the layers the alias re-exports).
+ALIAS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_alias")
 
 
 def is_alias_origin(origin: Optional[str]) -> bool:

@@ -10,15 +10,17 @@ dummy searcher does) and nothing preempts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any, Dict, Optional, Union
 
-from determined_lite._cluster import active_trial, get_cluster_info
+from determined_lite._errors import InvalidHP
 from determined_lite.core._checkpoint import CheckpointContext
 from determined_lite.core._preempt import PreemptContext, PreemptMode
 from determined_lite.core._searcher import SearcherContext, Unit
 from determined_lite.core._train import EarlyExitReason, TrainContext
+from determined_lite.runtime._cluster import active_trial, get_cluster_info
 
 logger = logging.getLogger("determined_lite")
 
@@ -30,25 +32,17 @@ class TensorboardMode:
     MANUAL = "MANUAL"
 
 
+@dataclasses.dataclass(eq=False)
 class Context:
     """``core_context``: ``checkpoint``, ``distributed``, ``preempt``, ``train``, ``searcher``,
     ``info`` (the cluster info, None in local mode). Use it as ``with det.core.init() as c:``."""
 
-    def __init__(
-        self,
-        checkpoint: CheckpointContext,
-        distributed: Any,
-        preempt: PreemptContext,
-        train: TrainContext,
-        searcher: SearcherContext,
-        info: Any = None,
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.distributed = distributed
-        self.preempt = preempt
-        self.train = train
-        self.searcher = searcher
-        self.info = info
+    checkpoint: CheckpointContext
+    distributed: Any
+    preempt: PreemptContext
+    train: TrainContext
+    searcher: SearcherContext
+    info: Any = None
 
     def start(self) -> None:
         self.preempt.start()
@@ -62,8 +56,6 @@ class Context:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        from determined_lite import InvalidHP
-
         if isinstance(exc, InvalidHP):  # as Determined: the trial ends, the search goes on
             self.train.report_early_exit(EarlyExitReason.INVALID_HP)
         self.close()

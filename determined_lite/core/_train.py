@@ -44,7 +44,7 @@ class TrainContext:
         self._reporter = trial.reporter if trial is not None else None
         self._progress_path: Optional[str] = None
         if trial is not None and self._reporter is not None:
-            from determined_lite.launch._spec import progress_path
+            from determined_lite.runtime._spec import progress_path
 
             self._progress_path = progress_path(trial.spec.result_path)
         self._scalars: Any = None  # TensorBoard, as for class trials (the chief's reports)

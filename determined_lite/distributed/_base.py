@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Any, ContextManager, Iterable, List, Sequence
+from typing import Any, ContextManager, Dict, Iterable, List, Sequence, Type
 
 import torch
 
 _NULL = contextlib.nullcontext()  # reusable: nullcontext keeps no state
+
+# backend name -> its context class, filled as the engines' modules define them.
+_ENGINES: Dict[str, Type["DistributedContext"]] = {}
 
 
 class PeerFailure(RuntimeError):
@@ -26,6 +29,14 @@ class DistributedContext(abc.ABC):
     """
 
     backend: str = "abstract"
+
+    def __init_subclass__(cls, engine: bool = False, **kwargs: Any) -> None:
+        """An engine's class (``class X(DistributedContext, engine=True)``) registers under its
+        ``backend`` name; the package imports them all. The base reaches its engines through
+        :func:`engine`, never by importing them; other subclasses (tests' fakes) register nothing."""
+        super().__init_subclass__(**kwargs)
+        if engine:
+            _ENGINES[cls.backend] = cls
 
     def __init__(
         self,
@@ -66,18 +77,23 @@ class DistributedContext(abc.ABC):
         """Machines the workers run on (Determined's name for the cross size)."""
         return self.cross_size
 
+    @classmethod
+    def from_environment(cls) -> "DistributedContext":
+        """Join this engine from the environment its launcher set up."""
+        raise NotImplementedError(f"{cls.__name__} has no environment to join")
+
     # Determined's constructors (``det.core.DistributedContext.from_*``).
     @classmethod
     def from_torch_distributed(cls, chief_ip: Any = None) -> "DistributedContext":
         """The torch.distributed context of this worker: in a trial det-lite runs, the one its
         worker joined (one slot: the single-process context); otherwise torchrun's environment."""
-        return _joined("torch") or _torch_from_environment()
+        return _joined("torch") or engine("torch").from_environment()
 
     @classmethod
     def from_horovod(cls, hvd: Any = None, chief_ip: Any = None) -> "DistributedContext":
         """The Horovod context of this worker: in a trial det-lite runs, the one its worker
         joined (one slot: the single-process context); otherwise horovodrun's environment."""
-        return _joined("horovod") or _horovod_from_environment()
+        return _joined("horovod") or engine("horovod").from_environment()
 
     @classmethod
     def from_deepspeed(cls, chief_ip: Any = None) -> "DistributedContext":
@@ -185,7 +201,7 @@ class DistributedContext(abc.ABC):
 
 def _joined(backend: str) -> "DistributedContext | None":
     """The context the worker of a det-lite script trial joined, when it suits ``backend``."""
-    from determined_lite._cluster import active_trial
+    from determined_lite.runtime._cluster import active_trial
 
     trial = active_trial()
     if trial is None:
@@ -199,13 +215,11 @@ def _joined(backend: str) -> "DistributedContext | None":
     return dist
 
 
-def _torch_from_environment() -> "DistributedContext":
-    from determined_lite.distributed._torch import TorchDistributedContext
-
-    return TorchDistributedContext.from_environment()
-
-
-def _horovod_from_environment() -> "DistributedContext":
-    from determined_lite.distributed._horovod import HorovodContext
-
-    return HorovodContext.from_environment()
+def engine(backend: str) -> Type[DistributedContext]:
+    """The context class of ``backend`` (``single``, ``horovod`` or ``torch``)."""
+    try:
+        return _ENGINES[backend]
+    except KeyError:
+        raise ValueError(
+            f"unknown distributed backend {backend!r}; expected one of {', '.join(sorted(_ENGINES))}"
+        ) from None

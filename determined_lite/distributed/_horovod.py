@@ -68,7 +68,7 @@ def record_failure(error: BaseException, rank: int) -> None:
 
     The record is the launchers' failure protocol, imported here only on this failure path.
     """
-    from determined_lite.launch._failures import record_worker_failure
+    from determined_lite.runtime._failures import record_worker_failure
 
     record_worker_failure(error, rank)
 
@@ -91,22 +91,14 @@ class _TensorSlot:
     dtype: torch.dtype
 
 
-class HorovodContext(DistributedContext):
+class HorovodContext(DistributedContext, engine=True):
     """One worker of a job started by ``horovodrun`` (Gloo controller; MPI when built with it)."""
 
     backend = "horovod"
 
-    def __init__(
-        self,
-        hvd: Any,
-        rank: int,
-        size: int,
-        local_rank: int,
-        local_size: int,
-        cross_rank: int,
-        cross_size: int,
-    ) -> None:
-        super().__init__(rank, size, local_rank, local_size, cross_rank, cross_size)
+    def __init__(self, hvd: Any, **ranks: int) -> None:
+        """``ranks``: the base's ``rank``, ``size``, ``local_rank``, ... as Horovod reports them."""
+        super().__init__(**ranks)
         self._hvd = hvd
         self._closed = False
         from horovod.common.exceptions import HorovodInternalError

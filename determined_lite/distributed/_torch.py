@@ -145,24 +145,16 @@ def is_peer_failure(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(m in text for m in _PEER_FAILURE_MARKERS)
 
 
-class TorchDistributedContext(DistributedContext):
+class TorchDistributedContext(DistributedContext, engine=True):
     """One worker of a ``torch.distributed`` process group (gloo on CPU, nccl on CUDA)."""
 
     backend = "torch"
 
     def __init__(
-        self,
-        rank: int,
-        size: int,
-        local_rank: int,
-        local_size: int,
-        cross_rank: int,
-        cross_size: int,
-        *,
-        device: torch.device,
-        ddp_options: Optional[Mapping[str, Any]] = None,
+        self, *, device: torch.device, ddp_options: Optional[Mapping[str, Any]] = None, **ranks: int
     ) -> None:
-        super().__init__(rank, size, local_rank, local_size, cross_rank, cross_size)
+        """``ranks``: the base's ``rank``, ``size``, ``local_rank``, ... as torchrun sets them."""
+        super().__init__(**ranks)
         self.device = device
         self.ddp_options = check_ddp_options(ddp_options)
         self._ddp_kwargs = _ddp_kwargs(self.ddp_options)
@@ -203,36 +195,23 @@ class TorchDistributedContext(DistributedContext):
         local_size = _env_int("LOCAL_WORLD_SIZE", size)
         cross_rank = _env_int("GROUP_RANK", rank // max(local_size, 1))
         cross_size = _env_int("GROUP_WORLD_SIZE", max(1, size // max(local_size, 1)))
-
         if torch.cuda.is_available():
             device = torch.device("cuda", local_rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
-            engine = "nccl"
         else:
             device = torch.device("cpu")
-            engine = "gloo"
         seconds = DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
         if not dist.is_initialized():
-            kwargs: Dict[str, Any] = {}
-            if engine == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
-                kwargs["device_id"] = device
-            dist.init_process_group(
-                backend=engine,
-                init_method="env://",
-                rank=rank,
-                world_size=size,
-                timeout=datetime.timedelta(seconds=seconds),
-                **kwargs,
-            )
-            if collective_timeout is None:
-                collective_timeout = float(
-                    os.environ.get(COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT_S)
-                )
-            set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
-            if set_timeout is not None and collective_timeout != seconds:
-                set_timeout(datetime.timedelta(seconds=float(collective_timeout)))
+            _join_group(device, rank, size, seconds, collective_timeout)
         return cls(
-            rank, size, local_rank, local_size, cross_rank, cross_size, device=device, ddp_options=options
+            device=device,
+            ddp_options=options,
+            rank=rank,
+            size=size,
+            local_rank=local_rank,
+            local_size=local_size,
+            cross_rank=cross_rank,
+            cross_size=cross_size,
         )
 
     def is_peer_failure(self, error: BaseException) -> bool:
@@ -410,6 +389,30 @@ class TorchDistributedContext(DistributedContext):
                 dist.destroy_process_group()
         except Exception as e:  # noqa: BLE001 -- teardown after a failure must not raise again
             logger.debug("process group teardown after failure: %s", e)
+
+
+def _join_group(
+    device: torch.device, rank: int, size: int, seconds: float, collective_timeout: Optional[float]
+) -> None:
+    """Join torchrun's process group (nccl on CUDA, gloo on CPU) within ``seconds``; each
+    collective then waits up to ``collective_timeout`` (default ``$DET_LITE_COLLECTIVE_TIMEOUT``)."""
+    engine = "nccl" if device.type == "cuda" else "gloo"
+    kwargs: Dict[str, Any] = {}
+    if engine == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters:
+        kwargs["device_id"] = device
+    dist.init_process_group(
+        backend=engine,
+        init_method="env://",
+        rank=rank,
+        world_size=size,
+        timeout=datetime.timedelta(seconds=seconds),
+        **kwargs,
+    )
+    if collective_timeout is None:
+        collective_timeout = float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT_S))
+    set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    if set_timeout is not None and collective_timeout != seconds:
+        set_timeout(datetime.timedelta(seconds=float(collective_timeout)))
 
 
 def _record_error(error: BaseException) -> None:

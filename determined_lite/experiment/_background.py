@@ -23,12 +23,14 @@ def main() -> int:
     args = parser.parse_args()
     restrict_umask()
     logging.basicConfig(level=logging.INFO)
-    from determined_lite.experiment import _run
+    from determined_lite.experiment._create import run_experiment
     from determined_lite.experiment._lock import LOCK_FILE, RunnerLock
 
     lock = RunnerLock.adopt(args.lock_fd, os.path.join(experiment_dir(args.experiment_id), LOCK_FILE))
     try:
-        return _run(args.experiment_id, test=args.test, resume=args.resume, out=sys.stdout, lock=lock)
+        return run_experiment(
+            args.experiment_id, test=args.test, resume=args.resume, out=sys.stdout, lock=lock
+        )
     finally:
         lock.release()
 

@@ -30,7 +30,7 @@ from typing import List, Optional, TextIO
 
 from determined_lite._enums import TextEnum
 from determined_lite._timeouts import env_seconds
-from determined_lite.experiment import ActivationRefused
+from determined_lite.experiment._exit import ActivationRefused
 from determined_lite.store._paths import experiment_dir, open_private, process_alive, process_token
 
 LOCK_FILE = "runner.lock"

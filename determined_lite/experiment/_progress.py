@@ -15,7 +15,7 @@ from typing import AbstractSet, Any, Dict, List, Optional, Sequence, TextIO, Tup
 
 from determined_lite._progress import TrialProgress
 from determined_lite._terminal import BarBoard, fit, format_duration, format_number
-from determined_lite.experiment._retention import best_checkpoints
+from determined_lite.reporting._retention import best_checkpoints
 
 Path = Tuple[str, ...]
 SHORT_UUID = 8  # characters of a checkpoint uuid shown in tables (any unique prefix resolves)

@@ -31,12 +31,12 @@ from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
 from determined_lite.experiment._requests import SearchState, TrialRequest, trial_seed
-from determined_lite.experiment._retention import RetentionPolicy, apply_retention
 from determined_lite.experiment._trial_launch import TrialLauncher, available_slots
 from determined_lite.experiment._trial_logs import TrialLogs
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus
-from determined_lite.launch._failures import read_no_restart
-from determined_lite.launch._spec import progress_path
+from determined_lite.reporting._retention import RetentionPolicy, apply_retention
+from determined_lite.runtime._failures import read_no_restart
+from determined_lite.runtime._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
 from determined_lite.store._paths import experiment_dir, make_private_dirs
 from determined_lite.store._states import Action, ExperimentState, TrialState

@@ -22,9 +22,9 @@ from determined_lite.config import (
 )
 from determined_lite.experiment._warm_start import warm_start_checkpoint
 from determined_lite.launch import TrialProcess, WorkerSpec, launch
-from determined_lite.launch._failures import remove_no_restart
-from determined_lite.launch._spec import progress_path
 from determined_lite.launch._watchdog import remove_heartbeats
+from determined_lite.runtime._failures import remove_no_restart
+from determined_lite.runtime._spec import progress_path
 from determined_lite.store._paths import (
     checkpoint_root,
     context_snapshot_dir,

@@ -2,7 +2,7 @@
 
 from determined_lite.launch._failures import worker_command
 from determined_lite.launch._launcher import TrialProcess, launch, run_trial
-from determined_lite.launch._spec import BACKENDS, WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.runtime._spec import BACKENDS, WorkerResult, WorkerSpec, WorkerStatus
 
 __all__ = [
     "BACKENDS",

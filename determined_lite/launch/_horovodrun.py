@@ -51,20 +51,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from determined_lite.launch._engines import engine_problem
 from determined_lite.launch._failures import (
-    FAILURE_PREFIX_ENV,
     STOP_SIGNALS,
-    WorkerFailure,
     primary_failure,
-    read_worker_failures,
-    remove_worker_failures,
     signal_name,
     stopped_exit_code,
     worker_command,
-    worker_failure_prefix,
     write_failure_result,
 )
 from determined_lite.launch._hosts import LOOPBACK, is_local, loopback_interface, parse_hosts
-from determined_lite.launch._spec import WorkerSpec
+from determined_lite.runtime._failures import (
+    FAILURE_PREFIX_ENV,
+    WorkerFailure,
+    read_worker_failures,
+    remove_worker_failures,
+    worker_failure_prefix,
+)
+from determined_lite.runtime._spec import WorkerSpec
 from determined_lite.store._paths import restrict_umask
 
 WRAPPER_MODULE = "determined_lite.launch._horovodrun"
@@ -239,6 +241,20 @@ def _num_proc(args: Sequence[str]) -> Optional[int]:
     return None
 
 
+def _parse_args(args: List[str]) -> Tuple[Optional[str], Optional[str], List[str]]:
+    """(``--result``, ``--listen-address``, horovodrun's arguments) of the wrapper's command line."""
+    result_path = listen_address = None
+    while args[:1] in (["--result"], ["--listen-address"]) and len(args) > 1:
+        if args[0] == "--result":
+            result_path = args[1]
+        else:
+            listen_address = args[1]
+        args = args[2:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    return result_path, listen_address, args
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m determined_lite.launch._horovodrun [--result PATH] [--listen-address ADDR] --
     HOROVODRUN-ARGS``.
@@ -250,17 +266,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Exit status: 0 when every worker succeeded, 128 + N when stopped by signal N (SIGTERM,
     SIGINT), else 1.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
     restrict_umask()
-    result_path = listen_address = None
-    while args[:1] in (["--result"], ["--listen-address"]) and len(args) > 1:
-        if args[0] == "--result":
-            result_path = args[1]
-        else:
-            listen_address = args[1]
-        args = args[2:]
-    if args[:1] == ["--"]:
-        args = args[1:]
+    result_path, listen_address, args = _parse_args(list(sys.argv[1:] if argv is None else argv))
     if listen_address:
         bind_services_to(listen_address)
     prefix = worker_failure_prefix(result_path) if result_path else None

@@ -19,9 +19,9 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import determined_lite
-from determined_lite._cluster import SPEC_ENV
 from determined_lite.launch._failures import STOP_GRACE_S, worker_command
-from determined_lite.launch._spec import WorkerResult, WorkerSpec
+from determined_lite.runtime._cluster import SPEC_ENV
+from determined_lite.runtime._spec import WorkerResult, WorkerSpec
 from determined_lite.store._paths import private_umask
 
 OutputFn = Callable[[str], None]

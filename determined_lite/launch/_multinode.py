@@ -28,13 +28,11 @@ from typing import Any, Dict, List, Optional, Sequence
 from determined_lite.launch._failures import (
     STOP_GRACE_S,
     STOP_SIGNALS,
-    WorkerFailure,
-    read_failures,
-    remove_failures,
     stopped_exit_code,
     write_failure_result,
 )
 from determined_lite.launch._torchrun import AGENT_NAME, first_failure, remote_command
+from determined_lite.runtime._failures import WorkerFailure, read_failures, remove_failures
 from determined_lite.store._paths import restrict_umask
 
 POLL_S = 0.05

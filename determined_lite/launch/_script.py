@@ -21,11 +21,12 @@ import runpy
 import sys
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from determined_lite._cluster import checkpoint_batches, set_active_trial
 from determined_lite.config import OWN_LENGTH
 from determined_lite.config._launcher import ScriptCommand
 from determined_lite.config.units import length_from_config
-from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.launch._fit import fit_plan, result_of, trial_info
+from determined_lite.runtime._cluster import checkpoint_batches, set_active_trial
+from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
 if TYPE_CHECKING:  # torch: imported when the script fits, not by `det-lite run`'s CLI process
     from determined_lite.pytorch._fit_plan import FitPlan
@@ -148,7 +149,7 @@ class ScriptTrial:
     def reporter(self) -> Any:
         """The chief's ``TrialReporter`` (store writes), None on other ranks and outside experiments."""
         if not self._reporter_made:
-            from determined_lite.experiment._worker_hooks import trial_reporter
+            from determined_lite.reporting._reporter import trial_reporter
 
             self._reporter = trial_reporter(self.spec, self.distributed.is_chief)
             self._reporter_made = True
@@ -161,13 +162,11 @@ class ScriptTrial:
         store, eid = self._store_reader(), self.spec.experiment_id
         if store is None or eid is None:
             return False
-        from determined_lite.experiment._store_reporter import stop_requested
+        from determined_lite.reporting._reporter import stop_requested
 
         return stop_requested(store, eid)
 
     def trial_info(self) -> Any:
-        from determined_lite.launch.worker import trial_info
-
         return trial_info(self.spec)
 
     def owns(self, context: Any) -> bool:
@@ -180,7 +179,6 @@ class ScriptTrial:
         when the searcher has none), the checkpoint to resume from (the script's when the trial
         has none) and the store hooks always; the periods, policy and test mode the script chose
         (``given``'s that are not the defaults), else the config's; the script's callbacks."""
-        from determined_lite.launch.worker import fit_plan
         from determined_lite.pytorch._fit_plan import CONFIG_FIELDS
 
         if self.time_metric not in (None, "batches", "epochs", "records"):
@@ -200,8 +198,6 @@ class ScriptTrial:
         )
 
     def fit_done(self, result: Any) -> None:
-        from determined_lite.launch.worker import result_of
-
         self._fit_result = result_of(result)
 
     def result(self) -> WorkerResult:

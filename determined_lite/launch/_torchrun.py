@@ -52,12 +52,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from determined_lite.launch._exit import exit_now
 from determined_lite.launch._failures import (
     WORKER_MODULE,
-    WorkerFailure,
-    agent_failure_file,
     primary_failure,
     signal_name,
     stopped_exit_code,
-    write_failure,
     write_failure_result,
 )
 from determined_lite.launch._hosts import (
@@ -67,7 +64,8 @@ from determined_lite.launch._hosts import (
     loopback_interface,
     parse_hosts,
 )
-from determined_lite.launch._spec import WorkerSpec
+from determined_lite.runtime._failures import WorkerFailure, agent_failure_file, write_failure
+from determined_lite.runtime._spec import WorkerSpec
 from determined_lite.store._paths import restrict_umask
 
 AGENT_MODULE = "determined_lite.launch._torchrun"

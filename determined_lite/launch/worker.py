@@ -16,24 +16,23 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import determined_lite
 from determined_lite._errors import (
     DiskFullError,
+    InvalidHP,
     did_you_mean,
     find_action_required,
     find_trial_check,
     is_disk_full,
 )
-from determined_lite.config.units import length_from_config
 from determined_lite.launch._exit import exit_now
-from determined_lite.launch._failures import FailureKind, NoRestart, record_no_restart
+from determined_lite.launch._fit import fit_plan, result_of, trial_info
 from determined_lite.launch._logs import install_rank_prefix
-from determined_lite.launch._spec import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.launch._watchdog import Heartbeat, StallWatchdog, stall_timeout
 from determined_lite.pytorch._callback import PyTorchCallback
-from determined_lite.pytorch._fit_plan import CONFIG_FIELDS, FitPlan
+from determined_lite.runtime._failures import FailureKind, NoRestart, record_no_restart
+from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.store._paths import restrict_umask
 
 logger = logging.getLogger("determined_lite")
@@ -75,9 +74,6 @@ def _trial_class_names(namespace: Any) -> List[str]:
     trials = [n for n, v in classes.items() if issubclass(v, PyTorchTrial) and v is not PyTorchTrial]
     return trials or list(classes)
 
-
-
-Hooks = Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]
 
 
 class ProgressWatch(PyTorchCallback):
@@ -179,64 +175,6 @@ def failure_kind(error: BaseException, progressed: bool) -> Optional[FailureKind
     return None
 
 
-def _experiment_hooks(spec: WorkerSpec, is_chief: bool) -> Hooks:
-    """Store-writing callbacks and the pause/kill poll, when the trial belongs to an experiment."""
-    if spec.store_path is None:
-        return [], None
-    from determined_lite.experiment._worker_hooks import worker_hooks
-
-    return worker_hooks(spec, is_chief)
-
-
-def trial_info(spec: WorkerSpec) -> Any:
-    """The ``TrialInfo`` of the trial ``spec`` runs (ids, seed, where its files go)."""
-    from determined_lite.pytorch import TrialInfo
-
-    return TrialInfo(
-        trial_id=spec.trial_id,
-        experiment_id=spec.experiment_id,
-        trial_seed=spec.trial_seed,
-        context_dir=spec.context_dir,
-        checkpoint_root=spec.checkpoint_root,
-        tensorboard_path=spec.tensorboard_path,
-        store_path=os.path.realpath(spec.store_path) if spec.store_path else None,
-    )
-
-
-def fit_plan(spec: WorkerSpec, dist: Any, ctx: Any, extra_callbacks: Sequence[Tuple[str, Any]]) -> FitPlan:
-    """What ``Trainer.run`` trains in a worker: the searcher's length, the latest
-    checkpoint, the config's periods and policy, and the chief's store hooks (bound to ``ctx``)."""
-    callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
-    core = list(callbacks) + list(extra_callbacks)
-    for _, callback in core:
-        if hasattr(callback, "bind"):
-            callback.bind(ctx)
-    settings = spec.training_settings()
-    return FitPlan(
-        max_length=length_from_config(spec.max_length, "max_length"),
-        latest_checkpoint=spec.latest_checkpoint,
-        test_mode=spec.test_mode,
-        **{name: getattr(settings, name) for name in CONFIG_FIELDS},
-        warm_start=spec.warm_start,
-        should_stop=should_stop,
-        core_callbacks=tuple(core),
-        progress=False,  # the runner draws the bars, from the chief's progress file
-        record=False,  # an experiment trial's chief writes to the store through its hooks
-    )
-
-
-def result_of(result: Any) -> WorkerResult:
-    """The ``WorkerResult`` of a ``TrainResult``."""
-    last = result.validation_metrics[-1]["metrics"] if result.validation_metrics else None
-    return WorkerResult(
-        status=WorkerStatus.STOPPED if result.stopped_early else WorkerStatus.COMPLETED,
-        total_batches=result.total_batches,
-        best_validation=result.best_validation,
-        validation_metrics=last,
-        checkpoints=result.checkpoints,
-    )
-
-
 def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] = ()) -> WorkerResult:
     """Run the trial of ``spec`` on this worker and return what it did."""
     from determined_lite.compat import install_alias
@@ -308,7 +246,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         finally:
             if watchdog is not None:
                 watchdog.stop()
-    except determined_lite.InvalidHP as e:
+    except InvalidHP as e:
         logger.warning("trial raised InvalidHP: %s", e)
         result = WorkerResult(status=WorkerStatus.INVALID_HP, error=str(e) or type(e).__name__)
     except BaseException as e:  # noqa: B036 -- report everything, then fail the worker
@@ -346,7 +284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _script_progressed() -> bool:
     """Whether a script trial reported progress through the Core API (its own loop)."""
-    from determined_lite._cluster import active_trial
+    from determined_lite.runtime._cluster import active_trial
 
     script = active_trial()
     return script is not None and bool(script.progressed)

@@ -8,26 +8,17 @@ in :class:`TrainingState`, which the context and the harness's own callbacks rea
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Optional
 
 from determined_lite._errors import TrainingNotStartedError
 from determined_lite.config import CheckpointPolicy, Record, TrainUnit
 from determined_lite.config._settings import TEST_MODE_STEPS
+from determined_lite.reporting._metric import is_better as is_better  # the loop's best-metric rule
 
 
 def is_step_batch(batch_idx: int, aggregation_frequency: int) -> bool:
     """Whether batch ``batch_idx`` (from 0) ends an aggregation window, i.e. steps the optimizer."""
     return (batch_idx + 1) % aggregation_frequency == 0
-
-
-def is_better(value: float, best: Optional[float], smaller_is_better: bool) -> bool:
-    """Whether a searcher-metric ``value`` beats ``best``; NaN never does (and is never best)."""
-    if math.isnan(value):
-        return False
-    if best is None or math.isnan(best):
-        return True
-    return value < best if smaller_is_better else value > best
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@
 
 A plain-Python run (no experiment ids in its ``TrialInfo``) shows a progress bar and one line
 per report on stdout (``progress=False`` or ``$DET_LITE_PROGRESS=0``: quiet) and is recorded
-in the store as a ``local`` experiment (``experiment/_local.py``), so its checkpoints are listed
+in the store as a ``local`` experiment (``reporting/_local.py``), so its checkpoints are listed
 and kept by the retention policy like any experiment's.
 """
 
@@ -19,7 +19,6 @@ import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from determined_lite import tensorboard
-from determined_lite._cluster import active_trial
 from determined_lite.config import (
     CheckpointPolicy,
     CompileSettings,
@@ -41,6 +40,7 @@ from determined_lite.pytorch._progress import (
 from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._rng import seed_everything
 from determined_lite.pytorch._trial import PyTorchTrial
+from determined_lite.runtime._cluster import active_trial
 from determined_lite.store._paths import checkpoint_root
 
 logger = logging.getLogger("determined_lite")
@@ -310,7 +310,7 @@ def _core_callbacks(
 @dataclasses.dataclass(frozen=True)
 class _Outputs:
     """Where the chief shows a run (the bar and metric lines on stdout) and records it (a
-    ``local`` experiment in the store: ``experiment/_local.py``'s ``LocalRun``)."""
+    ``local`` experiment in the store: ``reporting/_local.py``'s ``LocalRun``)."""
 
     display: Optional[ProgressDisplay]
     record: Any
@@ -358,8 +358,8 @@ class _Outputs:
 
 
 def _record(ctx: PyTorchTrialContext, name: str, spec: RunSpec) -> Any:
-    """The store's record of this plain-Python run (``experiment/_local.py``)."""
-    from determined_lite.experiment._local import LocalRun  # moves with it to reporting/
+    """The store's record of this plain-Python run (``reporting/_local.py``)."""
+    from determined_lite.pytorch._store_callback import LocalRun
 
     settings, conf, code = ctx.harness.settings, ctx.get_experiment_config(), spec.code_source
     return LocalRun.record(

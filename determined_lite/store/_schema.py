@@ -21,6 +21,16 @@ def _v1(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+# Training and validation metrics: one table each, of the same columns.
+_METRICS_TABLE = """CREATE TABLE {table} (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+        total_batches INTEGER NOT NULL,
+        metrics TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (trial_id, total_batches)
+    )"""
+
 # ``request_id`` is declared without a type so it keeps what the searcher gave (int or str).
 _V1_STATEMENTS = [
     """CREATE TABLE experiments (
@@ -52,22 +62,8 @@ _V1_STATEMENTS = [
         ended_at REAL
     )""",
     "CREATE INDEX trials_by_experiment ON trials(experiment_id, request_id)",
-    """CREATE TABLE training_metrics (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-        total_batches INTEGER NOT NULL,
-        metrics TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        UNIQUE (trial_id, total_batches)
-    )""",
-    """CREATE TABLE validation_metrics (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-        total_batches INTEGER NOT NULL,
-        metrics TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        UNIQUE (trial_id, total_batches)
-    )""",
+    _METRICS_TABLE.format(table="training_metrics"),
+    _METRICS_TABLE.format(table="validation_metrics"),
     """CREATE TABLE checkpoints (
         uuid TEXT PRIMARY KEY,
         trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,

@@ -1,5 +1,6 @@
 """Store: experiments and trials in the det-lite SQLite file (metrics, checkpoints and logs are
-``TrialRecords``, in ``_records.py``).
+``TrialRecords``, in ``_records.py``; pause/kill requests are ``ExperimentRequests``, in
+``_actions.py``).
 
 Rows come back as plain dicts with JSON columns decoded. ``best_validation`` is a REAL column,
 where SQLite turns NaN into NULL (``None``).
@@ -9,40 +10,27 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple
 
+from determined_lite.store._actions import EXPERIMENT_COLUMNS, ExperimentRequests, check_member
 from determined_lite.store._db import NotFoundError, dumps_json, loads_json
 from determined_lite.store._paths import process_alive, process_token
-from determined_lite.store._records import TrialRecords, checkpoint_rows
+from determined_lite.store._records import checkpoint_rows
 from determined_lite.store._states import (
     TERMINAL_STATES,
-    Action,
-    ActionOutcome,
     ExperimentKind,
     ExperimentState,
-    TextEnum,
     TrialState,
 )
 
 _TRIAL_FIELDS = ("state", "total_batches", "restarts", "best_validation", "latest_checkpoint")
-_EXPERIMENT_COLUMNS = (
-    "id, name, kind, state, context_dir, config_path, pid, pid_token, requested_action, created_at, ended_at"
-)
 _TRIAL_COLUMNS = (
     "id, experiment_id, request_id, state, hparams, seed, total_batches, restarts, best_validation,"
     " latest_checkpoint, created_at, ended_at"
 )
 
 
-def _check(value: str, allowed: Type[TextEnum], what: str) -> str:
-    """``value`` as the plain text of its ``allowed`` member; ValueError naming the choices."""
-    choices = [member.value for member in allowed]
-    if value not in choices:
-        raise ValueError(f"{what} must be one of {', '.join(choices)}; got {value!r}")
-    return allowed(value).value
-
-
-class Store(TrialRecords):
+class Store(ExperimentRequests):
     """The experiment store at ``path`` (default ``$DET_LITE_HOME/det-lite.db``).
 
     Safe to use from several threads and processes; ``timeout`` bounds how long a write waits
@@ -66,8 +54,8 @@ class Store(TrialRecords):
 
         ``pid``: the process that will run it, recorded at once (as ``set_experiment_pid``);
         ``kind``: ``ExperimentKind`` (``local`` for a plain-Python ``Trainer.fit``)."""
-        state = _check(state, ExperimentState, "experiment state")
-        kind = _check(kind, ExperimentKind, "experiment kind")
+        state = check_member(state, ExperimentState, "experiment state")
+        kind = check_member(kind, ExperimentKind, "experiment kind")
         token = process_token(pid) if pid else None
         if name is None and isinstance(config, dict) and isinstance(config.get("name"), str):
             name = config["name"]
@@ -108,14 +96,6 @@ class Store(TrialRecords):
             exp["num_trials"] = row["num_trials"]
         return exp
 
-    def _experiment_row(self, conn: sqlite3.Connection, experiment_id: int) -> sqlite3.Row:
-        row = conn.execute(
-            f"SELECT {_EXPERIMENT_COLUMNS}, config FROM experiments WHERE id = ?", (int(experiment_id),)
-        ).fetchone()
-        if row is None:
-            raise NotFoundError(f"experiment {experiment_id} not found")
-        return row
-
     def get_experiment(self, experiment_id: int) -> Optional[Dict[str, Any]]:
         """The experiment as a dict (``id, name, kind, state, config, context_dir, config_path, pid,
         requested_action, created_at, ended_at, running``), or None. ``running``: the process
@@ -131,7 +111,7 @@ class Store(TrialRecords):
 
     def list_experiments(self, limit: Optional[int] = None, with_config: bool = True) -> List[Dict[str, Any]]:
         """Experiments by id, ascending, each with ``num_trials``; ``limit`` keeps the newest ``limit``."""
-        columns = ", ".join(f"e.{c.strip()}" for c in _EXPERIMENT_COLUMNS.split(","))
+        columns = ", ".join(f"e.{c.strip()}" for c in EXPERIMENT_COLUMNS.split(","))
         if with_config:
             columns += ", e.config"
         sql = (
@@ -151,7 +131,7 @@ class Store(TrialRecords):
 
     def set_experiment_state(self, experiment_id: int, state: str) -> None:
         """Set the state; a terminal state stamps ``ended_at``. Leaving ACTIVE drops a pending action."""
-        state = _check(state, ExperimentState, "experiment state")
+        state = check_member(state, ExperimentState, "experiment state")
         ended = time.time() if state in TERMINAL_STATES else None
 
         def body(conn: sqlite3.Connection) -> None:
@@ -207,96 +187,6 @@ class Store(TrialRecords):
             raise NotFoundError(f"experiment {experiment_id} not found")
         return loads_json(row[0])
 
-    # --- pause / kill requests ------------------------------------------------------------------
-
-    def request_action(self, experiment_id: int, action: str) -> Action:
-        """Ask the experiment's processes to ``pause`` or ``kill``; returns the pending action.
-
-        A kill replaces a pending pause; a pause does not replace a pending kill.
-        """
-        requested = Action(_check(action, Action, "action"))
-
-        def body(conn: sqlite3.Connection) -> Action:
-            row = self._experiment_row(conn, experiment_id)
-            return self._record_request(conn, experiment_id, row["requested_action"], requested)
-
-        return self._write(body)
-
-    @staticmethod
-    def _record_request(
-        conn: sqlite3.Connection, experiment_id: int, current: Optional[str], action: Action
-    ) -> Action:
-        effective = Action.KILL if Action.KILL in (current, action) else action
-        conn.execute("UPDATE experiments SET requested_action = ? WHERE id = ?", (effective, experiment_id))
-        return effective
-
-    def pending_action(self, experiment_id: int) -> Optional[str]:
-        """``"pause"``, ``"kill"`` or None. Cheap: workers poll it every scheduling unit."""
-        row = self._read(
-            lambda conn: conn.execute(
-                "SELECT requested_action FROM experiments WHERE id = ?", (int(experiment_id),)
-            ).fetchone()
-        )
-        return None if row is None else row[0]
-
-    def clear_action(self, experiment_id: int, action: Optional[str] = None) -> None:
-        """Drop the pending action (only if it is ``action``, when given: a newer kill survives)."""
-
-        def body(conn: sqlite3.Connection) -> None:
-            if action is None:
-                conn.execute("UPDATE experiments SET requested_action = NULL WHERE id = ?", (experiment_id,))
-            else:
-                conn.execute(
-                    "UPDATE experiments SET requested_action = NULL WHERE id = ? AND requested_action = ?",
-                    (experiment_id, action),
-                )
-
-        self._write(body)
-
-    def apply_action(self, experiment_id: int, action: str) -> ActionOutcome:
-        """Pause or kill from another process: a request if the experiment's process is alive,
-        else the state change itself. Returns what happened:
-
-        * ``"requested"``: a live process will act at its next scheduling-unit boundary;
-        * ``"paused"`` / ``"canceled"``: no live process; the experiment (and its unfinished
-          trials) are now PAUSED / CANCELED;
-        * ``"noop"``: nothing to do (already finished, or pausing a paused experiment).
-        """
-        requested = Action(_check(action, Action, "action"))
-        pause = requested == Action.PAUSE
-
-        def body(conn: sqlite3.Connection) -> ActionOutcome:
-            row = self._experiment_row(conn, experiment_id)
-            state = row["state"]
-            if state in TERMINAL_STATES or (pause and state == ExperimentState.PAUSED):
-                return ActionOutcome.NOOP
-            if process_alive(row["pid"], row["pid_token"]):
-                self._record_request(conn, experiment_id, row["requested_action"], requested)
-                return ActionOutcome.REQUESTED
-            self._stop(conn, experiment_id, ExperimentState.PAUSED if pause else ExperimentState.CANCELED)
-            return ActionOutcome.PAUSED if pause else ActionOutcome.CANCELED
-
-        return self._write(body)
-
-    @staticmethod
-    def _stop(conn: sqlite3.Connection, experiment_id: int, state: ExperimentState) -> None:
-        now = time.time()
-        ended = now if state in TERMINAL_STATES else None
-        conn.execute(
-            "UPDATE experiments SET state = ?, ended_at = ?, requested_action = NULL, pid = NULL,"
-            " pid_token = NULL WHERE id = ?",
-            (state, ended, experiment_id),
-        )
-        if state == ExperimentState.PAUSED:
-            unfinished: Tuple[TrialState, ...] = (TrialState.ACTIVE,)
-        else:
-            unfinished = (TrialState.ACTIVE, TrialState.PAUSED)
-        conn.execute(
-            f"UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?"
-            f" AND state IN ({','.join('?' * len(unfinished))})",
-            (TrialState(state), ended, experiment_id, *unfinished),
-        )
-
     def delete_experiment(self, experiment_id: int) -> List[Dict[str, Any]]:
         """Delete the experiment's rows (trials, metrics, checkpoints, logs).
 
@@ -328,7 +218,7 @@ class Store(TrialRecords):
         state: str = TrialState.ACTIVE,
     ) -> int:
         """Record a trial the searcher asked for (``request_id`` is kept as given: int or str)."""
-        state = _check(state, TrialState, "trial state")
+        state = check_member(state, TrialState, "trial state")
         hparams_text = dumps_json(hparams, "hparams")
         now = time.time()
 
@@ -403,7 +293,7 @@ class Store(TrialRecords):
             return
         values = dict(fields)
         if "state" in values:
-            values["state"] = _check(values["state"], TrialState, "trial state")
+            values["state"] = check_member(values["state"], TrialState, "trial state")
             values["ended_at"] = time.time() if values["state"] in TERMINAL_STATES else None
         assignments = ", ".join(f"{k} = ?" for k in values)
 

@@ -83,7 +83,7 @@ def test_the_alias_re_exports_det_lite_objects_under_determineds_names():
     assert "IMPORT: cannot import 'determined.pytorch.deepspeed': det-lite's 'determined' alias" in out
     assert "ERROR: module 'determined' has no attribute 'keras': det-lite's 'determined' alias" in out
     assert "docs/migrating-from-determined.md" in out
-    assert os.path.join("determined_lite", "compat", "_alias", "determined", "__init__.py") in out
+    assert os.path.join("determined_lite", "_alias", "determined", "__init__.py") in out
 
 
 def test_a_real_determined_package_always_wins(tmp_path):

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from determined_lite import core
-from determined_lite._cluster import SPEC_ENV, get_cluster_info
+from determined_lite.runtime._cluster import SPEC_ENV, get_cluster_info
 
 
 def test_local_mode_checkpoints_in_a_directory_and_never_preempts(tmp_path, monkeypatch):

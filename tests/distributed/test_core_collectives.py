@@ -8,8 +8,8 @@ from typing import Any, List
 
 import pytest
 
-from determined_lite import _cluster
 from determined_lite.distributed import DistributedContext, SingleProcessContext
+from determined_lite.runtime import _cluster
 
 
 class Simulated(DistributedContext):

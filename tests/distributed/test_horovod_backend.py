@@ -27,7 +27,7 @@ import torch
 from determined_lite.config import TrainingSettings
 from determined_lite.launch import WorkerSpec, run_trial, worker_command
 from determined_lite.launch import _horovodrun as hr
-from determined_lite.launch._failures import (
+from determined_lite.runtime._failures import (
     FAILURE_PREFIX_ENV,
     WorkerFailure,
     read_worker_failures,

@@ -26,7 +26,6 @@ from determined_lite.distributed._torch import (
     is_peer_failure,
 )
 from determined_lite.launch import WorkerSpec
-from determined_lite.launch._failures import WorkerFailure
 from determined_lite.launch._torchrun import (
     first_failure,
     free_port,
@@ -35,6 +34,7 @@ from determined_lite.launch._torchrun import (
     torchrun_command,
 )
 from determined_lite.pytorch._harness import unwrap as _unwrap
+from determined_lite.runtime._failures import WorkerFailure
 from tests.distributed._helpers import describe, global_batches, run, weights
 from tests.fixtures.linear import expected_weights
 from tests.timing import budget

@@ -14,8 +14,8 @@ import os
 import pytest
 
 from determined_lite._errors import MissingMetricError, TrialCheckError
-from determined_lite.launch._failures import FailureKind, NoRestart, read_no_restart, record_no_restart
 from determined_lite.launch.worker import failure_kind
+from determined_lite.runtime._failures import FailureKind, NoRestart, read_no_restart, record_no_restart
 from tests.cli_helpers import REPO, cli, describe, write_config
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")

@@ -15,7 +15,7 @@ from typing import Set
 
 import pytest
 
-from determined_lite.experiment._retention import RetentionPolicy, register_checkpoint
+from determined_lite.reporting._retention import RetentionPolicy, register_checkpoint
 from determined_lite.store import Store
 from tests.cli_helpers import REPO, cli, describe, write_config
 from tests.experiment.test_experiment_e2e import assert_closed_form_validations

@@ -14,22 +14,24 @@ import pytest
 
 from determined_lite.launch import WorkerResult, worker_command
 from determined_lite.launch._failures import (
-    FAILURE_PREFIX_ENV,
     STOP_SIGNALS,
+    primary_failure,
+    signal_name,
+    stopped_exit_code,
+    write_failure_result,
+)
+from determined_lite.runtime._failures import (
+    FAILURE_PREFIX_ENV,
     WorkerFailure,
     agent_failure_file,
-    primary_failure,
     read_failures,
     read_worker_failures,
     record_worker_failure,
     remove_failures,
     remove_worker_failures,
-    signal_name,
-    stopped_exit_code,
     worker_failure_file,
     worker_failure_prefix,
     write_failure,
-    write_failure_result,
 )
 
 

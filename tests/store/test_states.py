@@ -4,7 +4,7 @@ that a member is its text wherever it is written."""
 
 import json
 
-from determined_lite.launch._spec import WorkerStatus
+from determined_lite.runtime._spec import WorkerStatus
 from determined_lite.store import (
     TERMINAL_STATES,
     Action,

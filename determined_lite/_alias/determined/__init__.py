@@ -6,14 +6,14 @@ trial code written for Determined runs under det-lite's harness unchanged.
 
 import logging as _logging
 
-from determined_lite import InvalidHP
 from determined_lite import __version__ as __version__
-from determined_lite._cluster import ClusterInfo as ClusterInfo
-from determined_lite._cluster import ClusterTrialInfo as TrialInfo
-from determined_lite._cluster import get_cluster_info as get_cluster_info
+from determined_lite._errors import InvalidHP as InvalidHP
 from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSubmoduleFinder
 from determined_lite.compat._install import missing_attribute as _missing_attribute
 from determined_lite.pytorch import PyTorchTrialContext as TrialContext
+from determined_lite.runtime._cluster import ClusterInfo as ClusterInfo
+from determined_lite.runtime._cluster import ClusterTrialInfo as TrialInfo
+from determined_lite.runtime._cluster import get_cluster_info as get_cluster_info
 
 from . import core, errors, pytorch, tensorboard
 

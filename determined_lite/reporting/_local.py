@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
-from determined_lite.experiment._retention import RetentionPolicy, apply_retention
-from determined_lite.experiment._store_reporter import StoreReporter, TrialReporter, stop_requested
+from determined_lite.reporting._reporter import TrialReporter, stop_requested
+from determined_lite.reporting._retention import RetentionPolicy, apply_retention
 from determined_lite.store import (
     Action,
     ExperimentKind,
@@ -107,18 +107,11 @@ class LocalRun:
         retention = RetentionPolicy.from_config(exp_conf, metric, smaller_is_better)
         return cls(store, experiment_id, trial_id, retention)
 
-    def callbacks(self, context: Any) -> List[Tuple[str, Any]]:
-        """The chief's core callbacks: metrics and checkpoints into the store."""
-        settings = context.harness.settings
-        reporter = TrialReporter(
-            self.store,
-            self.trial_id,
-            self.experiment_id,
-            self.retention,
-            settings.searcher_metric,
-            settings.smaller_is_better,
+    def reporter(self, metric: Optional[str], smaller_is_better: bool) -> TrialReporter:
+        """The chief's writer of this run's metrics and checkpoints (retention applied)."""
+        return TrialReporter(
+            self.store, self.trial_id, self.experiment_id, self.retention, metric, smaller_is_better
         )
-        return [("_core.store", StoreReporter(reporter, context))]
 
     def should_stop(self) -> bool:
         return stop_requested(self.store, self.experiment_id)

@@ -54,7 +54,7 @@ class ClusterTrialInfo:
 class ClusterInfo:
     """Determined's ``det.ClusterInfo`` for a det-lite trial (one machine: no master, no agents).
 
-    det-lite's own: ``spec`` (the worker spec it was read from, a ``launch.WorkerSpec``).
+    det-lite's own: ``spec`` (the worker spec it was read from, a ``runtime._spec.WorkerSpec``).
     """
 
     def __init__(self, spec: Any) -> None:
@@ -132,7 +132,7 @@ def get_cluster_info() -> Optional[ClusterInfo]:
     if not path:
         return None
     if path not in _cache:
-        from determined_lite.launch._spec import WorkerSpec
+        from determined_lite.runtime._spec import WorkerSpec
 
         _cache[path] = ClusterInfo(WorkerSpec.load(path))
     return _cache[path]

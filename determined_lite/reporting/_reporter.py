@@ -1,0 +1,100 @@
+"""The chief's store writes: every reported training and validation metric and every checkpoint
+of one trial, as they happen (so other terminals see them live), for class trials, Core API
+scripts and plain-Python local runs alike.
+
+:class:`TrialReporter` is the interface the layers above plug into: plain methods, no training
+loop (``pytorch/_store_callback.py`` turns it into a callback; ``core/`` calls it directly).
+Registering a checkpoint applies the experiment's retention policy to the trial
+(``_retention.register_checkpoint``): a running trial never holds more checkpoints than
+``checkpoint_storage`` keeps. ``stop_requested`` is the pause/kill poll, which the loop honours
+at the next optimizer-step boundary with a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from determined_lite.reporting._metric import is_better
+from determined_lite.reporting._retention import RetentionPolicy, register_checkpoint
+from determined_lite.runtime._spec import WorkerSpec
+from determined_lite.store import Action, Store
+
+STOP_ACTIONS = (Action.PAUSE, Action.KILL)
+
+
+def stop_requested(store: Any, experiment_id: int) -> bool:
+    """Whether ``pause`` or ``kill`` was asked of the experiment (from any terminal)."""
+    return store.pending_action(experiment_id) in STOP_ACTIONS
+
+
+@dataclasses.dataclass(eq=False)
+class TrialReporter:
+    """One trial's store writes, as its chief reports them: the one writer that class trials
+    (through ``pytorch``'s ``StoreCallback``) and Core API scripts (``determined_lite.core``) share.
+
+    ``experiment_id`` and ``retention``: registering a checkpoint forgets (and removes) the
+    trial's checkpoints the policy no longer keeps; without an experiment, nothing is removed.
+    """
+
+    store: Any
+    trial_id: int
+    experiment_id: Optional[int]
+    retention: Optional[RetentionPolicy]
+    metric: Optional[str] = None  # the searcher metric: the trial's best_validation follows it
+    smaller_is_better: bool = True
+
+    def restart_at(self, batches: int) -> None:
+        """A resumed trial re-trains what came after its checkpoint: metrics reported past it by
+        the interrupted run are replaced by the ones this run reports."""
+        self.store.delete_metrics_after(self.trial_id, batches)
+
+    def training(self, batches: int, metrics: Dict[str, Any]) -> None:
+        self.store.add_training_metrics(self.trial_id, batches, metrics)
+        self.store.update_trial(self.trial_id, total_batches=batches)
+
+    def validation(self, batches: int, metrics: Dict[str, Any]) -> None:
+        """Record a validation; the trial's best searcher metric follows it."""
+        self.store.add_validation_metrics(self.trial_id, batches, metrics)
+        value = metrics.get(self.metric) if self.metric is not None else None
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+            best = (self.store.get_trial(self.trial_id) or {}).get("best_validation")
+            if is_better(float(value), best, self.smaller_is_better):
+                self.store.update_trial(self.trial_id, best_validation=float(value))
+
+    def checkpoint(
+        self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
+    ) -> None:
+        """Register a checkpoint written (and flushed) to ``checkpoint_dir``."""
+        if self.experiment_id is None or self.retention is None:  # no experiment, no policy
+            self.store.add_checkpoint(self.trial_id, uuid, checkpoint_dir, total_batches, metrics)
+            return
+        checkpoint = {
+            "trial_id": self.trial_id,
+            "uuid": uuid,
+            "path": checkpoint_dir,
+            "total_batches": total_batches,
+            "metrics": metrics,
+        }
+        register_checkpoint(self.store, self.experiment_id, self.retention, checkpoint)
+
+    def stop_requested(self) -> bool:
+        """Whether ``pause`` or ``kill`` was asked of the trial's experiment."""
+        return self.experiment_id is not None and stop_requested(self.store, self.experiment_id)
+
+
+def trial_reporter(spec: WorkerSpec, is_chief: bool) -> Optional[TrialReporter]:
+    """The chief's writer of the trial's metrics and checkpoints to the experiment store (None
+    on other ranks and outside experiments)."""
+    if not is_chief or spec.store_path is None or spec.trial_id is None:
+        return None
+    settings = spec.training_settings()
+    metric = settings.searcher_metric
+    retention = RetentionPolicy.from_config(spec.exp_conf, metric, settings.smaller_is_better)
+    store = Store(spec.store_path)
+    return TrialReporter(
+        store, spec.trial_id, spec.experiment_id, retention, metric, settings.smaller_is_better
+    )
