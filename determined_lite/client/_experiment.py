@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from typing import Any, Dict, List, Optional, Set
 
 from determined_lite.client import _control
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import TERMINAL_STATES, ExperimentState, OrderBy, TrialSortBy
-from determined_lite.client._session import Session
-from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints
+from determined_lite.client._session import FromRecord, Session
+from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
 from determined_lite.client._trial import Trial
 from determined_lite.store import Action, NotFoundError
 
@@ -26,7 +25,7 @@ _TRIAL_KEYS = {
 }
 
 
-class Experiment:
+class Experiment(FromRecord):
     """An experiment of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
     ``config``, ``state`` (``ExperimentState``), ``name``, ``archived`` (False), ``progress``,
     ``description``, ``notes``, ``labels`` (None: not kept locally)."""
@@ -47,12 +46,6 @@ class Experiment:
     @property
     def id(self) -> int:
         return self._id
-
-    @classmethod
-    def _from_record(cls, session: Session, record: Dict[str, Any]) -> "Experiment":
-        exp = cls(record["id"], session)
-        exp._hydrate(record)
-        return exp
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
         self.config = record.get("config")
@@ -160,22 +153,11 @@ class Experiment:
         return sort_checkpoints(checkpoints, sort_by, order_by, experiment["config"], max_results)
 
     def top_checkpoint(
-        self, sort_by: Optional[str] = None, smaller_is_better: Optional[bool] = None
+        self, sort_by: Optional[SortBy] = None, smaller_is_better: Optional[bool] = None
     ) -> Checkpoint:
-        """The best checkpoint: by the searcher metric and direction when ``sort_by`` is left
-        out; with ``sort_by``, ascending only when ``smaller_is_better`` is true (Determined:
-        descending when it is left out). Deprecated in Determined, with its FutureWarning."""
-        warnings.warn(
-            "Experiment.top_checkpoint() has been deprecated and will be removed in a future version."
-            "Please call Experiment.list_checkpoints(...,max_results=1) instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
-        checkpoints = self.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
-        if not checkpoints:
-            raise AssertionError(f"No checkpoints found for experiment {self.id}")
-        return checkpoints[0]
+        """The best checkpoint (``_sorting.top_checkpoint``: Determined's rules and warning)."""
+        empty = AssertionError(f"No checkpoints found for experiment {self.id}")
+        return top_checkpoint(self, sort_by, smaller_is_better, empty)
 
     def __repr__(self) -> str:
         return f"Experiment(id={self.id})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 from determined_lite.store import ModelRegistry, Store, default_db_path
 
@@ -40,3 +40,23 @@ class Session:
                 found = Store(self.db_path) if kind == "store" else ModelRegistry(self.db_path)
                 _opened[key] = found
             return found
+
+
+_R = TypeVar("_R", bound="FromRecord")
+
+
+class FromRecord:
+    """An SDK object (experiment, trial) made from its store record: ``cls(id, session)`` then
+    ``_hydrate(record)``."""
+
+    def __init__(self, record_id: int, session: Session) -> None:
+        raise NotImplementedError
+
+    def _hydrate(self, record: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_record(cls: Type[_R], session: Session, record: Dict[str, Any]) -> _R:
+        made = cls(record["id"], session)
+        made._hydrate(record)
+        return made

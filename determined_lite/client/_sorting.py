@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from determined_lite.client._checkpoint import Checkpoint
@@ -78,3 +79,24 @@ def sort_checkpoints(
     present.sort(key=lambda c: _value(c, key), reverse=descending)
     ordered = present + missing
     return ordered if max_results is None else ordered[: max(0, int(max_results))]
+
+
+def top_checkpoint(
+    owner: Any, sort_by: Optional[SortBy], smaller_is_better: Optional[bool], empty: Exception
+) -> Checkpoint:
+    """``owner.top_checkpoint`` (an experiment's or a trial's), deprecated in Determined with its
+    FutureWarning: the searcher metric and direction when ``sort_by`` is left out; with
+    ``sort_by``, ascending only when ``smaller_is_better`` is true (Determined: descending when
+    it is left out). ``empty`` is raised when there is no checkpoint."""
+    kind = type(owner).__name__
+    warnings.warn(
+        f"{kind}.top_checkpoint() has been deprecated and will be removed in a future version."
+        f"Please call {kind}.list_checkpoints(...,max_results=1) instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
+    order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
+    checkpoints = owner.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
+    if not checkpoints:
+        raise empty
+    return checkpoints[0]

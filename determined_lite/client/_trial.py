@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import OrderBy, TrialState
-from determined_lite.client._session import Session
-from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints
+from determined_lite.client._session import FromRecord, Session
+from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
 from determined_lite.store import TERMINAL_STATES, NotFoundError
 
 # The metric groups det-lite records (Determined's names); other groups have no reports.
@@ -39,7 +38,7 @@ class TrialMetrics:
         return self.steps_completed
 
 
-class Trial:
+class Trial(FromRecord):
     """A trial of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
     ``experiment_id``, ``hparams``, ``state``, ``summary_metrics`` (None: not kept locally)."""
 
@@ -51,12 +50,6 @@ class Trial:
         self.summary_metrics: Optional[Dict[str, Any]] = None
         self.state: Optional[TrialState] = None
         self._record: Dict[str, Any] = {}
-
-    @classmethod
-    def _from_record(cls, session: Session, record: Dict[str, Any]) -> "Trial":
-        trial = cls(record["id"], session)
-        trial._hydrate(record)
-        return trial
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
         self._record = record
@@ -96,22 +89,11 @@ class Trial:
         return sort_checkpoints(checkpoints, sort_by, order_by, experiment["config"], max_results)
 
     def top_checkpoint(
-        self, sort_by: Optional[str] = None, smaller_is_better: Optional[bool] = None
+        self, sort_by: Optional[SortBy] = None, smaller_is_better: Optional[bool] = None
     ) -> Checkpoint:
-        """The best checkpoint: by the searcher metric and direction when ``sort_by`` is left
-        out; with ``sort_by``, ascending only when ``smaller_is_better`` is true (Determined:
-        descending when it is left out). Deprecated in Determined, with its FutureWarning."""
-        warnings.warn(
-            "Trial.top_checkpoint() has been deprecated and will be removed in a future version."
-            "Please call Trial.list_checkpoints(...,max_results=1) instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
-        checkpoints = self.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
-        if not checkpoints:
-            raise ValueError("No checkpoints found for criteria.")
-        return checkpoints[0]
+        """The best checkpoint (``_sorting.top_checkpoint``: Determined's rules and warning)."""
+        empty = ValueError("No checkpoints found for criteria.")
+        return top_checkpoint(self, sort_by, smaller_is_better, empty)
 
     def iter_metrics(self, group: str) -> Iterator[TrialMetrics]:
         """The trial's metric reports of ``group`` (``"training"`` or ``"validation"``), by batch."""
