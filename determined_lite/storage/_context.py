@@ -71,11 +71,13 @@ def _mib(size: int) -> str:
 
 
 def _ignore_spec(root: str) -> pathspec.PathSpec:
+    """det-lite's patterns, then the root's ``.detignore``, read as git reads ``.gitignore``: a
+    UTF-8 byte-order mark at its start is skipped (editors on Windows write one)."""
     lines = list(DEFAULT_IGNORE)
     path = os.path.join(root, DETIGNORE)
     if os.path.isfile(path):
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:
                 lines.extend(f.read().splitlines())
         except (OSError, UnicodeDecodeError) as e:
             raise ContextError(f"{path}: cannot read it: {e}") from None
