@@ -75,6 +75,8 @@ def export(uuid: str, dest: str) -> None:
     import shutil
     import tempfile
 
+    from determined_lite.storage import copy_checkpoint
+
     store = open_store()
     found = get_checkpoint(store, uuid)
     uuid = found["uuid"]
@@ -90,7 +92,7 @@ def export(uuid: str, dest: str) -> None:
     # Copy next to DEST, then rename: DEST never holds a partial checkpoint.
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.tmp-", dir=parent)
     try:
-        shutil.copytree(source, os.path.join(staging, "c"), symlinks=True)
+        copy_checkpoint(source, os.path.join(staging, "c"))  # code/ it links to copied as files
         if os.path.isdir(dest):
             os.rmdir(dest)
         os.replace(os.path.join(staging, "c"), dest)
