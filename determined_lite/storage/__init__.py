@@ -4,7 +4,7 @@
   once at ``experiment create``, and its copies (hard links to the snapshot).
 * ``_code.py``: a checkpoint's ``code/`` (one link to the snapshot's code, put on disk once) and
   stand-alone copies of checkpoints.
-* ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, ``metadata.json``'s
+* ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, storage ids, ``metadata.json``'s
   writer and store), disk usage counting hard links once, flushing to disk.
 """
 
@@ -29,8 +29,11 @@ from determined_lite.storage._layout import (
     TMP_GRACE_S,
     TMP_PREFIX,
     WRITER_KEY,
+    CheckpointIdError,
     RootEntry,
+    checkpoint_dir,
     disk_usage,
+    is_checkpoint_id,
     make_durable,
     read_metadata_file,
     root_entries,
@@ -51,14 +54,17 @@ __all__ = [
     "TMP_GRACE_S",
     "TMP_PREFIX",
     "WRITER_KEY",
+    "CheckpointIdError",
     "ContextError",
     "ContextFiles",
     "RootEntry",
     "checkpoint_code",
+    "checkpoint_dir",
     "code_reference",
     "copy_checkpoint",
     "copy_context",
     "disk_usage",
+    "is_checkpoint_id",
     "make_durable",
     "read_context",
     "read_metadata_file",
