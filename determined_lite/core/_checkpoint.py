@@ -13,7 +13,8 @@ A storage id names a checkpoint and nothing else: a uuid (or a name of its chara
 directory is in the root itself (``storage.checkpoint_dir``); ``..``, ``.``, ``""``, paths, hidden
 names and symbolic links planted in the root are refused with one line (``CheckpointIdError``).
 ``delete`` removes only checkpoints of the trial's own experiment (its ``metadata.json`` names
-the experiment and store), and in local mode only checkpoints of no experiment.
+the experiment and store), and in local mode only checkpoints of no experiment. Every call is
+noted on the trial: progress for the stall watchdog (``_calls.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import uuid as uuidlib
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import determined_lite
+from determined_lite.core._calls import note_call
 from determined_lite.storage import (
     METADATA_FILE,
     STORE_KEY,
@@ -75,7 +77,9 @@ class CheckpointContext:
 
     def _path(self, storage_id: str, call: str) -> str:
         """The directory of checkpoint ``storage_id`` in the root (``CheckpointIdError`` for an
-        id that is not a checkpoint's, ``FileNotFoundError`` for one that is not there)."""
+        id that is not a checkpoint's, ``FileNotFoundError`` for one that is not there); the
+        call is noted on the trial first."""
+        note_call(self._trial, f"core_context.checkpoint.{call}({storage_id!r})")
         return checkpoint_dir(self._root, storage_id)
 
     def _check_deletable(self, storage_id: str, path: str) -> None:
@@ -125,6 +129,7 @@ class CheckpointContext:
             storage_id = self._dist.broadcast(storage_id)
             metadata = _merged(self._dist.allgather(metadata or {}))
         assert storage_id is not None
+        note_call(self._trial, f"core_context.checkpoint.{call}() of {storage_id}", every_rank=shard)
         meta = self._metadata(storage_id, metadata or {}) if self._dist.rank == 0 else {}
         tmp = os.path.join(self._root, f"{TMP_PREFIX}{storage_id}")
         final = os.path.join(self._root, storage_id)

@@ -15,6 +15,7 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from determined_lite._cluster import active_trial, get_cluster_info
+from determined_lite.core._calls import note_call
 from determined_lite.core._checkpoint import CheckpointContext
 from determined_lite.core._preempt import PreemptContext, PreemptMode
 from determined_lite.core._searcher import SearcherContext, Unit
@@ -123,6 +124,7 @@ def init(
     spec = trial.spec
     root = _storage_root(checkpoint_storage) if checkpoint_storage is not None else str(spec.checkpoint_root)
     trial.core_started()
+    note_call(trial, "det.core.init()")
     return Context(
         CheckpointContext(dist, root, trial),
         dist,
