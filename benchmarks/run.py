@@ -8,8 +8,9 @@ Measures (one module each): ``single`` (CPU step time, MLP and CNN, vs a plain P
 number of collectives per reduction), ``checkpoint`` (save/load of a large model vs raw
 ``torch.save``/``torch.load``), ``cli`` (``det-lite experiment list`` on 1,000 experiments),
 ``startup`` (``det-lite experiment create`` to the first trained batch), ``memory`` (peak RSS of
-a training run vs the plain loop) and ``compile`` (``optimizations.compile`` vs a hand-compiled
-and an eager plain loop). See README.md.
+a training run vs the plain loop), ``compile`` (``optimizations.compile`` vs a hand-compiled
+and an eager plain loop) and ``checkpoint_code`` (a checkpoint and its removal with a 10,000-file
+context vs a 1-file one). See README.md.
 
 The table goes to stdout (``--json``: a list of ``{"name", "det_lite_s", "baseline_s",
 "ratio", "goal", ...}``); progress goes to stderr. Exit code 1 when a measure failed to run
@@ -51,6 +52,7 @@ MEASURES = {
     "memory": ("_memory", {}),
     "compile": ("_compile", {}),
     "dashboard": ("_dashboard", {}),
+    "checkpoint_code": ("_checkpoint_code", {}),
 }
 # The measures ``--peers`` also runs with Lightning's Trainer, Fabric and Accelerate.
 PEER_MEASURES = ("single", "ddp", "validation")

@@ -107,15 +107,20 @@ def _destination(dest: Optional[str], output_dir: Optional[str]) -> str:
 
 
 def _copy_as_users(source: str, target: str) -> None:
-    """Copy a checkpoint's tree as new files of the user's: contents and links, never the
-    checkpoint's private modes (files and directories get the user's umask, as any copy)."""
-    import shutil
+    """Copy a checkpoint so it stands alone (its linked code/ as files, links inside it as
+    links) as new files of the user's: never the checkpoint's private modes (files and
+    directories get the user's umask, as any copy)."""
+    from determined_lite.storage import copy_checkpoint
 
-    shutil.copytree(source, target, symlinks=True, copy_function=shutil.copyfile)
+    copy_checkpoint(source, target)
     mask = os.umask(0)
     os.umask(mask)
-    for directory, _, _ in os.walk(target):
+    for directory, _, files in os.walk(target):
         os.chmod(directory, 0o777 & ~mask)
+        for name in files:
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666 & ~mask)
 
 
 def _copy_checkpoint(store: Store, uuid: str, dest: str) -> None:

@@ -8,6 +8,13 @@ private and durable, then registered in the store with the trial's retention pol
 ``total_batches``, ``store``, ``writer``), so ``det-lite checkpoint`` commands and the garbage
 collection know it. Storage is a local (or shared) filesystem: ``restore_path`` and
 ``download`` read the directory in place or copy it, without collectives.
+
+A storage id names a checkpoint and nothing else: a uuid (or a name of its characters) whose
+directory is in the root itself (``storage.checkpoint_dir``); ``..``, ``.``, ``""``, paths, hidden
+names and symbolic links planted in the root are refused with one line (``CheckpointIdError``).
+``delete`` removes only checkpoints of the trial's own experiment (its ``metadata.json`` names
+the experiment and store), and in local mode only checkpoints of no experiment. Every call is
+noted on the trial: progress for the stall watchdog (``_calls.py``).
 """
 
 from __future__ import annotations
@@ -23,19 +30,24 @@ import uuid as uuidlib
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import determined_lite
-from determined_lite.storage import METADATA_FILE, TMP_PREFIX, make_durable
+from determined_lite.core._calls import note_call
+from determined_lite.storage import (
+    METADATA_FILE,
+    STORE_KEY,
+    TMP_PREFIX,
+    checkpoint_dir,
+    copy_checkpoint,
+    make_durable,
+    read_metadata_file,
+)
 from determined_lite.storage._layout import WRITER_KEY, writer_record
 from determined_lite.store._paths import make_private_dirs, restrict_tree
 
 Selector = Optional[Callable[[str], bool]]
 
 
-class DownloadMode(enum.Enum):
-    LocalWorkersShareDownload = "LOCAL_WORKERS_SHARE_DOWNLOAD"
-    NoSharedDownload = "NO_SHARED_DOWNLOAD"
-
-
-def _copy(source: str, target: str, selector: Selector) -> None:
+def _copy_in(source: str, target: str, selector: Selector) -> None:
+    """``upload``: the files of the script's directory ``source`` (a linked file's bytes)."""
     for directory, _, files in os.walk(source):
         for name in files:
             path = os.path.join(directory, name)
@@ -44,6 +56,11 @@ def _copy(source: str, target: str, selector: Selector) -> None:
                 continue
             os.makedirs(os.path.join(target, os.path.dirname(relative)), exist_ok=True)
             shutil.copy2(path, os.path.join(target, relative))
+
+
+class DownloadMode(enum.Enum):
+    LocalWorkersShareDownload = "LOCAL_WORKERS_SHARE_DOWNLOAD"
+    NoSharedDownload = "NO_SHARED_DOWNLOAD"
 
 
 class CheckpointContext:
@@ -58,11 +75,29 @@ class CheckpointContext:
         self._root = root
         self._trial = trial
 
-    def _path(self, storage_id: str) -> str:
-        path = os.path.join(self._root, storage_id)
-        if os.sep in storage_id or not os.path.isdir(path):
-            raise FileNotFoundError(f"no checkpoint {storage_id!r} in {self._root}")
-        return path
+    def _path(self, storage_id: str, call: str) -> str:
+        """The directory of checkpoint ``storage_id`` in the root (``CheckpointIdError`` for an
+        id that is not a checkpoint's, ``FileNotFoundError`` for one that is not there); the
+        call is noted on the trial first."""
+        note_call(self._trial, f"core_context.checkpoint.{call}({storage_id!r})")
+        return checkpoint_dir(self._root, storage_id)
+
+    def _check_deletable(self, storage_id: str, path: str) -> None:
+        """``PermissionError`` unless the checkpoint is the trial's experiment's (local mode: of no
+        experiment), as its ``metadata.json`` says: a script never deletes another's checkpoints."""
+        own = self._trial.checkpoint_identity() if self._trial is not None else {}
+        meta = read_metadata_file(path)
+        mine = (own.get("experiment_id"), own.get(STORE_KEY))
+        theirs = (meta.get("experiment_id"), meta.get(STORE_KEY)) if meta is not None else None
+        if theirs == mine:
+            return
+        owner = "has no metadata.json" if theirs is None else f"belongs to {_owner(*theirs)}"
+        rule = (
+            f"a trial deletes only its own experiment's checkpoints ({_owner(*mine)})"
+            if self._trial is not None
+            else "outside det-lite's trials a script deletes only checkpoints of no experiment"
+        )
+        raise PermissionError(f"checkpoint {storage_id} {owner}: not deleted; {rule}")
 
     def _metadata(self, storage_id: str, metadata: Dict[str, Any]) -> Dict[str, Any]:
         if "steps_completed" not in metadata:
@@ -81,7 +116,9 @@ class CheckpointContext:
         return meta
 
     @contextlib.contextmanager
-    def _store(self, metadata: Optional[Dict[str, Any]], shard: bool) -> Iterator[Tuple[pathlib.Path, str]]:
+    def _store(
+        self, metadata: Optional[Dict[str, Any]], shard: bool, call: str
+    ) -> Iterator[Tuple[pathlib.Path, str]]:
         if not shard and self._dist.rank != 0:
             raise RuntimeError(
                 f"cannot call store_path(shard=False) or upload(shard=False) from a non-chief worker "
@@ -92,6 +129,7 @@ class CheckpointContext:
             storage_id = self._dist.broadcast(storage_id)
             metadata = _merged(self._dist.allgather(metadata or {}))
         assert storage_id is not None
+        note_call(self._trial, f"core_context.checkpoint.{call}() of {storage_id}", every_rank=shard)
         meta = self._metadata(storage_id, metadata or {}) if self._dist.rank == 0 else {}
         tmp = os.path.join(self._root, f"{TMP_PREFIX}{storage_id}")
         final = os.path.join(self._root, storage_id)
@@ -123,7 +161,7 @@ class CheckpointContext:
         """A context manager giving ``(path, storage_id)``: write the checkpoint's files into
         ``path``; on exit it is stored and registered. ``shard=True``: every rank calls it and
         writes into the same directory."""
-        return self._store(metadata, shard)
+        return self._store(metadata, shard, "store_path")
 
     def upload(
         self,
@@ -136,9 +174,9 @@ class CheckpointContext:
         """Store a copy of ``ckpt_dir`` as a new checkpoint; returns its ``storage_id``."""
         if ckpt_dir is None and not shard:
             raise RuntimeError("cannot call .upload(ckpt_dir=None, shard=False), which would do nothing")
-        with self._store(metadata, shard) as (path, storage_id):
+        with self._store(metadata, shard, "upload") as (path, storage_id):
             if ckpt_dir is not None:
-                _copy(os.fspath(ckpt_dir), str(path), selector)
+                _copy_in(os.fspath(ckpt_dir), str(path), selector)
         return storage_id
 
     @contextlib.contextmanager
@@ -151,7 +189,7 @@ class CheckpointContext:
     ) -> Iterator[pathlib.Path]:
         """The directory of checkpoint ``storage_id`` (read in place; do not modify it)."""
         DownloadMode(download_mode)
-        yield pathlib.Path(self._path(storage_id))
+        yield pathlib.Path(self._path(storage_id, "restore_path"))
 
     def download(
         self,
@@ -161,22 +199,30 @@ class CheckpointContext:
         *,
         selector: Selector = None,
     ) -> None:
-        """Copy checkpoint ``storage_id`` into ``ckpt_dir``."""
+        """Copy checkpoint ``storage_id`` into ``ckpt_dir`` (symbolic links in it copied as links,
+        never followed; code a class trial's checkpoint links to copied as files)."""
         DownloadMode(download_mode)
-        _copy(self._path(storage_id), os.fspath(ckpt_dir), selector)
+        copy_checkpoint(self._path(storage_id, "download"), os.fspath(ckpt_dir), selector)
 
     def get_metadata(self, storage_id: str) -> Dict[str, Any]:
         """The checkpoint's ``metadata.json``."""
-        with open(os.path.join(self._path(storage_id), METADATA_FILE)) as f:
+        with open(os.path.join(self._path(storage_id, "get_metadata"), METADATA_FILE)) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}
 
     def delete(self, storage_id: str) -> None:
-        """Remove checkpoint ``storage_id`` (and forget it in the store)."""
-        path = self._path(storage_id)
+        """Remove checkpoint ``storage_id`` of the trial's experiment (and forget it in the store)."""
+        path = self._path(storage_id, "delete")
+        self._check_deletable(storage_id, path)
         if self._trial is not None:
             self._trial.forget_checkpoint(storage_id)
         shutil.rmtree(path)
+
+
+def _owner(experiment_id: Any, store: Any) -> str:
+    if experiment_id is None:
+        return "no experiment"
+    return f"experiment {experiment_id}" + (f" of the store {store}" if store else "")
 
 
 def _merged(all_metadata: Any) -> Dict[str, Any]:

@@ -16,6 +16,7 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from determined_lite._errors import InvalidHP
+from determined_lite.core._calls import note_call
 from determined_lite.core._checkpoint import CheckpointContext
 from determined_lite.core._preempt import PreemptContext, PreemptMode
 from determined_lite.core._searcher import SearcherContext, Unit
@@ -115,6 +116,7 @@ def init(
     spec = trial.spec
     root = _storage_root(checkpoint_storage) if checkpoint_storage is not None else str(spec.checkpoint_root)
     trial.core_started()
+    note_call(trial, "det.core.init()")
     return Context(
         CheckpointContext(dist, root, trial),
         dist,

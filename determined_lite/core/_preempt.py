@@ -13,6 +13,8 @@ import enum
 import time
 from typing import Any, Optional
 
+from determined_lite.core._calls import note_call
+
 POLL_S = 0.5
 
 
@@ -63,7 +65,9 @@ class PreemptContext:
 
     def should_preempt(self, auto_ack: bool = True) -> bool:
         """Whether to checkpoint and exit now."""
-        if self._mode == PreemptMode.WorkersAskChief and self._dist.size > 1:
+        collective = self._mode == PreemptMode.WorkersAskChief and self._dist.size > 1
+        note_call(self._trial, "core_context.preempt.should_preempt()", every_rank=collective)
+        if collective:
             answer = self._chief_answer() if self._dist.rank == 0 else None
             return bool(self._dist.broadcast(answer))
         if self._mode == PreemptMode.ChiefOnly and self._dist.rank != 0:

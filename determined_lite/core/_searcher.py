@@ -13,6 +13,8 @@ import enum
 import logging
 from typing import Any, Iterator, Optional
 
+from determined_lite.core._calls import note_call
+
 logger = logging.getLogger("determined_lite")
 
 
@@ -46,6 +48,7 @@ class SearcherOperation:
             raise RuntimeError("you must only call op.report_progress() from the chief worker")
         if self._completed and length != self._length:
             raise RuntimeError("you must not call op.report_progress() after op.report_completed()")
+        note_call(self._trial, f"op.report_progress({length})")
         logger.debug("op.report_progress(%s)", length)
 
     def report_completed(self, searcher_metric: Any) -> None:
@@ -55,6 +58,7 @@ class SearcherOperation:
         if self._completed:
             raise RuntimeError("you may only call op.report_completed() once")
         self._completed = True
+        note_call(self._trial, f"op.report_completed({searcher_metric})")
         logger.info("op.report_completed(%s) at length %s", searcher_metric, self._length)
         if self._trial is not None:
             self._trial.searcher_metric = float(searcher_metric)
@@ -74,6 +78,8 @@ class SearcherContext:
     ) -> Iterator[SearcherOperation]:
         """One operation to the searcher's length (every rank gets it from the chief)."""
         mode = SearcherMode(searcher_mode)
+        collective = mode == SearcherMode.WorkersAskChief
+        note_call(self._trial, "core_context.searcher.operations()", every_rank=collective)
         if self._length == 0:
             raise RuntimeError(
                 "searcher.operations() needs searcher.max_length in the experiment config; without "

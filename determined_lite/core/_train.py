@@ -14,6 +14,7 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from determined_lite._progress import TrialProgress, write_progress
+from determined_lite.core._calls import note_call
 
 logger = logging.getLogger("determined_lite")
 
@@ -81,6 +82,9 @@ class TrainContext:
     def report_metrics(self, group: str, steps_completed: int, metrics: Dict[str, Any]) -> None:
         """Record ``metrics`` of ``group`` (``training`` and ``validation`` are stored; other
         groups are logged)."""
+        stored = group in ("training", "validation")
+        call = f"report_{group}_metrics(" if stored else f"report_metrics({group!r}, "
+        note_call(self._trial, f"core_context.train.{call}steps_completed={steps_completed})")
         plain = _plain(metrics)
         logger.info("report_%s_metrics(steps_completed=%s, metrics=%s)", group, steps_completed, plain)
         trial = self._trial
@@ -107,6 +111,7 @@ class TrainContext:
         """Training progress in [0, 1] (for the progress bar)."""
         if not 0.0 <= float(progress) <= 1.0:
             raise ValueError(f"progress must be between 0 and 1, got {progress}")
+        note_call(self._trial, f"core_context.train.report_progress({progress})")
         if self._trial is not None and self._dist.is_chief:
             target = self._trial.target
             if target:
@@ -118,6 +123,7 @@ class TrainContext:
         """End this trial early when the script returns: ``INVALID_HP`` (the searcher drops its
         hyperparameters) or ``USER_REQUESTED_STOP``; other trials go on."""
         reason = EarlyExitReason(reason)
+        note_call(self._trial, f"core_context.train.report_early_exit({reason})")
         logger.info("report_early_exit(%s)", reason)
         if self._trial is not None and self._dist.is_chief:
             self._trial.early_exit = reason
@@ -129,6 +135,7 @@ class TrainContext:
         return self._trial.experiment_best_validation()
 
     def set_status(self, status: str) -> None:
+        note_call(self._trial, f"core_context.train.set_status({status!r})")
         logger.info("set_status(%s)", status)
 
     def get_tensorboard_path(self) -> Any:

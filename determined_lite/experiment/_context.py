@@ -3,8 +3,8 @@
 The context directory is read (``.detignore``, links, size limit: ``storage.read_context``) and
 copied into a staging directory beside the run directories before the experiment is recorded,
 then renamed to ``<home>/experiments/<id>/context/``. Trials run from the snapshot, so editing
-the original while an experiment is paused changes nothing it runs, and checkpoints hard-link
-its files. A failure at any step leaves no experiment and no snapshot.
+the original while an experiment is paused changes nothing it runs, and checkpoints link to
+its code (put on disk once: ``storage/_code.py``). A failure at any step leaves no experiment and no snapshot.
 """
 
 from __future__ import annotations

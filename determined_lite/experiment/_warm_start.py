@@ -4,7 +4,9 @@ names, which every new trial of the experiment starts from (Determined's warm st
 ``source_checkpoint_uuid``: a checkpoint in det-lite's store, else a directory of that name
 under the experiment's checkpoint storage (``host_path[/storage_path]/<uuid>``: where
 Determined's ``shared_fs`` storage keeps its checkpoints, so one copied from Determined is found
-there). ``source_trial_id``: the latest checkpoint of that det-lite trial, as in Determined.
+there). It must be a checkpoint's uuid: an absolute path, ``..`` or a symbolic link in the root
+is refused (``storage.checkpoint_dir``), so a config names checkpoints, never other files.
+``source_trial_id``: the latest checkpoint of that det-lite trial, as in Determined.
 Torch-free: ``experiment create`` checks it before anything is recorded.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-from determined_lite.storage import STATE_FILE
+from determined_lite.storage import STATE_FILE, CheckpointIdError, checkpoint_dir
 from determined_lite.store._paths import checkpoint_root
 
 
@@ -35,8 +37,13 @@ def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str
             return str(found["path"])
         root = checkpoint_root(config)
         path = os.path.join(root, str(uuid))
-        if os.path.isfile(os.path.join(path, STATE_FILE)):
-            return path
+        try:
+            if os.path.isfile(os.path.join(checkpoint_dir(root, uuid), STATE_FILE)):
+                return path
+        except CheckpointIdError as e:
+            raise WarmStartError(f"searcher.source_checkpoint_uuid: {e}") from None
+        except FileNotFoundError:
+            pass
         raise WarmStartError(
             f"searcher.source_checkpoint_uuid: no checkpoint {uuid!r} in det-lite's store, nor a "
             f"checkpoint directory {path} (a Determined checkpoint goes there, with its {STATE_FILE})"

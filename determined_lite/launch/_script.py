@@ -25,6 +25,7 @@ from determined_lite.config import OWN_LENGTH
 from determined_lite.config._launcher import ScriptCommand
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._fit import fit_plan, result_of, trial_info
+from determined_lite.launch._watchdog import Heartbeat
 from determined_lite.runtime._cluster import checkpoint_batches, set_active_trial
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
@@ -47,11 +48,16 @@ class ScriptTrial:
     ``det.core.init()`` read, and what they report back (the worker's result)."""
 
     def __init__(
-        self, spec: WorkerSpec, distributed: Any, extra_callbacks: Sequence[Tuple[str, Any]]
+        self,
+        spec: WorkerSpec,
+        distributed: Any,
+        extra_callbacks: Sequence[Tuple[str, Any]],
+        heartbeat: Optional[Heartbeat] = None,
     ) -> None:
         self.spec = spec
         self.distributed = distributed
         self._extra = list(extra_callbacks)
+        self._heartbeat = heartbeat  # the stall watchdog's (None when it is off)
         self._fit_result: Optional[WorkerResult] = None
         self._reporter: Any = None
         self._reporter_made = False
@@ -74,6 +80,12 @@ class ScriptTrial:
         return int(next(iter(self.spec.max_length.values())))
 
     # --- what det.core reports --------------------------------------------------------------
+    def note_call(self, call: str, every_rank: bool = False) -> None:
+        """A Core API call of the script (``core/_calls.py``): progress for the stall watchdog,
+        whose message names the last one (``the script after core_context.train...``)."""
+        if self._heartbeat is not None:
+            self._heartbeat.enter(f"the script after {call}", every_rank=every_rank)
+
     def core_started(self) -> None:
         """``det.core.init()`` in the script: metrics the interrupted run reported after the
         checkpoint this run starts from are replaced by what this run reports."""
@@ -224,10 +236,15 @@ class ScriptTrial:
 
 
 def run_script(
-    spec: WorkerSpec, script: ScriptCommand, distributed: Any, extra_callbacks: Sequence[Tuple[str, Any]]
+    spec: WorkerSpec,
+    script: ScriptCommand,
+    distributed: Any,
+    extra_callbacks: Sequence[Tuple[str, Any]],
+    heartbeat: Optional[Heartbeat] = None,
 ) -> WorkerResult:
-    """Run ``script`` for the trial of ``spec`` in this worker and return what it reported."""
-    trial = ScriptTrial(spec, distributed, extra_callbacks)
+    """Run ``script`` for the trial of ``spec`` in this worker and return what it reported;
+    ``heartbeat``: the stall watchdog's, which the script's Core API calls keep current."""
+    trial = ScriptTrial(spec, distributed, extra_callbacks, heartbeat)
     set_active_trial(trial)
     with _process_group_joined(distributed):
         run_as_main(script, spec.context_dir)

@@ -2,15 +2,18 @@
 ends the trial, naming the stuck rank and the hook it entered last.
 
 Each worker keeps a :class:`Heartbeat` (the hook it entered last, the batch, when), updated by a
-core callback at every hook of the loop — attribute writes, nothing per batch beyond that. A
-daemon thread (:class:`StallWatchdog`) writes it every few seconds to
-``<result>.heartbeat.rank<N>.json`` and, when the worker's current hook is older than the
-timeout, names the rank that is furthest behind among the heartbeats it can read (the fewest
-hooks entered, then the oldest: the stuck one; the others went on to wait for it in a
-collective) and calls ``on_stall`` with the message: at once on the stuck rank, after a grace
-period on the others, so that the launcher reports the stuck rank's failure. The worker then
-records the failure for its launcher and exits, and the launcher stops the others. A hang in
-the one process of a 1-slot trial is caught the same way.
+core callback at every hook of the loop, and in a script trial by every Core API call that shows
+progress (``ScriptTrial.note_call``: reports, checkpoints, ``should_preempt``, the searcher's
+operations; the hook then says which call came last) — attribute writes, nothing per batch
+beyond that. A daemon thread (:class:`StallWatchdog`) writes it every few seconds to
+``<result>.heartbeat.rank<N>.json`` and, when no heartbeat it can read moved for longer than the
+timeout (its own, and its peers': a script may report from the chief alone while the other
+ranks run its loop), names the rank that is furthest behind (the fewest hooks entered, then the
+oldest: the stuck one; the others went on to wait for it in a collective) and calls
+``on_stall`` with the message: at once on the stuck rank, after a grace period on the others,
+so that the launcher reports the stuck rank's failure. The worker then records the failure for
+its launcher and exits, and the launcher stops the others. A hang in the one process of a
+1-slot trial is caught the same way.
 
 Horovod has no timeout of its own and torch.distributed's is 30 minutes and names rank 0;
 the default here (20 minutes) is below torch's, so the watchdog speaks first. Standard library
@@ -138,8 +141,10 @@ class StallWatchdog:
             now = time.time()
             if now - beat.since < self.timeout:
                 continue
-            peers = [b for b in read_heartbeats(self.result_path) if b.rank != beat.rank] + [beat]
-            stuck = min(peers, key=lambda b: (b.position, b.since, b.rank))
+            peers = [b for b in read_heartbeats(self.result_path) if b.rank != beat.rank]
+            if any(now - b.since < self.timeout for b in peers):
+                continue  # another rank made progress: the trial did
+            stuck = min(peers + [beat], key=lambda b: (b.position, b.since, b.rank))
             if stuck.rank != beat.rank and self._stop.wait(self._grace):
                 return  # the stuck rank's own watchdog spoke first and the launcher stopped us
             self._on_stall(stall_message(stuck, self.timeout, time.time()))

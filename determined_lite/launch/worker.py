@@ -175,8 +175,14 @@ def failure_kind(error: BaseException, progressed: bool) -> Optional[FailureKind
     return None
 
 
-def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] = ()) -> WorkerResult:
-    """Run the trial of ``spec`` on this worker and return what it did."""
+def run(
+    spec: WorkerSpec,
+    dist: Any,
+    extra_callbacks: Sequence[Tuple[str, Any]] = (),
+    heartbeat: Optional[Heartbeat] = None,
+) -> WorkerResult:
+    """Run the trial of ``spec`` on this worker and return what it did (``heartbeat``: the stall
+    watchdog's, kept current by a script's Core API calls)."""
     from determined_lite.compat import install_alias
     from determined_lite.config._launcher import script_command
     from determined_lite.pytorch import Trainer, init
@@ -186,7 +192,7 @@ def run(spec: WorkerSpec, dist: Any, extra_callbacks: Sequence[Tuple[str, Any]] 
     if script is not None:
         from determined_lite.launch._script import run_script
 
-        return run_script(spec, script, dist, extra_callbacks)
+        return run_script(spec, script, dist, extra_callbacks, heartbeat)
     trial_cls = import_entrypoint(spec.entrypoint, spec.context_dir)
     info = trial_info(spec)
     with init(hparams=spec.hparams, exp_conf=spec.exp_conf, distributed=dist, trial_info=info) as ctx:
@@ -242,7 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     watchdog, stall_callbacks = _start_watchdog(spec, dist)
     try:
         try:
-            result = run(spec, dist, extra_callbacks=[("_progress_watch", watch)] + stall_callbacks)
+            heartbeat = watchdog.heartbeat if watchdog is not None else None
+            result = run(spec, dist, [("_progress_watch", watch)] + stall_callbacks, heartbeat)
         finally:
             if watchdog is not None:
                 watchdog.stop()

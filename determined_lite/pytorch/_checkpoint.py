@@ -35,7 +35,7 @@ from determined_lite.storage import (
     STATE_FILE,
     TMP_PREFIX,
     WRITER_KEY,
-    copy_context,
+    checkpoint_code,
     make_durable,
     writer_record,
 )
@@ -52,11 +52,13 @@ MAX_CODE_BYTES = MAX_CONTEXT_BYTES
 
 
 def copy_code(context_dir: str, dest: str, exclude: Sequence[str] = ()) -> None:
-    """Put the trial's code into ``dest``: hard links to an experiment's context snapshot, else a
-    copy of the context directory (``.detignore`` and det-lite's default patterns honoured, links
-    out of it refused, at most ``MAX_CODE_BYTES``), or of a single module file (plain Python).
-    ``exclude``: directories never copied (the checkpoint root, det-lite's home)."""
-    copy_context(context_dir, dest, exclude=exclude, limit=MAX_CODE_BYTES)
+    """Put the trial's code into ``dest``: for an experiment's context snapshot, one link to its
+    code, put on disk once for all its checkpoints (``storage.checkpoint_code``: a checkpoint
+    costs the same whatever the context holds); else a copy of the context directory
+    (``.detignore`` and det-lite's default patterns honoured, links out of it refused, at most
+    ``MAX_CODE_BYTES``), or of a single module file (plain Python). ``exclude``: directories
+    never copied (the checkpoint root, det-lite's home)."""
+    checkpoint_code(context_dir, dest, exclude=exclude, limit=MAX_CODE_BYTES)
 
 
 def write_checkpoint(

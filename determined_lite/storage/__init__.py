@@ -1,11 +1,14 @@
 """Files on disk that outlive a process, read and written without torch.
 
 * ``_context.py``: the context directory (``.detignore``, links, size limit), its snapshot made
-  once at ``experiment create``, and its copies in checkpoints (hard links to the snapshot).
-* ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, ``metadata.json``'s writer
-  and store), disk usage counting hard links once, flushing to disk.
+  once at ``experiment create``, and its copies (hard links to the snapshot).
+* ``_code.py``: a checkpoint's ``code/`` (one link to the snapshot's code, put on disk once) and
+  stand-alone copies of checkpoints.
+* ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, storage ids, ``metadata.json``'s
+  writer and store), disk usage counting hard links once, flushing to disk.
 """
 
+from determined_lite.storage._code import SEALED_CODE, checkpoint_code, code_reference, copy_checkpoint
 from determined_lite.storage._context import (
     DEFAULT_IGNORE,
     DETIGNORE,
@@ -26,8 +29,11 @@ from determined_lite.storage._layout import (
     TMP_GRACE_S,
     TMP_PREFIX,
     WRITER_KEY,
+    CheckpointIdError,
     RootEntry,
+    checkpoint_dir,
     disk_usage,
+    is_checkpoint_id,
     make_durable,
     read_metadata_file,
     root_entries,
@@ -41,17 +47,24 @@ __all__ = [
     "DETIGNORE",
     "MAX_CONTEXT_BYTES",
     "METADATA_FILE",
+    "SEALED_CODE",
     "SNAPSHOT_MANIFEST",
     "STATE_FILE",
     "STORE_KEY",
     "TMP_GRACE_S",
     "TMP_PREFIX",
     "WRITER_KEY",
+    "CheckpointIdError",
     "ContextError",
     "ContextFiles",
     "RootEntry",
+    "checkpoint_code",
+    "checkpoint_dir",
+    "code_reference",
+    "copy_checkpoint",
     "copy_context",
     "disk_usage",
+    "is_checkpoint_id",
     "make_durable",
     "read_context",
     "read_metadata_file",

@@ -5,9 +5,9 @@
 patterns, symbolic links kept as links only when they stay inside the directory, and
 Determined's size limit (95 MiB). ``snapshot_context`` copies the result into a directory that
 ``experiment create`` owns (``<home>/experiments/<id>/context/``), with a manifest at its root;
-``copy_context`` puts a context into a checkpoint's ``code/``: hard links to a snapshot's files
-(a copy where the filesystem refuses links), or a filtered copy of a plain directory or file.
-Standard library and ``pathspec`` only.
+``copy_context`` copies a context: hard links to a snapshot's files (a copy where the filesystem
+refuses links), or a filtered copy of a plain directory or file (a checkpoint's ``code/``:
+``_code.py``). Standard library and ``pathspec`` only.
 """
 
 from __future__ import annotations
@@ -71,11 +71,13 @@ def _mib(size: int) -> str:
 
 
 def _ignore_spec(root: str) -> pathspec.PathSpec:
+    """det-lite's patterns, then the root's ``.detignore``, read as git reads ``.gitignore``: a
+    UTF-8 byte-order mark at its start is skipped (editors on Windows write one)."""
     lines = list(DEFAULT_IGNORE)
     path = os.path.join(root, DETIGNORE)
     if os.path.isfile(path):
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:
                 lines.extend(f.read().splitlines())
         except (OSError, UnicodeDecodeError) as e:
             raise ContextError(f"{path}: cannot read it: {e}") from None
@@ -159,7 +161,8 @@ def _copy_file(source: str, dest: str, hard_link: bool) -> None:
     shutil.copy2(source, dest)
 
 
-def _materialize(found: ContextFiles, dest: str, hard_link: bool, read_only: bool) -> None:
+def materialize(found: ContextFiles, dest: str, hard_link: bool, read_only: bool) -> None:
+    """Make ``dest`` (created) hold ``found``'s directories, files (hard links or copies) and links."""
     os.makedirs(dest)
     for rel in found.dirs:
         os.makedirs(os.path.join(dest, rel), exist_ok=True)
@@ -184,7 +187,7 @@ def _materialize(found: ContextFiles, dest: str, hard_link: bool, read_only: boo
 def snapshot_context(found: ContextFiles, dest: str, source: Optional[str] = None) -> None:
     """Copy ``found`` to ``dest`` (created) with a manifest at its root; files become read-only,
     since checkpoints share them through hard links."""
-    _materialize(found, dest, hard_link=False, read_only=True)
+    materialize(found, dest, hard_link=False, read_only=True)
     manifest = {
         "format": MANIFEST_FORMAT,
         "source": source or found.root,
@@ -233,6 +236,6 @@ def copy_context(
         return
     snapshot = read_snapshot(source)
     if snapshot is not None:
-        _materialize(snapshot, dest, hard_link=True, read_only=False)
+        materialize(snapshot, dest, hard_link=True, read_only=False)
         return
-    _materialize(read_context(source, exclude=exclude, limit=limit), dest, hard_link=False, read_only=False)
+    materialize(read_context(source, exclude=exclude, limit=limit), dest, hard_link=False, read_only=False)

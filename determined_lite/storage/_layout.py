@@ -1,6 +1,11 @@
 """A checkpoint root on disk, read without torch: ``<uuid>/`` complete checkpoints, ``.tmp-<uuid>/``
 ones being written, who wrote them, how many bytes they hold, and flushing them to disk.
 
+A storage id names a checkpoint and nothing else: a uuid (det-lite's and Determined's form) or a
+name of the same characters, whose directory sits in the root itself, not behind a symbolic link
+(:func:`checkpoint_dir`); ``..``, ``.``, ``""``, paths, hidden names and links are refused with
+one line.
+
 A checkpoint's ``metadata.json`` names the process that wrote it (``writer``: host, pid, start
 token) and, for experiment trials, the store that should register it (``store``). Garbage
 collection uses both: it never removes a directory whose writer may still be running, and
@@ -13,12 +18,13 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import shutil
 import socket
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
-from determined_lite._errors import DiskFullError, is_disk_full
+from determined_lite._errors import CheckpointNotFound, DiskFullError, is_disk_full
 from determined_lite.store._paths import process_alive, process_token
 
 STATE_FILE = "state_dict.pth"
@@ -30,6 +36,39 @@ STORE_KEY = "store"
 # A temporary directory whose writer cannot be checked (another host, no metadata yet) is left
 # alone this long after its last change.
 TMP_GRACE_S = 3600.0
+# A checkpoint's name in its root: letters, digits, '-' and '_', starting with a letter or digit
+# (a uuid is one): never '.', '..', '', a path, a hidden or temporary name.
+_STORAGE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,254}")
+
+
+class CheckpointIdError(CheckpointNotFound, FileNotFoundError, ValueError):
+    """A storage id that cannot name a checkpoint: not a uuid, or a symbolic link in the root.
+    No checkpoint has that name: Determined's ``CheckpointNotFound``, and ``FileNotFoundError``
+    as for a uuid that is not there."""
+
+
+def is_checkpoint_id(text: Any) -> bool:
+    """Whether ``text`` can be a checkpoint's storage id (a uuid, or a name of its characters)."""
+    return isinstance(text, str) and _STORAGE_ID.fullmatch(text) is not None
+
+
+def checkpoint_dir(root: str, storage_id: Any) -> str:
+    """The directory of checkpoint ``storage_id`` in ``root``: :class:`CheckpointIdError` when the
+    id cannot be a checkpoint's or names a symbolic link, ``FileNotFoundError`` when it is not
+    there. The path returned never leaves ``root``."""
+    if not is_checkpoint_id(storage_id):
+        raise CheckpointIdError(
+            f"{storage_id!r} is not a checkpoint's storage id: checkpoints are named by their uuid "
+            "(e.g. 0b9ec4a6-3a5e-4b8e-9a6c-3f1d2b7c8e90), never by a path or a hidden name"
+        )
+    path = os.path.join(root, storage_id)
+    if os.path.islink(path):
+        raise CheckpointIdError(
+            f"checkpoint {storage_id}: {path} is a symbolic link, not a checkpoint directory of {root}"
+        )
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no checkpoint {storage_id!r} in {root}")
+    return path
 
 
 def writer_record() -> Dict[str, Any]:

@@ -116,6 +116,27 @@ def test_compile_rows_exist():
         assert _positive(row["hand_vs_eager"]) and row["backend"] == "aot_eager"
 
 
+def test_checkpoint_code_rows_compare_a_big_context_with_a_1_file_one():
+    """``--only checkpoint_code`` (issue 28, item 7): a checkpoint and its removal with a big
+    context snapshot against a 1-file one (1,000 files with ``--smoke``)."""
+    proc = subprocess.run(
+        [sys.executable, RUN, "--smoke", "--json", "--only", "checkpoint_code"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)
+    names = [r["name"] for r in rows]
+    assert names == ["checkpoint_code_save_1000_files", "checkpoint_code_delete_1000_files"]
+    assert [r["goal"] for r in rows] == [1.25, 1.5]
+    for row in rows:
+        assert KEYS <= set(row) and row["files"] == 1000, row
+        assert _positive(row["det_lite_s"]) and _positive(row["baseline_s"]) and _positive(row["ratio"])
+    assert _positive(rows[0]["seal_s"])
+
+
 def test_unknown_measure_is_a_usage_error():
     proc = subprocess.run(
         [sys.executable, RUN, "--only", "single,nope"],

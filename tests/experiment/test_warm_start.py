@@ -84,3 +84,32 @@ def test_a_missing_warm_start_checkpoint_is_one_line_and_exit_2(tmp_path) -> Non
     path = write_config(tmp_path, "f.yaml", **{"searcher.source_trial_id": 99})
     proc = cli("experiment", "create", path, LINEAR)
     assert proc.returncode == 2 and "searcher.source_trial_id: no trial 99" in proc.stderr
+
+
+def test_source_checkpoint_uuid_names_a_checkpoint_in_the_storage_never_a_path(tmp_path) -> None:
+    # Issue 28, item 1: an absolute path, `..` or a link planted in the root named any
+    # directory holding a state_dict.pth (here: the home, or a directory outside).
+    from determined_lite.experiment._warm_start import WarmStartError, warm_start_checkpoint
+    from determined_lite.store import Store
+
+    root = tmp_path / "home" / "ckpts"
+    outside = tmp_path / "outside"
+    for directory in (root, outside, tmp_path / "home"):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "state_dict.pth").write_bytes(b"")
+    link = "5d1c7e2a-8f4b-4c3d-9e6f-1a2b3c4d5e6f"
+    os.symlink(outside, root / link)
+    store = Store(str(tmp_path / "det-lite.db"))
+    for uuid in ["..", ".", "", str(outside), "../..", "x/../..", link]:
+        config = {
+            "searcher": {"source_checkpoint_uuid": uuid},
+            "checkpoint_storage": {"host_path": str(root)},
+        }
+        with pytest.raises(WarmStartError) as refused:
+            warm_start_checkpoint(config, store)
+        (line,) = str(refused.value).splitlines()
+        assert line.startswith("searcher.source_checkpoint_uuid: "), line
+        if uuid == link:
+            assert line.endswith(f"{root / link} is a symbolic link, not a checkpoint directory of {root}")
+        else:
+            assert f"{uuid!r} is not a checkpoint's storage id" in line, line

@@ -23,6 +23,7 @@ from tests.cli_helpers import REPO, cli, describe, write_config
 from tests.timing import budget
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
+SCRIPTS = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
 
 
 def test_the_knob(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,3 +96,54 @@ def test_a_hung_rank_ends_the_trial_and_is_named(tmp_path, slots, backend, hang_
     assert f"stalled: rank {hang_rank} in train_batch (batch 3) made no progress for" in logs, logs
     failed = f"trial {trial['id']} failed: rank {hang_rank}: StallError: stalled: rank {hang_rank}"
     assert failed in logs, logs
+
+
+def test_a_rank_whose_peers_progress_is_left_alone(tmp_path) -> None:
+    # A Core API script may report from the chief alone while the other ranks run its loop:
+    # the trial makes progress as long as one of its ranks does.
+    result = str(tmp_path / "result.json")
+    chief = Heartbeat(rank=0, hook="the script after core_context.train.report_training_metrics")
+    said: list = []
+    quiet = Heartbeat(rank=1, since=time.time() - 60)  # entered nothing for a minute
+
+    def beat() -> None:  # what the chief's own watchdog writes (atomically)
+        chief.enter(chief.hook, every_rank=False)
+        with open(f"{heartbeat_file(result, 0)}.tmp", "w") as f:
+            json.dump(dataclasses.asdict(chief), f)
+        os.replace(f"{heartbeat_file(result, 0)}.tmp", heartbeat_file(result, 0))
+
+    beat()
+    watchdog = StallWatchdog(quiet, result, timeout=0.5, on_stall=said.append).start()
+    for _ in range(30):
+        beat()
+        time.sleep(0.05)
+    assert said == []
+    deadline = time.monotonic() + 10  # the chief stops too: now the trial stalled
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watchdog.stop()
+    assert len(said) == 1 and said[0].startswith("stalled: rank 1 in setup made no progress for 6")
+
+
+@pytest.mark.timeout(300)
+def test_core_api_calls_are_progress_and_the_stall_names_the_last_one(tmp_path) -> None:
+    # Issue 28, item 2: Core API reports never moved the heartbeat, so every Core API trial
+    # longer than the timeout was killed as "stalled: rank 0 in setup". Here one trial reports
+    # for more than three times the timeout and completes; the other hangs after batch 3.
+    path = write_config(
+        os.path.join(SCRIPTS, "core.yaml"),
+        tmp_path,
+        max_restarts=0,
+        searcher={"name": "grid", "metric": "val_loss", "max_length": {"batches": 12}},
+        hyperparameters={"lr": 0.01, "sleep": 3.5, "hang_at": {"type": "categorical", "vals": [0, 3]}},
+    )
+    env = {**os.environ, "DET_LITE_STALL_TIMEOUT": "12"}
+    proc = cli("experiment", "create", path, SCRIPTS, env=env, timeout=280)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the search completed, one trial failed
+    trials = {t["hparams"]["hang_at"]: t for t in describe(1)["trials"]}
+    assert trials[0]["state"] == "COMPLETED" and trials[0]["total_batches"] == 12, trials[0]
+    hung = trials[3]
+    assert hung["state"] == "ERROR" and hung["total_batches"] == 3
+    logs = cli("trial", "logs", str(hung["id"]), check=True).stdout
+    last = "core_context.train.report_training_metrics(steps_completed=3)"
+    assert f"stalled: rank 0 in the script after {last} made no progress for 1" in logs, logs

@@ -93,6 +93,19 @@ def test_detignore_follows_gitignore_rules(tmp_path: Path) -> None:
     assert listed(ctx) == [".env", "keep.log", "model_def.py", "notes/data", "sub/top.txt"]
 
 
+def test_a_detignore_with_a_byte_order_mark_is_read_as_git_reads_it(tmp_path: Path) -> None:
+    # Windows editors start a UTF-8 file with a byte-order mark; git skips it, so the first
+    # pattern still counts (read as text it became "\ufeffsecret.txt" and matched nothing).
+    ctx = make_tree(tmp_path / "ctx", {"model_def.py": "", "secret.txt": "token", "data/x.csv": ""})
+    (ctx / DETIGNORE).write_bytes(b"\xef\xbb\xbfsecret.txt\ndata/\n")
+    assert listed(ctx) == ["model_def.py"]
+    snapshot_context(read_context(str(ctx)), str(tmp_path / "snap"))
+    assert not (tmp_path / "snap" / "secret.txt").exists()
+    # Only a mark at the very start is skipped, as git does: elsewhere it is part of a pattern.
+    (ctx / DETIGNORE).write_bytes(b"data/\n\xef\xbb\xbfsecret.txt\n")
+    assert listed(ctx) == ["model_def.py", "secret.txt"]
+
+
 def test_detignore_file_itself_is_not_part_of_the_context(tmp_path: Path) -> None:
     ctx = make_tree(tmp_path / "ctx", {"model_def.py": "", DETIGNORE: "!.*\n"})
     assert listed(ctx) == ["model_def.py"]

@@ -47,6 +47,8 @@ def _modes(root: str) -> Dict[str, int]:
     for directory, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(directory, name)
+            if os.path.islink(path):  # no permissions of its own (always 0777 on Linux): a
+                continue  # checkpoint's code/ link; what it names is checked where it lives
             try:
                 found[os.path.relpath(path, root)] = _mode(path)
             except FileNotFoundError:  # a temporary file, renamed meanwhile
