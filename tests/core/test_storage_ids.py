@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 
 from determined_lite import core
-from determined_lite._cluster import SPEC_ENV
+from determined_lite.runtime._cluster import SPEC_ENV
 from tests.cli_helpers import REPO, cli, describe, write_config
 
 SCRIPTS = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
