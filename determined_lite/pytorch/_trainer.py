@@ -366,8 +366,9 @@ class _Outputs:
         and the record's store callbacks."""
         run, ctrl_c = self.record, self.ctrl_c
         core: List[Tuple[str, PyTorchCallback]] = []
-        if self.local:
-            core.append(("_core.ctrl_c", CtrlCNotice(ctrl_c, self.say)))
+        if self.local:  # the chief's vote stops every worker (spec.should_stop)
+            if ctx.distributed.is_chief:
+                core.append(("_core.ctrl_c", CtrlCNotice(ctrl_c, self.say)))
             spec = dataclasses.replace(spec, should_stop=_either(spec.should_stop, lambda: ctrl_c.requested))
         if run is None:
             return spec, core
