@@ -19,6 +19,7 @@ from determined_lite.pytorch._controller import TrainResult
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._device import TorchData, to_device
 from determined_lite.pytorch._harness import TrialInfo
+from determined_lite.pytorch._interrupt import FitInterrupted
 from determined_lite.pytorch._load import load_trial_from_checkpoint_path
 from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._reducer import MetricReducer, Reducer
@@ -34,6 +35,7 @@ __all__ = [
     "CallbackError",
     "DataLoader",
     "Epoch",
+    "FitInterrupted",
     "LRScheduler",
     "LRSchedulerStepMode",
     "MetricReducer",

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import logging
 import numbers
+import os
 from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -45,7 +46,13 @@ logger = logging.getLogger("determined_lite")
 
 @dataclasses.dataclass
 class TrainResult:
-    """What one ``fit`` did: reported metrics and the checkpoints it wrote."""
+    """What one ``fit`` did: reported metrics and the checkpoints it wrote.
+
+    Each of ``checkpoints`` has ``uuid``, ``path``, ``total_batches``, ``metrics`` (the
+    validation at its batch, else None) and ``deleted``: whether it was gone from disk when
+    ``fit`` returned (the retention policy keeps the best and the latest by default).
+    ``latest_checkpoint`` and ``best_checkpoint`` only name checkpoints still on disk.
+    """
 
     total_batches: int = 0
     training_metrics: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -53,10 +60,36 @@ class TrainResult:
     checkpoints: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     best_validation: Optional[float] = None
     stopped_early: bool = False
+    searcher_metric: Optional[str] = None
+    smaller_is_better: bool = DEFAULT_SMALLER_IS_BETTER
+
+    def live_checkpoints(self) -> List[Dict[str, Any]]:
+        """The checkpoints still on disk, oldest first."""
+        return [c for c in self.checkpoints if os.path.isdir(c["path"])]
+
+    def mark_deleted(self) -> None:
+        """Set each checkpoint's ``deleted`` from the disk (after retention ran)."""
+        for c in self.checkpoints:
+            c["deleted"] = not os.path.isdir(c["path"])
 
     @property
     def latest_checkpoint(self) -> Optional[str]:
-        return self.checkpoints[-1]["path"] if self.checkpoints else None
+        """The path of the newest checkpoint still on disk: ``fit(latest_checkpoint=...)``
+        resumes from it; None when none is left."""
+        live = self.live_checkpoints()
+        return live[-1]["path"] if live else None
+
+    @property
+    def best_checkpoint(self) -> Optional[str]:
+        """The path of the checkpoint still on disk whose validation (at its batch) has the best
+        searcher metric, the later one on a tie; None without a searcher metric or such a checkpoint."""
+        name, best, path = self.searcher_metric, None, None
+        for c in self.live_checkpoints():
+            value = (c["metrics"] or {}).get(name) if name is not None else None
+            better = isinstance(value, (int, float)) and is_better(value, best, self.smaller_is_better)
+            if better or (value is not None and value == best):
+                best, path = value, c["path"]
+        return path
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -89,7 +122,9 @@ class TrialController:
         self.state = context.harness.state
         self.spec = spec
         self.dist = context.distributed
-        self.result = TrainResult()
+        self.result = TrainResult(
+            searcher_metric=spec.searcher_metric, smaller_is_better=spec.smaller_is_better
+        )
         self._core_callbacks = list(core_callbacks)
         self._trainer_callbacks = list(callbacks)  # Trainer(callbacks=) and fit(callbacks=), named
         self._check_trial()

@@ -28,7 +28,7 @@ class FitPlan:
     validation_period: Optional[TrainUnit] = None
     max_length: Optional[TrainUnit] = None
     reporting_period: TrainUnit = DEFAULT_REPORTING_PERIOD
-    checkpoint_policy: Union[str, CheckpointPolicy] = CheckpointPolicy.BEST
+    checkpoint_policy: Union[str, CheckpointPolicy, None] = None  # "best" with a searcher metric, else "all"
     latest_checkpoint: Optional[str] = None
     step_zero_validation: bool = False
     test_mode: bool = False
@@ -41,10 +41,11 @@ class FitPlan:
     warm_start: Optional[str] = None
 
     def __post_init__(self) -> None:
-        policies = tuple(p.value for p in CheckpointPolicy)
-        if self.checkpoint_policy not in policies:
-            raise ValueError(f"checkpoint_policy must be one of {policies}, got {self.checkpoint_policy!r}")
-        object.__setattr__(self, "checkpoint_policy", CheckpointPolicy(self.checkpoint_policy))  # frozen
+        policy, policies = self.checkpoint_policy, tuple(p.value for p in CheckpointPolicy)
+        if policy is not None and policy not in policies:
+            raise ValueError(f"checkpoint_policy must be one of {policies}, got {policy!r}")
+        if policy is not None:
+            object.__setattr__(self, "checkpoint_policy", CheckpointPolicy(policy))  # frozen
         for field in ("max_length", "validation_period", "checkpoint_period", "reporting_period"):
             value = getattr(self, field)
             if value is not None and not isinstance(value, TrainUnit):

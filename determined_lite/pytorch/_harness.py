@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -115,6 +115,9 @@ class TrialHarness:
         self.profiler_kwargs: Optional[Dict[str, Any]] = None
         self.tensorboard_logging = True  # context.set_enable_tensorboard_logging: metrics to TensorBoard
         self.tensorboard_writer: Optional[Any] = None  # context.get_tensorboard_writer; closed by init()
+        # What callbacks tell the user (ModelSummary, EarlyStopping): the run's own output while
+        # Trainer.run runs (a plain-Python run's metric lines on stdout), else the log.
+        self.say: Callable[[str], None] = logger.info
 
     def find_optimizer(self, optimizer: Any) -> Optional[WrappedOptimizer]:
         for wrapped in self.optimizers:

@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import sys
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from determined_lite import tensorboard
 from determined_lite.config import (
@@ -31,6 +31,7 @@ from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
 from determined_lite.pytorch._fit_plan import FitPlan, plan_parameters
 from determined_lite.pytorch._harness import TrialInfo
+from determined_lite.pytorch._interrupt import CtrlC, CtrlCNotice, FitInterrupted, resume_hint
 from determined_lite.pytorch._progress import (
     LOCAL_INTERVAL_S,
     ProgressDisplay,
@@ -41,6 +42,7 @@ from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._rng import seed_everything
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.runtime._cluster import active_trial
+from determined_lite.store import ExperimentState
 from determined_lite.store._paths import checkpoint_root
 
 logger = logging.getLogger("determined_lite")
@@ -183,9 +185,9 @@ class Trainer:
         ``latest_checkpoint`` resumes exactly from a checkpoint directory (or the uuid of one in
         the checkpoint root, as Determined's ``info.latest_checkpoint``). A final validation
         and checkpoint always happen at the end. ``checkpoint_policy`` adds checkpoints after
-        validations: ``"best"`` (searcher metric improved), ``"all"`` or ``"none"``. Without a
-        searcher metric (``searcher.metric`` of ``exp_conf``), as in Determined's local training
-        mode, ``"best"`` falls back to ``"all"`` with a warning.
+        validations: ``"best"`` (searcher metric improved; the default), ``"all"`` or
+        ``"none"``. Without a searcher metric (``searcher.metric`` of ``exp_conf``), as in
+        Determined's local training mode, it is ``"all"`` (a warning if ``"best"`` was passed).
 
         From plain Python (no experiment ids in ``init``'s ``trial_info``), the run is recorded
         in the store as a ``local`` experiment: its checkpoints are listed by ``det-lite
@@ -204,8 +206,12 @@ class Trainer:
         the trial decides the length (the searcher's; the script's own ``max_length`` when the
         searcher has none), the checkpoint to resume from and the store hooks; periods and
         policy given here win over the config's.
-        Returns the reported metrics and the checkpoints written (retention may have removed
-        some of them since).
+        Ctrl-C in such a run stops it at the next report with a checkpoint, records it PAUSED
+        and says ``fit(latest_checkpoint=...)`` to resume; ``fit`` then raises
+        :class:`FitInterrupted` (a script exits 1 without a traceback). A second Ctrl-C stops
+        at once (``KeyboardInterrupt``).
+        Returns the reported metrics and the checkpoints written (each says whether retention
+        removed it); ``latest_checkpoint`` and ``best_checkpoint`` name those still on disk.
         """
         script = active_trial()
         if script is None or not script.owns(self.context):
@@ -216,7 +222,8 @@ class Trainer:
 
     def run(self, plan: FitPlan) -> TrainResult:
         """Train as ``plan`` says: ``fit`` builds the plan from its arguments, an experiment
-        worker from its trial's spec."""
+        worker from its trial's spec. A plain-Python run stopped by a first Ctrl-C raises
+        :class:`FitInterrupted` once its end is recorded and said."""
         ctx = self.context
         settings = ctx.harness.settings
         import_callback_modules(settings.callback_modules)  # their import registers global callbacks
@@ -228,26 +235,49 @@ class Trainer:
         if profiler is not None:
             core.append(("_core.profiler", profiler))
         user = self.callbacks + name_callbacks(plan.callbacks or [], "")
+        ctx.harness.say = outputs.say
         try:
-            result = TrialController(self.trial, ctx, spec, core + list(plan.core_callbacks), user).run()
+            with outputs.ctrl_c.installed(outputs.local):
+                result = self._train(outputs, spec, core + list(plan.core_callbacks), user)
+        finally:
+            ctx.harness.say = logger.info
+        if outputs.ctrl_c.requested:
+            raise FitInterrupted(result)
+        return result
+
+    def _train(
+        self,
+        outputs: _Outputs,
+        spec: RunSpec,
+        core: List[Tuple[str, PyTorchCallback]],
+        user: List[Tuple[str, PyTorchCallback]],
+    ) -> TrainResult:
+        """Run the loop; record and say how it ended, an error included."""
+        controller: Optional[TrialController] = None
+        try:
+            controller = TrialController(self.trial, self.context, spec, core, user)
+            result = controller.run()
         except BaseException as e:
-            outputs.end(None, e)
+            stopped_at = self.context.harness.state.batches_done
+            outputs.end(controller.result if controller else None, stopped_at, e)
             raise
-        outputs.end(result, None)
+        result.mark_deleted()
+        outputs.end(result, result.total_batches, None)
+        result.mark_deleted()  # the end applies the retention policy once more
         return result
 
     def _outputs(self, plan: FitPlan, spec: RunSpec) -> _Outputs:
         """The chief's bar and local record for ``plan``; a plain-Python run (no experiment ids)
-        gets both unless told otherwise."""
+        gets both unless told otherwise, and Ctrl-C handling on every worker."""
         info = self.context.harness.trial_info
         local = info.experiment_id is None and info.trial_id is None
         if not self.context.distributed.is_chief:
-            return _Outputs(None, None)
+            return _Outputs(None, None, local)
         progress = local and progress_by_default() if plan.progress is None else plan.progress
         record = local if plan.record is None else plan.record
         name = type(self.trial).__name__
         display = ProgressDisplay(sys.stdout, name) if progress else None
-        return _Outputs(display, _record(self.context, name, spec) if record else None)
+        return _Outputs(display, _record(self.context, name, spec) if record else None, local)
 
 
 def _run_spec(plan: FitPlan, ctx: PyTorchTrialContext, code_source: Optional[str]) -> RunSpec:
@@ -261,14 +291,8 @@ def _run_spec(plan: FitPlan, ctx: PyTorchTrialContext, code_source: Optional[str
             "Trainer.fit() needs max_length=Batch(n) or Epoch(n) (or searcher.max_length in the "
             "experiment config)"
         )
-    policy = plan.checkpoint_policy
-    if settings.searcher_metric is None and policy == CheckpointPolicy.BEST:
-        logger.warning(
-            "checkpoint_policy='best' needs a searcher metric (searcher.metric in exp_conf); "
-            "without one, as in Determined's local training mode, every validation is "
-            "followed by a checkpoint ('all')"
-        )
-        policy = CheckpointPolicy.ALL
+    given = None if plan.checkpoint_policy is None else CheckpointPolicy(plan.checkpoint_policy)
+    policy = _checkpoint_policy(given, settings.searcher_metric)
     root = info.checkpoint_root or checkpoint_root(ctx.get_experiment_config())
     latest = plan.latest_checkpoint
     if latest is not None and not os.path.isdir(latest) and os.path.isdir(os.path.join(root, latest)):
@@ -287,6 +311,20 @@ def _run_spec(plan: FitPlan, ctx: PyTorchTrialContext, code_source: Optional[str
             "trial_info": info,
         }
     )
+
+
+def _checkpoint_policy(given: Optional[CheckpointPolicy], metric: Optional[str]) -> CheckpointPolicy:
+    """``given``, else ``best``; ``best`` needs a searcher metric: without one it is ``all``, as
+    in Determined's local training mode (a warning only when the caller asked for ``best``)."""
+    if metric is not None:
+        return given or CheckpointPolicy.BEST
+    if given == CheckpointPolicy.BEST:
+        logger.warning(
+            "checkpoint_policy='best' needs a searcher metric (searcher.metric in exp_conf); "
+            "without one, as in Determined's local training mode, every validation is "
+            "followed by a checkpoint ('all')"
+        )
+    return CheckpointPolicy.ALL if given in (None, CheckpointPolicy.BEST) else given
 
 
 def _core_callbacks(
@@ -310,10 +348,13 @@ def _core_callbacks(
 @dataclasses.dataclass(frozen=True)
 class _Outputs:
     """Where the chief shows a run (the bar and metric lines on stdout) and records it (a
-    ``local`` experiment in the store: ``reporting/_local.py``'s ``LocalRun``)."""
+    ``local`` experiment in the store: ``reporting/_local.py``'s ``LocalRun``); a plain-Python
+    run (``local``) also handles Ctrl-C (``_interrupt.py``)."""
 
     display: Optional[ProgressDisplay]
     record: Any
+    local: bool
+    ctrl_c: CtrlC = dataclasses.field(default_factory=CtrlC)
 
     def say(self, line: str) -> None:
         (self.display.write if self.display is not None else logger.info)(line)
@@ -321,11 +362,17 @@ class _Outputs:
     def attach(
         self, spec: RunSpec, ctx: PyTorchTrialContext
     ) -> Tuple[RunSpec, List[Tuple[str, PyTorchCallback]]]:
-        """``spec`` with the record's ids and stop requests, and the record's store callbacks."""
-        run = self.record
+        """``spec`` with the record's ids and the stop requests (the store's, a first Ctrl-C),
+        and the record's store callbacks."""
+        run, ctrl_c = self.record, self.ctrl_c
+        core: List[Tuple[str, PyTorchCallback]] = []
+        if self.local:  # the chief's vote stops every worker (spec.should_stop)
+            if ctx.distributed.is_chief:
+                core.append(("_core.ctrl_c", CtrlCNotice(ctrl_c, self.say)))
+            spec = dataclasses.replace(spec, should_stop=_either(spec.should_stop, lambda: ctrl_c.requested))
         if run is None:
-            return spec, []
-        stop, eid = spec.should_stop, run.experiment_id
+            return spec, core
+        eid = run.experiment_id
         info = dataclasses.replace(
             ctx.harness.trial_info,
             experiment_id=eid,
@@ -336,25 +383,49 @@ class _Outputs:
         return (
             dataclasses.replace(
                 spec,
-                should_stop=lambda: (stop is not None and stop()) or run.should_stop(),
+                should_stop=_either(spec.should_stop, run.should_stop),
                 trial_info=info,
             ),
-            run.callbacks(ctx),
+            core + run.callbacks(ctx),
         )
 
-    def end(self, result: Optional[TrainResult], error: Optional[BaseException]) -> None:
-        """Close the bar and record how the run ended (a store that fails now costs a warning)."""
-        run = self.record
-        if run is not None and error is not None:
-            _finish(run, False, error)
+    def end(self, result: Optional[TrainResult], stopped_at: int, error: Optional[BaseException]) -> None:
+        """Close the bar, record how the run ended (a store that fails now costs a warning) and
+        say it: with the checkpoint to resume from when it stopped before its end (an error other
+        than Ctrl-C says nothing here: its traceback follows)."""
+        run, interrupted = self.record, isinstance(error, KeyboardInterrupt)
+        paused = self.ctrl_c.requested or interrupted
+        ended = _finish(run, result, paused, error) if run is not None else None
         if self.display is not None:
             self.display.close()
-        if run is None or result is None:
+        if error is not None and not interrupted:
             return
-        ended = _finish(run, result.stopped_early, None)
-        if ended is not None:
-            eid = run.experiment_id
-            self.say(f"local experiment {eid} {ended}: det-lite checkpoint list --experiment {eid}")
+        stopped = interrupted or (result is not None and result.stopped_early)
+        hint = resume_hint(stopped_at, _latest_live(result))
+        if run is None:
+            if paused:
+                self.say(f"training {hint}")
+        elif ended is not None:
+            self.say(_ending(run.experiment_id, ended, stopped, stopped_at, hint))
+
+
+def _ending(eid: int, ended: ExperimentState, stopped: bool, stopped_at: int, hint: str) -> str:
+    """The last line of a recorded run: how to resume it when it stopped before its end."""
+    if stopped and ended != ExperimentState.COMPLETED:
+        return f"local experiment {eid} {ended.value}: {hint}"
+    early = f" at batch {stopped_at} (the trial asked to stop)" if stopped else ""
+    return f"local experiment {eid} {ended.value}{early}: det-lite checkpoint list --experiment {eid}"
+
+
+def _either(first: Optional[Callable[[], bool]], second: Callable[[], bool]) -> Callable[[], bool]:
+    """A stop request: ``first``'s (when given), else ``second``'s."""
+    return lambda: (first is not None and first()) or second()
+
+
+def _latest_live(result: Optional[TrainResult]) -> Optional[Dict[str, Any]]:
+    """The newest checkpoint of ``result`` still on disk."""
+    live = result.live_checkpoints() if result is not None else []
+    return live[-1] if live else None
 
 
 def _record(ctx: PyTorchTrialContext, name: str, spec: RunSpec) -> Any:
@@ -374,12 +445,16 @@ def _record(ctx: PyTorchTrialContext, name: str, spec: RunSpec) -> Any:
     )
 
 
-def _finish(run: Any, stopped_early: bool, error: Optional[BaseException]) -> Optional[str]:
-    """Record the end of a local run; a store that fails now costs a warning, not the result."""
+def _finish(
+    run: Any, result: Optional[TrainResult], paused: bool, error: Optional[BaseException]
+) -> Optional[ExperimentState]:
+    """Record the end of a local run (``paused``: by Ctrl-C); a store that fails now costs a
+    warning, not the result."""
     from determined_lite.store import StoreError
 
+    stopped_early = result is not None and result.stopped_early
     try:
-        return str(run.finish(stopped_early, error))
+        return run.finish(stopped_early, error, paused=paused)
     except (StoreError, OSError) as e:
         logger.warning("could not record the end of local experiment %s: %s", run.experiment_id, e)
         return None

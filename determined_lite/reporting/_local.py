@@ -116,18 +116,22 @@ class LocalRun:
     def should_stop(self) -> bool:
         return stop_requested(self.store, self.experiment_id)
 
-    def finish(self, stopped_early: bool, error: Optional[BaseException]) -> ExperimentState:
+    def finish(
+        self, stopped_early: bool, error: Optional[BaseException], paused: bool = False
+    ) -> ExperimentState:
         """Record how the run ended and apply the retention policy; returns the state.
 
-        Completed (or stopped by the trial itself): COMPLETED. Stopped by ``kill`` or Ctrl-C:
-        CANCELED. Stopped by ``pause``: PAUSED (it keeps its latest checkpoint to resume from
+        Completed (or stopped by the trial itself): COMPLETED. Stopped by ``kill``: CANCELED.
+        Stopped by ``pause`` or Ctrl-C (``paused``; the second Ctrl-C's ``KeyboardInterrupt``
+        too), as the CLI's runner does: PAUSED (it keeps its latest checkpoint to resume from
         Python). An error: ERROR.
         """
         action = self.store.pending_action(self.experiment_id)
-        if error is not None:
-            interrupted = isinstance(error, KeyboardInterrupt)
-            state = ExperimentState.CANCELED if interrupted else ExperimentState.ERROR
-        elif stopped_early and action == Action.PAUSE:
+        if isinstance(error, KeyboardInterrupt):
+            state = ExperimentState.PAUSED
+        elif error is not None:
+            state = ExperimentState.ERROR
+        elif stopped_early and (paused or action == Action.PAUSE):
             state = ExperimentState.PAUSED
         elif stopped_early and action == Action.KILL:
             state = ExperimentState.CANCELED

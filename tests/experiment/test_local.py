@@ -10,6 +10,7 @@ The linear trial with lr = 0.03 validates (every 2 batches) to val_loss 1.355, 5
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any, Dict, Optional
 
@@ -151,3 +152,47 @@ def test_runs_with_experiment_ids_are_not_recorded(_det_lite_home):
     with pytorch.init(hparams=HPARAMS, exp_conf=CONF, trial_info=info) as ctx:
         pytorch.Trainer(LinearTrial(ctx), ctx).fit(max_length=pytorch.Batch(2), progress=False)
     assert Store().list_experiments() == []
+
+
+def test_latest_and_best_checkpoint_name_only_checkpoints_still_on_disk(_det_lite_home):
+    # Every validation checkpoints (2, 4, 6, 8); the policy keeps only the best (6).
+    result = _fit(
+        {"checkpoint_storage": {"save_trial_best": 1, "save_trial_latest": 0}}, checkpoint_policy="all"
+    )
+    by_batch = {c["total_batches"]: c for c in result.checkpoints}
+    assert sorted(by_batch) == [2, 4, 6, 8]  # all written, and each says whether it is gone
+    assert {b: c["deleted"] for b, c in by_batch.items()} == {2: True, 4: True, 6: False, 8: True}
+    assert result.latest_checkpoint == result.best_checkpoint == by_batch[6]["path"]
+    assert os.path.isdir(result.latest_checkpoint)
+
+
+def test_best_checkpoint_is_the_best_validated_one(_det_lite_home):
+    result = _fit(checkpoint_policy="all")  # Determined's retention: the best (6) and the latest (8)
+    by_batch = {c["total_batches"]: c["path"] for c in result.checkpoints}
+    assert (result.latest_checkpoint, result.best_checkpoint) == (by_batch[8], by_batch[6])
+    with pytorch.init(hparams=HPARAMS, exp_conf={}) as ctx:  # no searcher metric: no best
+        plain = pytorch.Trainer(LinearTrial(ctx), ctx).fit(max_length=pytorch.Batch(4), progress=False)
+    assert plain.best_checkpoint is None and plain.latest_checkpoint == plain.checkpoints[-1]["path"]
+
+
+def test_a_paused_run_says_which_checkpoint_to_resume_from(_det_lite_home, caplog):
+    with caplog.at_level(logging.INFO, logger="determined_lite"):
+        result = _fit(trial_cls=lambda ctx: _Stopped(ctx), reporting_period=pytorch.Batch(2))
+    path = result.latest_checkpoint
+    hint = f"resume from batch 6 with fit(latest_checkpoint={path!r})"
+    assert f"local experiment 1 PAUSED: stopped at batch 6; {hint}" in caplog.messages
+    resumed = _fit(latest_checkpoint=path)
+    assert [m["total_batches"] for m in resumed.training_metrics] == [8]  # batches 7 and 8 only
+
+
+@pytest.mark.parametrize("policy, warned", [(None, False), ("best", True)])
+def test_checkpoint_policy_falls_back_to_all_without_a_metric(_det_lite_home, caplog, policy, warned):
+    # Determined's local mode: no searcher metric, so "best" cannot be judged; a warning only
+    # when the caller asked for "best" (the README's example asks for nothing).
+    kw = {} if policy is None else {"checkpoint_policy": policy}
+    with pytorch.init(hparams=HPARAMS, exp_conf={}) as ctx:
+        result = pytorch.Trainer(LinearTrial(ctx), ctx).fit(
+            max_length=pytorch.Batch(8), validation_period=pytorch.Batch(2), progress=False, **kw
+        )
+    assert [c["total_batches"] for c in result.checkpoints] == [2, 4, 6, 8]  # "all"
+    assert ("checkpoint_policy='best' needs a searcher metric" in caplog.text) == warned

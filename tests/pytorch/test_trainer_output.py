@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import List
 
 import pytest
 
@@ -47,6 +48,13 @@ def _env(**extra: str) -> dict:
     return env
 
 
+def _without_a_terminal(code: str, cwd: str = REPO) -> subprocess.CompletedProcess:
+    """Run ``code`` as ``python3 -c`` with stdout and stderr captured (a log file, a CI job)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], env=_env(), cwd=cwd, capture_output=True, text=True, timeout=budget(100)
+    )
+
+
 @pytest.mark.timeout(120)
 def test_a_terminal_shows_the_bar_and_metric_lines(_det_lite_home):
     run = run_in_pty([sys.executable, "-c", SCRIPT % ""], width=WIDTH, env=_env(), cwd=REPO)
@@ -77,16 +85,56 @@ def test_quiet_switch(_det_lite_home, how):
 
 @pytest.mark.timeout(120)
 def test_without_a_terminal_lines_only(_det_lite_home):
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT % ""],
-        env=_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=budget(100),
-    )
+    proc = _without_a_terminal(SCRIPT % "")
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout and "\r" not in proc.stdout  # no bar drawing in a log file
     assert render(proc.stdout, WIDTH) == EXPECTED_LINES + [
         "local experiment 1 COMPLETED: det-lite checkpoint list --experiment 1"
     ]
+
+
+CALLBACKS_SCRIPT = """
+from determined_lite import pytorch
+from determined_lite.pytorch.callbacks import EarlyStopping, ModelSummary
+from tests.fixtures.experiments.linear.model_def import LinearTrial
+conf = {"searcher": {"metric": "val_loss"}, "reproducibility": {"experiment_seed": 3}}
+hparams = {"global_batch_size": 2, "lr": 0.03, "dataset_size": 8, "val_size": 4}
+with pytorch.init(hparams=hparams, exp_conf=conf) as ctx:
+    callbacks = [ModelSummary(), EarlyStopping("val_loss", patience=1)]
+    pytorch.Trainer(LinearTrial(ctx), ctx, callbacks=callbacks).fit(
+        max_length=pytorch.Batch(8), validation_period=pytorch.Batch(2), reporting_period=pytorch.Batch(2)
+    )
+"""
+
+
+@pytest.mark.timeout(120)
+def test_model_summary_and_early_stopping_say_what_they_did(_det_lite_home):
+    # As Lightning's: the summary before training, and why training stopped early (val_loss
+    # went from 1.355 at batch 2 to 5.331 at batch 4), among the run's own lines.
+    proc = _without_a_terminal(CALLBACKS_SCRIPT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        EXPECTED_LINES[0],
+        "model 0 (Linear): 1 parameters, 1 trainable, 0 frozen, 0.00 MB",
+        *EXPECTED_LINES[1:5],
+        "EarlyStopping: val_loss did not improve on 1.355 by more than 0 (mode min) in the last 1 "
+        "validation(s); stopping at batch 4",
+        "local experiment 1 COMPLETED at batch 4 (the trial asked to stop): "
+        "det-lite checkpoint list --experiment 1",
+    ]
+
+
+def _readme_section(title: str) -> List[str]:
+    """The code blocks of README.md's section ``title``, in order."""
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```[a-z]*\n(.*?)```", section, re.S)
+
+
+@pytest.mark.timeout(120)
+def test_the_readme_minimal_trial_prints_what_the_readme_shows(_det_lite_home, tmp_path):
+    code, shown = _readme_section("A minimal trial")[:2]
+    proc = _without_a_terminal(code, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == shown
+    assert proc.stderr == ""  # no warning about a setting the example never made

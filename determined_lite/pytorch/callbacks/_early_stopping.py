@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import logging
 import math
 import numbers
 from typing import Any, Dict, Optional
@@ -12,8 +11,6 @@ import numpy as np
 
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._context import PyTorchTrialContext
-
-logger = logging.getLogger("determined_lite")
 
 
 class Mode(str, enum.Enum):
@@ -30,8 +27,9 @@ class EarlyStopping(PyTorchCallback):
     (``mode="min"``) or above it by more than ``min_delta`` (``mode="max"``); NaN never does.
     The stop is asked for in ``on_validation_end`` (``context.set_stop_requested``), so training
     ends at the validated batch: no further batch is trained and the final checkpoint is the
-    validated one. Every worker sees the same reduced metrics and decides alike. The best value
-    and the count survive a resume (``state_dict``).
+    validated one. Every worker sees the same reduced metrics and decides alike. The chief says
+    why it stopped where the run says things (a plain-Python run's stdout lines, else the log).
+    The best value and the count survive a resume (``state_dict``).
     """
 
     def __init__(self, metric: str, patience: int = 3, mode: str = "min", min_delta: float = 0.0) -> None:
@@ -82,15 +80,11 @@ class EarlyStopping(PyTorchCallback):
         self.stopped_at = self._context.harness.state.batches_done
         self._context.set_stop_requested(True)
         if self._context.distributed.is_chief:
-            logger.info(
-                "EarlyStopping: %s has not improved on %s by more than %g (mode %s) for %d "
-                "validations; stopping after batch %d",
-                self.metric,
-                self.best,
-                self.min_delta,
-                self.mode.value,
-                self.wait,
-                self.stopped_at,
+            best = "no number (NaN only)" if self.best is None else f"{self.best:.4g}"
+            self._context.harness.say(
+                f"EarlyStopping: {self.metric} did not improve on {best} by more than "
+                f"{self.min_delta:g} (mode {self.mode.value}) in the last {self.wait} "
+                f"validation(s); stopping at batch {self.stopped_at}"
             )
 
     def _value(self, metrics: Dict[str, Any]) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, List
 
 import torch
@@ -11,8 +10,6 @@ import torch
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._harness import unwrap
-
-logger = logging.getLogger("determined_lite")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +46,9 @@ def _count(n: int) -> str:
 
 
 class ModelSummary(PyTorchCallback):
-    """When training starts, logs one line per wrapped model (chief only): its class, total,
-    trainable and frozen parameters, and their size. ``summaries`` holds the numbers."""
+    """When training starts, says one line per wrapped model (chief only) where the run says
+    things (a plain-Python run's stdout lines, else the log): its class, total, trainable and
+    frozen parameters, and their size. ``summaries`` holds the numbers."""
 
     def __init__(self) -> None:
         self.summaries: List[ModelStats] = []
@@ -64,12 +62,7 @@ class ModelSummary(PyTorchCallback):
         if not self._context.distributed.is_chief:
             return
         for s in self.summaries:
-            logger.info(
-                "model %d (%s): %s parameters, %s trainable, %s frozen, %.2f MB",
-                s.index,
-                s.name,
-                _count(s.total),
-                _count(s.trainable),
-                _count(s.frozen),
-                s.size_bytes / 2**20,
+            self._context.harness.say(
+                f"model {s.index} ({s.name}): {_count(s.total)} parameters, {_count(s.trainable)} "
+                f"trainable, {_count(s.frozen)} frozen, {s.size_bytes / 2**20:.2f} MB"
             )

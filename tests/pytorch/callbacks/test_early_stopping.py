@@ -22,6 +22,9 @@ class FakeContext:
         is_chief = True
 
     class harness:  # noqa: N801
+        said: List[str] = []
+        say = said.append
+
         class state:  # noqa: N801
             batches_done = 0
 
