@@ -74,6 +74,16 @@ class MetricTypeError(TrialCheckError, TypeError):
     """A metric the trial returned has a type det-lite cannot use there (not a number, not JSON)."""
 
 
+class OutputTypeError(TrialCheckError, TypeError):
+    """A trial method returned a value of the wrong type (``train_batch`` returning None or a
+    string, ``evaluate_batch`` not returning a dict): Determined raises ``TypeError`` there."""
+
+
+class UndefinedHParamError(TrialCheckError, ValueError):
+    """``context.get_hparam`` of a name the experiment does not define (a typo): every trial has
+    the same names, so every trial would fail alike (Determined raises ``ValueError``)."""
+
+
 def find_trial_check(error: BaseException) -> Optional[TrialCheckError]:
     """The :class:`TrialCheckError` that ``error`` is or wraps."""
     return next((e for e in _chain(error) if isinstance(e, TrialCheckError)), None)
@@ -260,7 +270,9 @@ __all__ = [
     "DiskFullError",
     "MetricTypeError",
     "MissingMetricError",
+    "OutputTypeError",
     "TrialCheckError",
+    "UndefinedHParamError",
     *DETERMINED_ERRORS,
     "find_action_required",
     "find_trial_check",
