@@ -320,10 +320,9 @@ def _report_error(error: BaseException, spec: WorkerSpec, dist: Any, watch: Prog
     check = find_trial_check(error)
     sys.stderr.write(traceback.format_exc() if check is None else check_error_text(check))
     sys.stderr.flush()
-    script = _script_trial()
-    if script is None:
-        kind = failure_kind(error, watch.progressed)
-        batch = watch.batches_done
+    script, batch = _script_trial(), watch.batches_done
+    if script is None or batch is not None:  # a class, or a script's Trainer.fit: the loop's batches
+        kind = failure_kind(error, watch.progressed or bool(script and script.progressed))
     else:  # a script's own loop: what it reported through the Core API is its progress
         kind = failure_kind(error, bool(script.progressed), script=True)
         batch = int(script.steps_completed)

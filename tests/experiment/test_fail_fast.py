@@ -31,6 +31,7 @@ from determined_lite.runtime._failures import (
 from tests.cli_helpers import REPO, cli, describe, write_config
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
+SCRIPTS = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -173,6 +174,22 @@ def _errored(tmp_path, restarts: int, **hparams: object) -> str:
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "ERROR" and trial["restarts"] == restarts, trial
     return _trial_logs(trial["id"])
+
+
+def test_a_core_api_script_failing_again_at_the_same_batch_is_not_restarted(tmp_path):
+    # A script's progress is what it reports: it fails after batch 3, resumes from its
+    # checkpoint at batch 2 and fails there again, so there is no third run.
+    path = write_config(
+        os.path.join(SCRIPTS, "core.yaml"), tmp_path, max_restarts=3, **{"hyperparameters.fail_at": 3}
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "ERROR" and trial["restarts"] == 1, trial
+    logs = _trial_logs(trial["id"])
+    assert f"restarting trial {trial['id']} from its latest checkpoint (batch 2) (1/3)" in logs, logs
+    assert "it failed again the same way (rank 0: RuntimeError: injected failure after batch 3" in logs
+    assert "failed before completing a batch" not in logs
 
 
 def test_train_batch_returning_none_is_not_restarted(tmp_path):
