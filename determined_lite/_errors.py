@@ -59,8 +59,12 @@ class TrialCheckError(Exception):
     wrong: running the trial again would fail alike, so an experiment does not restart it.
 
     Subclasses also derive from the builtin error Determined raises in the same place (e.g.
-    ``KeyError``), so code that catches that keeps working.
+    ``KeyError``), so code that catches that keeps working. ``every_trial``: every trial of a
+    search would fail it alike (the trial's code and config, not its hyperparameter values),
+    so the first one stops the search.
     """
+
+    every_trial = True
 
 
 class MissingMetricError(TrialCheckError, KeyError):

@@ -197,8 +197,9 @@ class StallError(RuntimeError):
 def failure_kind(error: BaseException, progressed: bool, script: bool = False) -> Optional[FailureKind]:
     """Why a trial that failed with ``error`` should not be restarted; None: restart it
     (``script``: a script trial, whose progress is what it reported)."""
-    if find_trial_check(error) is not None:
-        return FailureKind.TRIAL_CHECK
+    check = find_trial_check(error)
+    if check is not None:
+        return FailureKind.TRIAL_CHECK if check.every_trial else FailureKind.TRIAL_CHECK_ONE
     if not progressed:
         return FailureKind.BEFORE_REPORT if script else FailureKind.BEFORE_PROGRESS
     return None

@@ -187,7 +187,8 @@ class FailureKind(TextEnum):
 
     BEFORE_PROGRESS = "before_progress"  # raised before this run completed a batch
     BEFORE_REPORT = "before_report"  # a script raised before it reported progress past its start
-    TRIAL_CHECK = "trial_check"  # det-lite's check of the trial's outputs (TrialCheckError)
+    TRIAL_CHECK = "trial_check"  # det-lite's check of the trial (TrialCheckError), every trial's
+    TRIAL_CHECK_ONE = "trial_check_one"  # one that may depend on the hyperparameter values
 
 
 _KIND_REASONS = {
@@ -197,6 +198,7 @@ _KIND_REASONS = {
         "would fail alike"
     ),
     FailureKind.TRIAL_CHECK: "det-lite's check of the trial failed, so a restart would fail alike",
+    FailureKind.TRIAL_CHECK_ONE: "det-lite's check of the trial failed, so a restart would fail alike",
 }
 
 
@@ -215,7 +217,7 @@ class NoRestart:
     def fails_every_trial(self) -> bool:
         """det-lite's check of the trial's code (a typo, a metric it never gives): every trial of
         the search would fail it alike. Errors that may depend on the hyperparameters (InvalidHP,
-        a NaN for one lr, anything before the first batch) are not."""
+        a NaN for one lr, anything before the first batch, a compiled graph's shape) are not."""
         return self.kind is FailureKind.TRIAL_CHECK
 
     def search_stop(self, trial_id: int) -> str:

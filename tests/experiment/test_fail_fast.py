@@ -19,6 +19,7 @@ import pytest
 
 from determined_lite._errors import MissingMetricError, OutputTypeError, TrialCheckError, UndefinedHParamError
 from determined_lite.launch.worker import failure_kind
+from determined_lite.pytorch._compile import GraphChangedError
 from determined_lite.runtime._failures import (
     FailureKind,
     FailurePoint,
@@ -60,6 +61,9 @@ def test_classification():
     assert failure_kind(OutputTypeError("None"), progressed=True) is FailureKind.TRIAL_CHECK
     assert NoRestart(0, FailureKind.TRIAL_CHECK, "UndefinedHParamError: x").fails_every_trial
     assert not NoRestart(0, FailureKind.BEFORE_PROGRESS, "ValueError: lr").fails_every_trial
+    # A compiled graph's retrace may depend on a hyperparameter: its trial ends, not the search.
+    assert failure_kind(GraphChangedError("shape"), progressed=True) is FailureKind.TRIAL_CHECK_ONE
+    assert not NoRestart(0, FailureKind.TRIAL_CHECK_ONE, "GraphChangedError: x").fails_every_trial
 
 
 def test_a_failure_recurs_at_the_same_batch_with_the_same_error_or_place(tmp_path):
