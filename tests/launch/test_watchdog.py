@@ -113,8 +113,9 @@ def test_a_hung_rank_ends_the_trial_and_is_named(tmp_path, slots, backend, hang_
         resources={"slots_per_trial": slots, "distributed_backend": backend},
         **{"hyperparameters.hang_at": 3, "hyperparameters.hang_rank": hang_rank},
     )
-    # 10 s: the watchdog also times a worker's setup (imports, the process group), which took
-    # over 4 s on a loaded 2-core machine and named the wrong rank.
+    # 10 s: before set-up had its own clock ($DET_LITE_SETUP_TIMEOUT, issue 28 item 3), the
+    # watchdog timed a worker's set-up (imports, the process group) with this timeout, which
+    # took over 4 s on a loaded 2-core machine and named the wrong rank.
     proc = cli("experiment", "create", path, LINEAR, env={**os.environ, "DET_LITE_STALL_TIMEOUT": "10"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (trial,) = describe(1)["trials"]
