@@ -59,8 +59,12 @@ class TrialCheckError(Exception):
     wrong: running the trial again would fail alike, so an experiment does not restart it.
 
     Subclasses also derive from the builtin error Determined raises in the same place (e.g.
-    ``KeyError``), so code that catches that keeps working.
+    ``KeyError``), so code that catches that keeps working. ``every_trial``: every trial of a
+    search would fail it alike (the trial's code and config, not its hyperparameter values),
+    so the first one stops the search.
     """
+
+    every_trial = True
 
 
 class MissingMetricError(TrialCheckError, KeyError):
@@ -72,6 +76,16 @@ class MissingMetricError(TrialCheckError, KeyError):
 
 class MetricTypeError(TrialCheckError, TypeError):
     """A metric the trial returned has a type det-lite cannot use there (not a number, not JSON)."""
+
+
+class OutputTypeError(TrialCheckError, TypeError):
+    """A trial method returned a value of the wrong type (``train_batch`` returning None or a
+    string, ``evaluate_batch`` not returning a dict): Determined raises ``TypeError`` there."""
+
+
+class UndefinedHParamError(TrialCheckError, ValueError):
+    """``context.get_hparam`` of a name the experiment does not define (a typo): every trial has
+    the same names, so every trial would fail alike (Determined raises ``ValueError``)."""
 
 
 def find_trial_check(error: BaseException) -> Optional[TrialCheckError]:
@@ -260,7 +274,9 @@ __all__ = [
     "DiskFullError",
     "MetricTypeError",
     "MissingMetricError",
+    "OutputTypeError",
     "TrialCheckError",
+    "UndefinedHParamError",
     *DETERMINED_ERRORS,
     "find_action_required",
     "find_trial_check",

@@ -35,7 +35,7 @@ from determined_lite.experiment._trial_launch import TrialLauncher, available_sl
 from determined_lite.experiment._trial_logs import TrialLogs
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.reporting._retention import RetentionPolicy, apply_retention
-from determined_lite.runtime._failures import read_no_restart
+from determined_lite.runtime._failures import FailurePoint, read_failure_point, read_no_restart, repeat_reason
 from determined_lite.runtime._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
 from determined_lite.store._paths import experiment_dir, make_private_dirs
@@ -44,6 +44,10 @@ from determined_lite.store._states import Action, ExperimentState, TrialState
 logger = logging.getLogger("determined_lite.experiment")
 
 POLL_S = 0.1
+
+
+class _StopSearch(Exception):
+    """A trial failed det-lite's check, which every trial would fail: the search stops."""
 
 
 @dataclasses.dataclass
@@ -104,6 +108,8 @@ class ExperimentRunner:
         self.logs = TrialLogs(store, experiment_id, self.progress, echo=echo_logs)
         self._log = self.logs.log
         self.final_line: Optional[str] = None  # how the run ended, printed after the summary
+        self.failed_at: Dict[str, Optional[FailurePoint]] = {}  # each trial's last failure
+        self.fail_fast: Optional[str] = None  # why the search stops: a check every trial would fail
 
     # --- state ------------------------------------------------------------------------------
     def _save_state(self) -> None:
@@ -186,6 +192,8 @@ class ExperimentRunner:
             signal.signal(sig, self._on_stop_signal)
         try:
             return self._loop()
+        except _StopSearch as e:
+            return self._stop_search(str(e))
         except KeyboardInterrupt:
             # A second Ctrl-C / SIGTERM: stop the trials now (each resumes from its latest
             # checkpoint) and leave the experiment resumable by `activate`.
@@ -306,6 +314,8 @@ class ExperimentRunner:
             del self.running[rid]
             self.progress.stop(run.request.trial_id)
             self._handle_exit(run, code, pausing)
+        if self.fail_fast is not None:
+            raise _StopSearch(self.fail_fast)
 
     def _handle_exit(self, run: _Run, code: int, pausing: bool) -> None:
         request = run.request
@@ -365,29 +375,42 @@ class ExperimentRunner:
         return metric
 
     def _failed(self, run: _Run, result: WorkerResult, pausing: bool) -> None:
-        """A run that failed: requeue it (pausing), restart it, or end the trial as errored."""
+        """A run that failed: requeue it (pausing), restart it, or end it (a check stops the search)."""
         request = run.request
         self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
         self._reconcile()  # a worker that died hard may have left a checkpoint unregistered
-        no_restart = read_no_restart(run.spec.result_path)
-        max_restarts = self.settings.max_restarts
+        rid, path = request.request_id, run.spec.result_path
+        no_restart, point = read_no_restart(path), read_failure_point(path)
+        why = no_restart[0].reason() if no_restart else repeat_reason(point, self.failed_at.get(rid))
+        self.failed_at[rid] = point
         if pausing:
             self._requeue(request)
-        elif no_restart and not self.test_mode:
-            why = no_restart[0].reason()
+        elif why is not None and not self.test_mode:
             self._log(request.trial_id, f"trial {request.trial_id} not restarted: {why}")
             self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
-        elif request.restarts < max_restarts and not self.test_mode:
-            request.restarts += 1
-            self.store.update_trial(request.trial_id, restarts=request.restarts)
-            self._log(
-                request.trial_id,
-                f"restarting trial {request.trial_id} from its latest checkpoint "
-                f"({request.restarts}/{max_restarts})",
-            )
-            self._requeue(request)
+            searching = self.queue or self.running or self.held or not self.shutdown
+            if no_restart and no_restart[0].fails_every_trial and searching:
+                self.fail_fast = no_restart[0].search_stop(request.trial_id)
+        elif request.restarts < self.settings.max_restarts and not self.test_mode:
+            self._restart(request)
         else:
             self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
+
+    def _restart(self, request: TrialRequest) -> None:
+        request.restarts += 1
+        self.store.update_trial(request.trial_id, restarts=request.restarts)
+        latest = self._latest_checkpoint(request.trial_id)
+        start = f"its latest checkpoint (batch {latest['total_batches']})" if latest else "the start"
+        count = f"{request.restarts}/{self.settings.max_restarts}"
+        self._log(request.trial_id, f"restarting trial {request.trial_id} from {start} ({count})")
+        self._requeue(request)
+
+    def _stop_search(self, why: str) -> int:
+        """Fail fast (Ray Tune's ``fail_fast``): stop every trial, end the experiment in ERROR."""
+        self._log(None, why)
+        self._stop_all()
+        self._end(ExperimentState.ERROR, trial_state=TrialState.CANCELED)
+        return 1
 
     def _stored_metric(self, trial_id: int, total_batches: int) -> Optional[float]:
         for v in reversed(self.store.validation_metrics(trial_id)):

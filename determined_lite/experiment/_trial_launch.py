@@ -23,7 +23,7 @@ from determined_lite.config import (
 from determined_lite.experiment._warm_start import warm_start_checkpoint
 from determined_lite.launch import TrialProcess, WorkerSpec, launch
 from determined_lite.launch._watchdog import remove_heartbeats
-from determined_lite.runtime._failures import remove_no_restart
+from determined_lite.runtime._failures import remove_failure_points, remove_no_restart
 from determined_lite.runtime._spec import progress_path
 from determined_lite.store._paths import (
     checkpoint_root,
@@ -120,6 +120,7 @@ class TrialLauncher:
             if os.path.exists(stale):
                 os.unlink(stale)
         remove_no_restart(spec.result_path)
+        remove_failure_points(spec.result_path)
         remove_heartbeats(spec.result_path)
         process = launch(
             spec,

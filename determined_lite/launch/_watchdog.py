@@ -12,8 +12,14 @@ ranks run its loop), names the rank that is furthest behind (the fewest hooks en
 oldest: the stuck one; the others went on to wait for it in a collective) and calls
 ``on_stall`` with the message: at once on the stuck rank, after a grace period on the others,
 so that the launcher reports the stuck rank's failure. The worker then records the failure for
-its launcher and exits, and the launcher stops the others. A hang in the one process of a
-1-slot trial is caught the same way.
+its launcher (and the stuck rank prints its Python stack, :func:`main_thread_stack`) and exits,
+and the launcher stops the others. A hang in the one process of a 1-slot trial is caught the
+same way.
+
+Set-up (imports, joining the engine, the trial's ``__init__``, its data loaders, a script's
+code before its first Core API call: a heartbeat still at ``setup``) has its own clock,
+``$DET_LITE_SETUP_TIMEOUT`` (default: the larger of 1200 s and the stall timeout), so that a
+short per-hook timeout does not end a slow start.
 
 Horovod has no timeout of its own and torch.distributed's is 30 minutes and names rank 0;
 the default here (20 minutes) is below torch's, so the watchdog speaks first. Standard library
@@ -26,14 +32,18 @@ import dataclasses
 import glob
 import json
 import os
+import sys
 import threading
 import time
+import traceback
 from typing import Callable, List, Optional
 
 from determined_lite._timeouts import env_seconds
 
 STALL_TIMEOUT_ENV = "DET_LITE_STALL_TIMEOUT"
+SETUP_TIMEOUT_ENV = "DET_LITE_SETUP_TIMEOUT"
 DEFAULT_STALL_TIMEOUT_S = 1200.0
+SETUP_HOOK = "setup"  # a heartbeat's hook before the worker entered any
 _MAX_POLL_S = 5.0
 
 
@@ -42,12 +52,18 @@ def stall_timeout() -> Optional[float]:
     return env_seconds(STALL_TIMEOUT_ENV, DEFAULT_STALL_TIMEOUT_S) or None
 
 
+def setup_timeout(stall: float) -> float:
+    """``$DET_LITE_SETUP_TIMEOUT``: how long a worker's set-up may go without a hook (default:
+    the larger of 1200 s and the ``stall`` timeout; 0: set-up is never a stall)."""
+    return env_seconds(SETUP_TIMEOUT_ENV, max(DEFAULT_STALL_TIMEOUT_S, stall)) or float("inf")
+
+
 @dataclasses.dataclass
 class Heartbeat:
     """Where one worker is: the hook it entered last, the batch, and when (epoch seconds)."""
 
     rank: int
-    hook: str = "setup"
+    hook: str = SETUP_HOOK
     batch: Optional[int] = None
     since: float = dataclasses.field(default_factory=time.time)
     # Hooks every rank enters, counted: ranks run the same sequence, so the lowest count is the
@@ -98,10 +114,18 @@ def _write(path: str, beat: Heartbeat) -> None:
 
 
 def stall_message(stuck: Heartbeat, timeout: float, now: float) -> str:
+    knob = SETUP_TIMEOUT_ENV if stuck.hook == SETUP_HOOK and stuck.position == 0 else STALL_TIMEOUT_ENV
     return (
         f"stalled: {stuck.describe()} made no progress for {now - stuck.since:.0f} s "
-        f"(${STALL_TIMEOUT_ENV}={timeout:g}); stopping every worker of the trial"
+        f"(${knob}={timeout:g}); stopping every worker of the trial"
     )
+
+
+def main_thread_stack() -> List[traceback.FrameSummary]:
+    """The Python stack of this process's main thread (where the trial runs), most recent call
+    last: where a stalled rank is stuck."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    return list(traceback.extract_stack(frame)) if frame is not None else []
 
 
 class StallWatchdog:
@@ -113,8 +137,11 @@ class StallWatchdog:
         result_path: str,
         timeout: float,
         on_stall: Callable[[str], None],
+        setup_timeout: Optional[float] = None,
     ) -> None:
         self.heartbeat, self.result_path, self.timeout = heartbeat, result_path, timeout
+        self.setup_timeout = timeout if setup_timeout is None else setup_timeout
+        self.stuck: Optional[Heartbeat] = None  # the rank named stuck, set before ``on_stall``
         self._on_stall = on_stall
         self._poll = min(_MAX_POLL_S, max(0.05, timeout / 10))
         # A rank waiting on the stuck one gives the stuck rank's watchdog this long to report
@@ -139,13 +166,19 @@ class StallWatchdog:
             except OSError:
                 pass  # the watchdog still works for this rank alone
             now = time.time()
-            if now - beat.since < self.timeout:
+            if now - beat.since < self.limit(beat):
                 continue
             peers = [b for b in read_heartbeats(self.result_path) if b.rank != beat.rank]
-            if any(now - b.since < self.timeout for b in peers):
+            if any(now - b.since < self.limit(b) for b in peers):
                 continue  # another rank made progress: the trial did
             stuck = min(peers + [beat], key=lambda b: (b.position, b.since, b.rank))
             if stuck.rank != beat.rank and self._stop.wait(self._grace):
                 return  # the stuck rank's own watchdog spoke first and the launcher stopped us
-            self._on_stall(stall_message(stuck, self.timeout, time.time()))
+            self.stuck = stuck
+            self._on_stall(stall_message(stuck, self.limit(stuck), time.time()))
             return
+
+    def limit(self, beat: Heartbeat) -> float:
+        """How long ``beat`` may stay where it is: set-up has its own clock."""
+        in_setup = beat.hook == SETUP_HOOK and beat.position == 0
+        return self.setup_timeout if in_setup else self.timeout

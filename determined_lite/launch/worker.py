@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import runpy
 import socket
 import sys
 import threading
@@ -29,9 +30,21 @@ from determined_lite._errors import (
 from determined_lite.launch._exit import exit_now
 from determined_lite.launch._fit import fit_plan, result_of, trial_info
 from determined_lite.launch._logs import install_rank_prefix
-from determined_lite.launch._watchdog import Heartbeat, StallWatchdog, stall_timeout
+from determined_lite.launch._watchdog import (
+    Heartbeat,
+    StallWatchdog,
+    main_thread_stack,
+    setup_timeout,
+    stall_timeout,
+)
 from determined_lite.pytorch._callback import PyTorchCallback
-from determined_lite.runtime._failures import FailureKind, NoRestart, record_no_restart
+from determined_lite.runtime._failures import (
+    FailureKind,
+    FailurePoint,
+    NoRestart,
+    record_failure_point,
+    record_no_restart,
+)
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.store._paths import restrict_umask
 
@@ -96,6 +109,13 @@ class ProgressWatch(PyTorchCallback):
             return False
         return bool(self._context.harness.state.batches_done > self._first_batch)
 
+    @property
+    def batches_done(self) -> Optional[int]:
+        """The batches the trial had completed (None before the loop started)."""
+        if self._context is None or self._first_batch is None:
+            return None
+        return int(self._context.harness.state.batches_done)
+
 
 class StallWatch(PyTorchCallback):
     """A core callback keeping this worker's :class:`Heartbeat` at the hook it entered last
@@ -147,9 +167,17 @@ def _start_watchdog(spec: WorkerSpec, dist: Any) -> Tuple[Optional[StallWatchdog
 
     def on_stall(message: str) -> None:
         error = StallError(message)
-        sys.stderr.write(f"det-lite: {message}\n")
+        stuck = watchdog.stuck or beat
+        stack = main_thread_stack() if stuck.rank == dist.rank else []
+        shown = [f for f in stack if _is_user_frame(f.filename)] or stack  # a hang in det-lite: all
+        where = "".join(traceback.format_list(shown))
+        where = f"rank {dist.rank} is stuck here (most recent call last):\n{where}" if shown else ""
+        sys.stderr.write(f"det-lite: {message}\n{where}")
         sys.stderr.flush()
         dist.record_failure(error)  # the launcher names this error for the trial
+        place = _frame_place(stack[-1]) if stack else None
+        point = FailurePoint(stuck.rank, f"StallError: stalled in {stuck.hook}", stuck.batch, place)
+        record_failure_point(spec.result_path, dist.rank, point)
         if dist.is_chief:
             result = WorkerResult(WorkerStatus.ERROR, error=f"rank {dist.rank}: StallError: {message}")
             try:
@@ -158,7 +186,7 @@ def _start_watchdog(spec: WorkerSpec, dist: Any) -> Tuple[Optional[StallWatchdog
                 pass
         os._exit(1)  # the main thread is stuck: no teardown; the launcher stops the others
 
-    watchdog = StallWatchdog(beat, spec.result_path, timeout, on_stall).start()
+    watchdog = StallWatchdog(beat, spec.result_path, timeout, on_stall, setup_timeout(timeout)).start()
     return watchdog, [("_stall_watch", StallWatch(beat))]
 
 
@@ -166,12 +194,14 @@ class StallError(RuntimeError):
     """A worker made no progress for ``$DET_LITE_STALL_TIMEOUT`` seconds."""
 
 
-def failure_kind(error: BaseException, progressed: bool) -> Optional[FailureKind]:
-    """Why a trial that failed with ``error`` should not be restarted; None: restart it."""
-    if find_trial_check(error) is not None:
-        return FailureKind.TRIAL_CHECK
+def failure_kind(error: BaseException, progressed: bool, script: bool = False) -> Optional[FailureKind]:
+    """Why a trial that failed with ``error`` should not be restarted; None: restart it
+    (``script``: a script trial, whose progress is what it reported)."""
+    check = find_trial_check(error)
+    if check is not None:
+        return FailureKind.TRIAL_CHECK if check.every_trial else FailureKind.TRIAL_CHECK_ONE
     if not progressed:
-        return FailureKind.BEFORE_PROGRESS
+        return FailureKind.BEFORE_REPORT if script else FailureKind.BEFORE_PROGRESS
     return None
 
 
@@ -243,7 +273,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     install_rank_prefix(dist.rank, dist.size)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.chdir(spec.context_dir)  # as in Determined: the trial runs inside its context directory
-    code = 0
     watch = ProgressWatch()
     watchdog, stall_callbacks = _start_watchdog(spec, dist)
     try:
@@ -268,33 +297,77 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _save_result(result, spec, say_full=False)  # the line above says enough
             dist.abort()
             return 1
-        if dist.size > 1 and dist.is_peer_failure(e):
-            # Another worker failed first; its error is the one to report, once.
-            sys.stderr.write(f"det-lite: stopping: another worker failed ({type(e).__name__})\n")
-        else:
-            sys.stderr.write(traceback.format_exc())
-            kind = failure_kind(e, watch.progressed or _script_progressed())
-            if kind is not None:
-                record_no_restart(spec.result_path, NoRestart(dist.rank, kind, _first_line(e)))
-        sys.stderr.flush()
-        result = WorkerResult(status=WorkerStatus.ERROR, error=f"rank {dist.rank}: {type(e).__name__}: {e}")
-        code = 1
+        _report_error(e, spec, dist, watch)
         if dist.is_chief:
-            _save_result(result, spec)
+            error = f"rank {dist.rank}: {type(e).__name__}: {e}"
+            _save_result(WorkerResult(status=WorkerStatus.ERROR, error=error), spec)
         dist.abort()
-        return code
+        return 1
     if dist.is_chief:
         _save_result(result, spec)
     dist.close()
-    return code
+    return 0
 
 
-def _script_progressed() -> bool:
-    """Whether a script trial reported progress through the Core API (its own loop)."""
+def _report_error(error: BaseException, spec: WorkerSpec, dist: Any, watch: ProgressWatch) -> None:
+    """Print the error this worker failed with (once: a peer's failure only says so) and record
+    whether a restart could help (:func:`failure_kind`) and where it failed (a repeat of that
+    is not retried)."""
+    if dist.size > 1 and dist.is_peer_failure(error):
+        # Another worker failed first; its error is the one to report, once.
+        sys.stderr.write(f"det-lite: stopping: another worker failed ({type(error).__name__})\n")
+        sys.stderr.flush()
+        return
+    check = find_trial_check(error)
+    sys.stderr.write(traceback.format_exc() if check is None else check_error_text(check))
+    sys.stderr.flush()
+    script, batch = _script_trial(), watch.batches_done
+    if script is None or batch is not None:  # a class, or a script's Trainer.fit: the loop's batches
+        kind = failure_kind(error, watch.progressed or bool(script and script.progressed))
+    else:  # a script's own loop: what it reported through the Core API is its progress
+        kind = failure_kind(error, bool(script.progressed), script=True)
+        batch = int(script.steps_completed)
+    if kind is not None:
+        record_no_restart(spec.result_path, NoRestart(dist.rank, kind, _first_line(error)))
+    point = FailurePoint(dist.rank, _first_line(error), batch, innermost_frame(error))
+    record_failure_point(spec.result_path, dist.rank, point)
+
+
+def _script_trial() -> Any:
+    """The script trial this worker runs (``launch/_script.ScriptTrial``), None for a class."""
     from determined_lite.runtime._cluster import active_trial
 
-    script = active_trial()
-    return script is not None and bool(script.progressed)
+    return active_trial()
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_RUNPY = os.path.abspath(runpy.__file__)
+
+
+def _is_user_frame(filename: str) -> bool:
+    """A frame of the user's code: not det-lite's (its ``determined`` alias included), not runpy's."""
+    path = os.path.abspath(filename)
+    return not (path.startswith(_PACKAGE_DIR) or path == _RUNPY or filename.startswith("<frozen runpy"))
+
+
+def check_error_text(error: BaseException) -> str:
+    """How a :class:`TrialCheckError` is printed: the user's frames that led to it (a typo's line
+    in ``__init__``), never det-lite's own; one line when none is the user's."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if _is_user_frame(f.filename)]
+    line = f"{type(error).__name__}: {error}\n"
+    if not frames:
+        return f"det-lite: {line}"
+    return "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) + line
+
+
+def innermost_frame(error: BaseException) -> Optional[str]:
+    """``file:line in function`` of the frame that raised ``error`` (None without a traceback)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return _frame_place(frames[-1]) if frames else None
+
+
+def _frame_place(frame: traceback.FrameSummary) -> str:
+    return f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
 
 
 def _first_line(error: BaseException) -> str:

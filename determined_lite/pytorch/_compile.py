@@ -41,7 +41,11 @@ GraphKey = Tuple[Any, ...]
 
 
 class GraphChangedError(TrialCheckError, RuntimeError):
-    """A compiled model's graph changed between iterations (the static-graph contract)."""
+    """A compiled model's graph changed between iterations (the static-graph contract). What
+    retraces may depend on the hyperparameters (a branch or a shape one of them decides): it
+    ends its trial, not the search."""
+
+    every_trial = False
 
 
 class CompilerMissingError(ActionRequired, RuntimeError):

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 import torch
 
-from determined_lite._errors import ReducerUseError
+from determined_lite._errors import ReducerUseError, UndefinedHParamError
 from determined_lite.config import TrainingSettings
 from determined_lite.distributed import DistributedContext, SingleProcessContext
 from determined_lite.pytorch._compile import compile_wrapped_model
@@ -120,7 +120,7 @@ class PyTorchTrialContext:
         if name not in self._hparams:
             close = difflib.get_close_matches(name, [str(k) for k in self._hparams], n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(
+            raise UndefinedHParamError(
                 f"hyperparameter {name!r} is not defined; {hint}defined hyperparameters: "
                 f"{sorted(self._hparams) or 'none'}"
             )

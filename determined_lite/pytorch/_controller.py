@@ -17,7 +17,12 @@ from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 import torch
 
-from determined_lite._errors import MetricTypeError, MissingMetricError, NotADataLoaderError
+from determined_lite._errors import (
+    MetricTypeError,
+    MissingMetricError,
+    NotADataLoaderError,
+    OutputTypeError,
+)
 from determined_lite.config import (
     DEFAULT_SMALLER_IS_BETTER,
     CheckpointPolicy,
@@ -418,7 +423,7 @@ class TrialController:
             return {"loss": out.detach()}
         if isinstance(out, dict):
             return {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
-        raise TypeError(
+        raise OutputTypeError(
             f"{type(self.trial).__name__}.train_batch() must return a torch.Tensor (the loss) or a "
             f"dict of metric names to values, got {type(out).__name__}"
         )

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple, Union
 
 import torch
 
+from determined_lite._errors import OutputTypeError
 from determined_lite.config._settings import TEST_MODE_VALIDATION_BATCHES
 from determined_lite.pytorch import _rng
 from determined_lite.pytorch._context import PyTorchTrialContext
@@ -132,7 +133,7 @@ class Validation:
             else:
                 out = trial.evaluate_batch(batch)
             if not isinstance(out, dict):
-                raise TypeError(
+                raise OutputTypeError(
                     f"{type(trial).__name__}.evaluate_batch() must return a dict of metric names "
                     f"to values, got {type(out).__name__}"
                 )
@@ -159,7 +160,7 @@ class Validation:
                     )
                 metrics = self.trial.evaluate_full_dataset(loader)
                 if not isinstance(metrics, dict):
-                    raise TypeError(
+                    raise OutputTypeError(
                         f"{type(self.trial).__name__}.evaluate_full_dataset() must return a dict "
                         f"of metric names to values, got {type(metrics).__name__}"
                     )

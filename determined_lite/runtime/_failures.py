@@ -12,6 +12,9 @@ caused the others (``launch/_failures.py``). The files, JSON objects of
   records the first failure of its workers there, for the process supervising the agents.
 - ``<result>.no-restart.rank<N>.json``: worker ``N`` (any engine) failed with an error a restart
   would meet again (:class:`NoRestart`); the runner then ends the trial instead of restarting it.
+- ``<result>.failed-at.rank<N>.json``: where worker ``N`` saw the trial fail (:class:`FailurePoint`:
+  the failing rank, the error, the batch, the place); the runner compares it with the previous
+  run's to stop a failure that recurs.
 
 Worker-side (``distributed/`` records here) and standard library only: launchers run without torch.
 """
@@ -183,14 +186,19 @@ class FailureKind(TextEnum):
     restarted up to ``max_restarts`` times and records nothing."""
 
     BEFORE_PROGRESS = "before_progress"  # raised before this run completed a batch
-    TRIAL_CHECK = "trial_check"  # det-lite's check of the trial's outputs (TrialCheckError)
+    BEFORE_REPORT = "before_report"  # a script raised before it reported progress past its start
+    TRIAL_CHECK = "trial_check"  # det-lite's check of the trial (TrialCheckError), every trial's
+    TRIAL_CHECK_ONE = "trial_check_one"  # one that may depend on the hyperparameter values
 
 
 _KIND_REASONS = {
     FailureKind.BEFORE_PROGRESS: "it failed before completing a batch, so a restart would fail alike",
-    FailureKind.TRIAL_CHECK: (
-        "det-lite's check of what the trial returned failed, so a restart would fail alike"
+    FailureKind.BEFORE_REPORT: (
+        "the script failed before it reported any training progress past its start, so a restart "
+        "would fail alike"
     ),
+    FailureKind.TRIAL_CHECK: "det-lite's check of the trial failed, so a restart would fail alike",
+    FailureKind.TRIAL_CHECK_ONE: "det-lite's check of the trial failed, so a restart would fail alike",
 }
 
 
@@ -204,6 +212,21 @@ class NoRestart:
 
     def reason(self) -> str:
         return f"rank {self.rank}: {self.error}: {_KIND_REASONS[self.kind]}"
+
+    @property
+    def fails_every_trial(self) -> bool:
+        """det-lite's check of the trial's code (a typo, a metric it never gives): every trial of
+        the search would fail it alike. Errors that may depend on the hyperparameters (InvalidHP,
+        a NaN for one lr, anything before the first batch, a compiled graph's shape) are not."""
+        return self.kind is FailureKind.TRIAL_CHECK
+
+    def search_stop(self, trial_id: int) -> str:
+        """The one line that stops a search after trial ``trial_id`` failed det-lite's check."""
+        return (
+            f"stopping the search: trial {trial_id} failed det-lite's check "
+            f"({self.error.partition(':')[0]}, above), which every trial would fail alike; fix it "
+            "and create the experiment again"
+        )
 
 
 def no_restart_file(result_path: str, rank: int) -> str:
@@ -235,3 +258,80 @@ def read_no_restart(result_path: str) -> List[NoRestart]:
 
 def remove_no_restart(result_path: str) -> None:
     remove_failures(glob.glob(glob.escape(result_path) + ".no-restart.rank*.json*"))
+
+
+# --- where a run failed (a failure that recurs there is not retried) -----------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FailurePoint:
+    """Where a run of a trial failed: rank ``rank`` with ``error`` (``Type: first line``, or
+    ``StallError`` for a stall) after ``batch`` batches, at ``place`` (the innermost frame of the
+    error, or the hook a stalled rank entered last)."""
+
+    rank: int
+    error: str
+    batch: Optional[int] = None
+    place: Optional[str] = None
+
+    def recurs(self, previous: Optional["FailurePoint"]) -> bool:
+        """Whether this failure repeats ``previous``: the same rank at the same batch, with the
+        same error or at the same place. det-lite replays a run exactly (data order, RNG
+        streams, weights from the checkpoint), so such a failure would recur on every restart."""
+        if previous is None or (self.rank, self.batch) != (previous.rank, previous.batch):
+            return False
+        return self.error == previous.error or (self.place is not None and self.place == previous.place)
+
+    def describe(self) -> str:
+        at = f" after {self.batch} batches" if self.batch is not None else ""
+        where = f" ({self.place})" if self.place else ""
+        return f"rank {self.rank}: {self.error}{at}{where}"
+
+    def repeat_reason(self) -> str:
+        """Why a run that failed here again is not restarted (the runner's note)."""
+        again = "stalled again" if self.error.startswith("StallError") else "failed again"
+        return (
+            f"it {again} the same way ({self.describe()}); det-lite replays a run exactly, "
+            "so a restart would fail alike"
+        )
+
+
+def repeat_reason(point: Optional[FailurePoint], previous: Optional[FailurePoint]) -> Optional[str]:
+    """Why a run that failed at ``point`` is not restarted when the run before failed at
+    ``previous`` the same way; None when it may be restarted."""
+    return point.repeat_reason() if point is not None and point.recurs(previous) else None
+
+
+def failure_point_file(result_path: str, rank: int) -> str:
+    return f"{result_path}.failed-at.rank{rank}.json"
+
+
+def record_failure_point(result_path: str, writer: int, point: FailurePoint) -> None:
+    """In worker ``writer``: say where the trial failed (beside its result)."""
+    path = failure_point_file(result_path, writer)
+    try:
+        write_failure_json(path, dataclasses.asdict(point))
+    except OSError as e:  # reporting must not hide the error being reported
+        logger.warning("could not record where this worker failed in %s: %s", path, e)
+
+
+def read_failure_point(result_path: str) -> Optional[FailurePoint]:
+    """Where the last run failed, as its lowest-ranked writer recorded it (None: unknown)."""
+    for path in sorted(glob.glob(glob.escape(result_path) + ".failed-at.rank*.json")):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            batch, place = data.get("batch"), data.get("place")
+            return FailurePoint(
+                rank=int(data["rank"]),
+                error=str(data["error"]),
+                batch=None if batch is None else int(batch),
+                place=None if place is None else str(place),
+            )
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue
+    return None
+
+
+def remove_failure_points(result_path: str) -> None:
+    remove_failures(glob.glob(glob.escape(result_path) + ".failed-at.rank*.json*"))

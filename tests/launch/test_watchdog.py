@@ -17,6 +17,7 @@ from determined_lite.launch._watchdog import (
     StallWatchdog,
     heartbeat_file,
     read_heartbeats,
+    setup_timeout,
     stall_timeout,
 )
 from tests.cli_helpers import REPO, cli, describe, write_config
@@ -36,6 +37,32 @@ def test_the_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DET_LITE_STALL_TIMEOUT", "soon")
     with pytest.raises(ValueError, match=r"\$DET_LITE_STALL_TIMEOUT must be a number of seconds"):
         stall_timeout()
+    # Set-up has its own clock (issue 28, item 3): a short per-hook timeout does not shorten it.
+    monkeypatch.delenv("DET_LITE_SETUP_TIMEOUT", raising=False)
+    assert setup_timeout(2.5) == 1200.0 and setup_timeout(3600) == 3600
+    monkeypatch.setenv("DET_LITE_SETUP_TIMEOUT", "30")
+    assert setup_timeout(2.5) == 30
+    monkeypatch.setenv("DET_LITE_SETUP_TIMEOUT", "0")
+    assert setup_timeout(2.5) == float("inf")
+
+
+@pytest.mark.slow
+def test_setup_has_its_own_clock(tmp_path) -> None:
+    # A worker still in set-up (imports, the process group) is timed by the set-up clock; once
+    # it entered a hook, the per-hook timeout applies.
+    beat = Heartbeat(rank=0, since=time.time() - 5)
+    said: list = []
+    watchdog = StallWatchdog(beat, str(tmp_path / "result.json"), 0.5, said.append, setup_timeout=60)
+    watchdog.start()
+    time.sleep(1.5)
+    assert said == []
+    beat.enter("train_batch", 0)
+    deadline = time.monotonic() + budget(10)
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watchdog.stop()
+    assert len(said) == 1 and said[0].startswith("stalled: rank 0 in train_batch (batch 0)")
+    assert watchdog.stuck is not None and watchdog.stuck.hook == "train_batch"
 
 
 @pytest.mark.slow
@@ -86,8 +113,9 @@ def test_a_hung_rank_ends_the_trial_and_is_named(tmp_path, slots, backend, hang_
         resources={"slots_per_trial": slots, "distributed_backend": backend},
         **{"hyperparameters.hang_at": 3, "hyperparameters.hang_rank": hang_rank},
     )
-    # 10 s: the watchdog also times a worker's setup (imports, the process group), which took
-    # over 4 s on a loaded 2-core machine and named the wrong rank.
+    # 10 s: before set-up had its own clock ($DET_LITE_SETUP_TIMEOUT, issue 28 item 3), the
+    # watchdog timed a worker's set-up (imports, the process group) with this timeout, which
+    # took over 4 s on a loaded 2-core machine and named the wrong rank.
     proc = cli("experiment", "create", path, LINEAR, env={**os.environ, "DET_LITE_STALL_TIMEOUT": "10"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (trial,) = describe(1)["trials"]
@@ -147,3 +175,27 @@ def test_core_api_calls_are_progress_and_the_stall_names_the_last_one(tmp_path) 
     logs = cli("trial", "logs", str(hung["id"]), check=True).stdout
     last = "core_context.train.report_training_metrics(steps_completed=3)"
     assert f"stalled: rank 0 in the script after {last} made no progress for 1" in logs, logs
+
+
+@pytest.mark.timeout(300)
+def test_a_hung_script_shows_its_stack_and_is_not_restarted_at_the_same_place(tmp_path) -> None:
+    # Issue 28, item 3: a hung script was restarted twice (three times the timeout) with no word
+    # of where it hung. Its stack is in the trial's log; the restart hangs at the same place, so
+    # there is no third run.
+    path = write_config(
+        os.path.join(SCRIPTS, "core.yaml"), tmp_path, max_restarts=3, **{"hyperparameters.hang_at": 3}
+    )
+    env = {**os.environ, "DET_LITE_STALL_TIMEOUT": "6"}
+    proc = cli("experiment", "create", path, SCRIPTS, env=env, timeout=280)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "ERROR" and trial["restarts"] == 1, trial
+    logs = cli("trial", "logs", str(trial["id"]), check=True).stdout
+    assert logs.count("rank 0 is stuck here (most recent call last):") == 2, logs
+    assert 'core_train.py", line' in logs and "in wait\n" in logs and "time.sleep(3600)" in logs
+    assert "determined_lite/launch" not in logs  # the script's frames, not det-lite's
+    last = "core_context.train.report_training_metrics(steps_completed=3)"
+    assert (
+        f"not restarted: it stalled again the same way (rank 0: StallError: stalled in the script "
+        f"after {last} (core_train.py:" in logs
+    ), logs
