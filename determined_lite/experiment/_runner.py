@@ -88,9 +88,7 @@ class ExperimentRunner:
         self.launcher = TrialLauncher.of(
             store, experiment, self.settings, self.searcher_settings, test_mode, pass_fds
         )
-        self.searcher = make_searcher(
-            self.searcher_settings, self.config["hyperparameters"], self.settings.experiment_seed
-        )
+        self.searcher = self._searcher(single=test_mode)
         self.requests: Dict[str, TrialRequest] = {}
         self.queue: List[str] = []
         self.running: Dict[str, _Run] = {}
@@ -111,8 +109,17 @@ class ExperimentRunner:
         state = SearchState(self.requests, self.queue, self.shutdown, self.held)
         self.store.save_searcher_state(self.id, state.to_json(self.searcher))
 
+    def _searcher(self, single: bool) -> Any:
+        """The config's searcher; ``single``: one trial of its space (--test, as Determined's)."""
+        settings = dataclasses.replace(self.searcher_settings, name="single") if single else None
+        space, seed = self.config["hyperparameters"], self.settings.experiment_seed
+        return make_searcher(settings or self.searcher_settings, space, seed)
+
     def _load_state(self) -> bool:
-        state = SearchState.load(self.store.load_searcher_state(self.id), self.searcher)
+        saved = self.store.load_searcher_state(self.id)
+        if saved and saved["searcher"].get("searcher") != self.searcher.name:  # a --test run's
+            self.searcher = self._searcher(single=True)
+        state = SearchState.load(saved, self.searcher)
         if state is None:
             return False
         self.requests, self.queue = state.requests, state.queue
