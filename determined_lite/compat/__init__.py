@@ -9,6 +9,9 @@ package provides ``determined`` as an alias of det-lite's objects:
   to modules that re-export det-lite's own classes, so ``det.pytorch.PyTorchTrial is
   determined_lite.pytorch.PyTorchTrial``. Workers call it before importing the entrypoint; it
   does nothing when a real ``determined`` is importable: a real installation always wins.
+  In other processes, ``_determined_lite_alias.AliasFinder`` (registered at interpreter start
+  by the ``determined_lite_alias.pth`` the install puts in site-packages) calls it on
+  ``import determined`` when no other finder found one.
 - :func:`determined_notice` is the line ``det-lite experiment create`` prints when the trial
   code imports ``determined``: which one the workers will import.
 """

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from determined_lite.config import SearcherSettings
 from determined_lite.searcher import Operation, SearchMethod, op_from_dict, op_to_dict
 
 
@@ -14,6 +15,28 @@ def trial_seed(experiment_seed: int, request_id: str) -> int:
     """A trial's seed: fixed by the experiment seed and the searcher's request id."""
     digest = hashlib.sha256(f"{experiment_seed}:{request_id}".encode()).digest()
     return int.from_bytes(digest[:4], "little") % (2**31)
+
+
+def metric_at_target(
+    validations: Sequence[Mapping[str, Any]],
+    total_batches: int,
+    length: int,
+    settings: SearcherSettings,
+) -> Optional[float]:
+    """The searcher metric a trial whose latest checkpoint is at ``total_batches`` reported
+    there, when that checkpoint is at or past ``length`` (searcher units) already: the run
+    the searcher asks for has nothing left to train, so the runner reports this instead of
+    starting it. None: not there yet, or not known (no validation at the checkpoint)."""
+    for v in reversed(validations):
+        metrics = v["metrics"]
+        if v["total_batches"] != total_batches or settings.metric not in metrics:
+            continue
+        name = settings.time_metric or settings.unit
+        reached = total_batches if name == "batches" else metrics.get(name)
+        if isinstance(reached, (int, float)) and reached >= length:
+            return float(metrics[settings.metric])
+        return None
+    return None
 
 
 @dataclasses.dataclass

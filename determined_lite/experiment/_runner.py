@@ -27,10 +27,11 @@ from determined_lite.config import (
     SearcherSettings,
     searched_paths,
 )
+from determined_lite.experiment._exit import errored_note
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
-from determined_lite.experiment._requests import SearchState, TrialRequest, trial_seed
+from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
 from determined_lite.experiment._trial_launch import TrialLauncher, available_slots
 from determined_lite.experiment._trial_logs import TrialLogs
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus
@@ -91,9 +92,7 @@ class ExperimentRunner:
         self.launcher = TrialLauncher.of(
             store, experiment, self.settings, self.searcher_settings, test_mode, pass_fds
         )
-        self.searcher = make_searcher(
-            self.searcher_settings, self.config["hyperparameters"], self.settings.experiment_seed
-        )
+        self.searcher = self._searcher(single=test_mode)
         self.requests: Dict[str, TrialRequest] = {}
         self.queue: List[str] = []
         self.running: Dict[str, _Run] = {}
@@ -116,8 +115,17 @@ class ExperimentRunner:
         state = SearchState(self.requests, self.queue, self.shutdown, self.held)
         self.store.save_searcher_state(self.id, state.to_json(self.searcher))
 
+    def _searcher(self, single: bool) -> Any:
+        """The config's searcher; ``single``: one trial of its space (--test, as Determined's)."""
+        settings = dataclasses.replace(self.searcher_settings, name="single") if single else None
+        space, seed = self.config["hyperparameters"], self.settings.experiment_seed
+        return make_searcher(settings or self.searcher_settings, space, seed)
+
     def _load_state(self) -> bool:
-        state = SearchState.load(self.store.load_searcher_state(self.id), self.searcher)
+        saved = self.store.load_searcher_state(self.id)
+        if saved and saved["searcher"].get("searcher") != self.searcher.name:  # a --test run's
+            self.searcher = self._searcher(single=True)
+        state = SearchState.load(saved, self.searcher)
         if state is None:
             return False
         self.requests, self.queue = state.requests, state.queue
@@ -287,6 +295,8 @@ class ExperimentRunner:
         assert request.pending is not None
         trial_id = request.trial_id
         latest = self._latest_checkpoint(trial_id)
+        if latest is not None and self._at_target(request, latest["total_batches"]):
+            return
         process, spec = self.launcher.start(
             trial_id,
             request.hparams,
@@ -302,6 +312,19 @@ class ExperimentRunner:
             resumed = f" from checkpoint {latest['uuid'][:SHORT_UUID]} (batch {latest['total_batches']})"
         self._log(trial_id, f"trial {trial_id} starts: {self.launcher.goal(request.pending)}{resumed}")
         self.progress.start(trial_id, request.hparams)
+
+    def _at_target(self, request: TrialRequest, total_batches: int) -> bool:
+        """Whether the trial's checkpoint at ``total_batches`` is at its pending length already:
+        then its validation there goes to the searcher, and no run starts (none is relaunched)."""
+        validations = self.store.validation_metrics(request.trial_id)
+        at = metric_at_target(validations, total_batches, request.pending or 0, self.searcher_settings)
+        if at is None or self.test_mode:
+            return False
+        why = f"is at its target already (batch {total_batches}): not run again"
+        self._log(request.trial_id, f"trial {request.trial_id} {why}")
+        request.trained, request.pending = request.pending or 0, None
+        self._apply(self.searcher.on_validation_completed(request.request_id, at, request.trained))
+        return True
 
     def _poll_running(self, pausing: bool) -> None:
         for rid, run in list(self.running.items()):
@@ -455,7 +478,7 @@ class ExperimentRunner:
         self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
         self._final(f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
-    def _end(self, state: ExperimentState, trial_state: TrialState) -> None:
+    def _end(self, state: ExperimentState, trial_state: TrialState, note: str = "") -> None:
         self._stopping()
         for request in self.requests.values():
             if not request.finished:
@@ -464,14 +487,14 @@ class ExperimentRunner:
         self._apply_retention()
         self.store.set_experiment_state(self.id, state)
         self._save_state()
-        self._final(f"experiment {self.id} {state}")
+        self._final(f"experiment {self.id} {state}{note}")
 
     def _complete(self) -> int:
         trials = self.store.list_trials(self.id)
         ok = any(t["state"] == TrialState.COMPLETED for t in trials)
-        self._end(
-            ExperimentState.COMPLETED if ok else ExperimentState.ERROR, trial_state=TrialState.COMPLETED
-        )
+        note = errored_note(trials, self.metric, self.searcher_settings.smaller_is_better) if ok else ""
+        state = ExperimentState.COMPLETED if ok else ExperimentState.ERROR
+        self._end(state, trial_state=TrialState.COMPLETED, note=note)
         return 0 if ok else 1
 
     # --- checkpoints ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
+from determined_lite.config import OWN_LENGTH
 from determined_lite.config.units import length_from_config
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
@@ -39,8 +40,9 @@ def trial_info(spec: WorkerSpec) -> Any:
 
 
 def fit_plan(spec: WorkerSpec, dist: Any, ctx: Any, extra_callbacks: Sequence[Tuple[str, Any]]) -> FitPlan:
-    """What ``Trainer.run`` trains in a worker: the searcher's length, the latest checkpoint, the
-    config's periods and policy, and the chief's store hooks (bound to ``ctx``)."""
+    """What ``Trainer.run`` trains in a worker: the searcher's length (None when the searcher sets
+    none: a script's ``fit`` gives its own), the latest checkpoint, the config's periods and
+    policy, and the chief's store hooks (bound to ``ctx``)."""
     from determined_lite.pytorch._fit_plan import CONFIG_FIELDS, FitPlan
 
     callbacks, should_stop = _experiment_hooks(spec, dist.is_chief)
@@ -49,8 +51,9 @@ def fit_plan(spec: WorkerSpec, dist: Any, ctx: Any, extra_callbacks: Sequence[Tu
         if hasattr(callback, "bind"):
             callback.bind(ctx)
     settings = spec.training_settings()
+    own = next(iter(spec.max_length.values())) == OWN_LENGTH
     return FitPlan(
-        max_length=length_from_config(spec.max_length, "max_length"),
+        max_length=None if own else length_from_config(spec.max_length, "max_length"),
         latest_checkpoint=spec.latest_checkpoint,
         test_mode=spec.test_mode,
         **{name: getattr(settings, name) for name in CONFIG_FIELDS},

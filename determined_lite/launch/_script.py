@@ -62,7 +62,7 @@ class ScriptTrial:
         self._reporter: Any = None
         self._reporter_made = False
         # What the Core API reported (det.core); the Trainer's result wins when there is one.
-        self.steps_completed = 0
+        self.steps_completed = checkpoint_batches(spec.latest_checkpoint)  # where this run starts
         self.validation: Optional[Dict[str, Any]] = None
         self.searcher_metric: Optional[float] = None
         self.checkpoints: List[Dict[str, Any]] = []
@@ -129,7 +129,26 @@ class ScriptTrial:
         (the run ends there: ``should_preempt()`` says so; the runner resumes it for more)."""
         name = self.time_metric
         value = (self.validation or {}).get(name) if name is not None else None
+        if value is None and name in ("batches", "records", "epochs"):
+            value = self._validation_progress(name)
         return self.target != OWN_LENGTH and isinstance(value, (int, float)) and value >= self.target
+
+    def _validation_progress(self, unit: str) -> Optional[float]:
+        """Where the last validation stands in ``unit`` when the script did not report it (as
+        Determined's training loops do): its ``steps_completed`` are batches; records and epochs
+        follow from ``global_batch_size`` and ``records_per_epoch`` when the config has them."""
+        if self._validation_steps is None:
+            return None
+        if unit == "batches":
+            return float(self._validation_steps)
+        batch_size = self.spec.hparams.get("global_batch_size")
+        if not isinstance(batch_size, int):
+            return None
+        records = self._validation_steps * batch_size
+        per_epoch = self.spec.exp_conf.get("records_per_epoch")
+        if unit == "records":
+            return float(records)
+        return records / per_epoch if isinstance(per_epoch, int) and per_epoch > 0 else None
 
     def experiment_best_validation(self) -> Optional[float]:
         settings = self.spec.training_settings()

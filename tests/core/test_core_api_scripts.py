@@ -95,6 +95,62 @@ def test_a_script_with_no_searcher_length_trains_to_its_own(tmp_path):
     assert trial["best_validation"] == pytest.approx(val_loss(w), rel=1e-12)
 
 
+def asha_over_own_length(tmp_path: Any, **hparams: Any) -> str:
+    """Two trials of ASHA (rungs at 4 and 8 ``batches_seen``) over the script's own length (8
+    batches unless ``hparams`` say otherwise)."""
+    return write_config(
+        tmp_path,
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "val_loss",
+            "time_metric": "batches_seen",
+            "max_time": 8,
+            "max_trials": 2,
+            "max_rungs": 2,
+            "divisor": 2,
+            "mode": "aggressive",
+        },
+        hyperparameters={
+            "lr": {"type": "double", "minval": 0.005, "maxval": 0.02},
+            "own_length": 8,
+            **hparams,
+        },
+        **{"reproducibility.experiment_seed": 1},
+    )
+
+
+def test_asha_never_relaunches_a_trial_already_at_its_target(tmp_path):
+    """A script that never asks ``should_preempt()`` trains past its rung (to its own 8 batches);
+    ASHA's promotion to 8 then finds it there: it is not run again (it would report nothing
+    new and end as ERROR), its validation at 8 goes to the searcher."""
+    path = asha_over_own_length(tmp_path, preempt=False)
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "is at its target already (batch 8): not run again" in proc.stdout
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED"
+    assert [t["state"] for t in exp["trials"]] == ["COMPLETED", "COMPLETED"]
+    assert [t["total_batches"] for t in exp["trials"]] == [8, 8]
+    assert len(re.findall(r"trial \d+ starts", proc.stdout)) == 2  # one run each
+
+
+def test_a_search_whose_best_trial_errored_says_so_in_its_final_line(tmp_path):
+    """ASHA promotes the best trial, whose resumed run fails: the experiment completes (as in
+    Determined: its other trial completed; exit 0), and the final line says which trial
+    errored, that it was the best, and where its logs are."""
+    path = asha_over_own_length(tmp_path, fail_on_resume=True)
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    exp = describe(1)
+    (errored,) = [t for t in exp["trials"] if t["state"] == "ERROR"]
+    assert exp["state"] == "COMPLETED" and errored["total_batches"] == 4
+    final = proc.stdout.strip().splitlines()[-1]
+    assert final == (
+        f"experiment 1 COMPLETED; 1 of 2 trials ERROR: {errored['id']} (the best by val_loss "
+        f"among them); see det-lite trial logs {errored['id']}"
+    )
+
+
 def test_report_early_exit_ends_only_that_trial(tmp_path):
     """``report_early_exit(INVALID_HP)``: Determined ends that trial; the search goes on."""
     path = write_config(
@@ -149,21 +205,7 @@ def test_time_metric_and_max_time_drive_asha_for_a_script_that_sets_its_own_leng
     and ``max_time``, no searcher operations; the script trains to its own length. A run ends
     (``should_preempt()``) once ``batches_seen`` reaches the rung; the promoted trial resumes
     there and equals an uninterrupted run."""
-    path = write_config(
-        tmp_path,
-        searcher={
-            "name": "adaptive_asha",
-            "metric": "val_loss",
-            "time_metric": "batches_seen",
-            "max_time": 8,
-            "max_trials": 2,
-            "max_rungs": 2,
-            "divisor": 2,
-            "mode": "aggressive",
-        },
-        hyperparameters={"lr": {"type": "double", "minval": 0.005, "maxval": 0.02}, "own_length": 100},
-        **{"reproducibility.experiment_seed": 1},
-    )
+    path = asha_over_own_length(tmp_path, own_length=100)
     proc = cli("experiment", "create", path, SCRIPTS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "train to 4 batches_seen" in proc.stdout

@@ -80,6 +80,41 @@ def test_step_3_adaptive_asha_over_epochs(tmp_path):
     assert max(t["total_batches"] for t in exp["trials"]) == 4 * BATCHES_PER_EPOCH
 
 
+def test_step_3_adaptive_asha_over_batches_stops_each_trial_at_its_rung(tmp_path):
+    """``time_metric: batches`` with the tutorial as written (it validates each epoch and reports
+    ``epochs``, not ``batches``): ``should_preempt()`` is true at the first validation at or past
+    the rung (25 then 50 batches: 2 and 3 epochs); a promoted trial resumes from its checkpoint;
+    the summary names the best trial and the experiment completes."""
+    path = write_config(
+        tmp_path,
+        "adaptive.yaml",
+        entrypoint="python3 3_hpsearch.py --epochs 4",
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "test_loss",
+            "smaller_is_better": True,
+            "max_trials": 3,
+            "max_rungs": 2,
+            "divisor": 2,
+            "mode": "aggressive",
+            "time_metric": "batches",
+            "max_time": 50,
+        },
+    )
+    proc = cli("experiment", "create", path, TUTORIAL, timeout=500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "train to 25 batches" in proc.stdout and "train to 50 batches" in proc.stdout
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED" and len(exp["trials"]) == 3
+    assert all(t["state"] == "COMPLETED" for t in exp["trials"])
+    ends = {t["total_batches"] for t in exp["trials"]}
+    assert ends == {2 * BATCHES_PER_EPOCH, 3 * BATCHES_PER_EPOCH}  # the first epoch past each rung
+    for trial in exp["trials"]:
+        epochs = [v["metrics"]["epochs"] for v in trial["validation_metrics"]]
+        assert epochs == list(range(1, trial["total_batches"] // BATCHES_PER_EPOCH + 1))
+    assert "best trial" in proc.stdout
+
+
 def test_step_4_distributed_on_two_workers(tmp_path):
     path = write_config(
         tmp_path,

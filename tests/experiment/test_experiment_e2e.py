@@ -102,6 +102,35 @@ def test_test_mode_runs_two_steps(tmp_path):
     assert len(trial["checkpoints"]) == 1
 
 
+@pytest.mark.parametrize(
+    "searcher",
+    [
+        {"name": "grid", "metric": "val_loss", "max_length": {"batches": 12}},
+        {
+            "name": "adaptive_asha",
+            "metric": "val_loss",
+            "max_length": {"batches": 12},
+            "max_trials": 4,
+            "mode": "aggressive",
+        },
+    ],
+    ids=["grid", "asha"],
+)
+def test_test_mode_on_a_search_runs_one_trial(tmp_path, searcher):
+    """``--test`` checks the model definition once, as Determined's test mode (a ``single``
+    searcher): one trial of the 4 the search would run."""
+    lr = {"type": "categorical", "vals": [0.01, 0.02, 0.03, 0.04]}
+    if searcher["name"] != "grid":
+        lr = {"type": "double", "minval": 0.01, "maxval": 0.04}
+    path = write_config(tmp_path, searcher=searcher, **{"hyperparameters.lr": lr})
+    proc = cli("experiment", "create", path, LINEAR, "--test")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Model definition test succeeded" in proc.stdout
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 2
+    assert 0.01 <= trial["hparams"]["lr"] <= 0.04
+
+
 def test_config_error_exits_2_naming_the_field(tmp_path):
     path = write_config(tmp_path, **{"searcher.max_length": {"steps": 10}})
     proc = cli("experiment", "create", path, LINEAR)

@@ -66,6 +66,28 @@ def test_a_trainer_script_runs_with_its_cluster_info(tmp_path):
     }
 
 
+def test_a_trainer_script_with_no_searcher_length_trains_to_fits_length(tmp_path):
+    """Determined >= 0.38: ``searcher: {name: single, metric: ...}`` with no length, the script
+    calling ``trainer.fit(max_length=pytorch.Epoch(3), latest_checkpoint=...)`` behind Determined's
+    launcher: the trial trains to fit's 3 epochs (12 batches), validating every 4."""
+    path = write_config(
+        tmp_path,
+        "trainer.yaml",
+        entrypoint="python3 -m determined.launch.torch_distributed python3 train.py",
+        searcher={"name": "single", "metric": "val_loss"},
+        **{"hyperparameters.epochs": 3},
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "train to the length the script sets" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 12
+    assert [v["total_batches"] for v in trial["validation_metrics"]] == [4, 8, 12]
+    w = weights(12, gamma=1.0)[-1]
+    assert trial["best_validation"] == pytest.approx(val_loss(w), rel=1e-9)
+
+
 def test_trainer_script_grid_in_list_form_after_the_launcher(tmp_path):
     """``entrypoint`` as a list with Determined's torch_distributed launcher prefix; a grid over
     lr: each trial's metrics are its closed form."""
