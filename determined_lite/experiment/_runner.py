@@ -27,15 +27,15 @@ from determined_lite.config import (
     SearcherSettings,
     searched_paths,
 )
-from determined_lite.experiment._exit import errored_note
+from determined_lite.experiment._endings import RunnerEndings
 from determined_lite.experiment._gc import reconcile_experiment
-from determined_lite.experiment._lock import RunnerLock, RunnerPhase
+from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
 from determined_lite.experiment._trial_launch import TrialLauncher, available_slots
 from determined_lite.experiment._trial_logs import TrialLogs
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus
-from determined_lite.reporting._retention import RetentionPolicy, apply_retention
+from determined_lite.reporting._retention import RetentionPolicy
 from determined_lite.runtime._failures import FailurePoint, read_failure_point, read_no_restart, repeat_reason
 from determined_lite.runtime._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
@@ -59,7 +59,7 @@ class _Run:
     length: int
 
 
-class ExperimentRunner:
+class ExperimentRunner(RunnerEndings):
     """Drives one experiment to completion (or pause/kill) and returns the exit code."""
 
     def __init__(
@@ -463,52 +463,6 @@ class ExperimentRunner:
         report = reconcile_experiment(self.store, self.id)
         for line in report.lines() + report.problems:
             self._log(None, line)
-
-    def _stopping(self) -> None:
-        """Tell contenders for the lock that this runner is exiting (before the state says so)."""
-        if self.lock is not None:
-            self.lock.record(os.getpid(), RunnerPhase.STOPPING)
-
-    def _mark_paused(self, why: str) -> None:
-        self._stopping()
-        for request in self.requests.values():
-            if not request.finished:
-                self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
-        self._apply_retention()
-        self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
-        self._final(f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
-
-    def _end(self, state: ExperimentState, trial_state: TrialState, note: str = "") -> None:
-        self._stopping()
-        for request in self.requests.values():
-            if not request.finished:
-                request.finished = True
-                self.store.update_trial(request.trial_id, state=trial_state)
-        self._apply_retention()
-        self.store.set_experiment_state(self.id, state)
-        self._save_state()
-        self._final(f"experiment {self.id} {state}{note}")
-
-    def _complete(self) -> int:
-        trials = self.store.list_trials(self.id)
-        ok = any(t["state"] == TrialState.COMPLETED for t in trials)
-        note = errored_note(trials, self.metric, self.searcher_settings.smaller_is_better) if ok else ""
-        state = ExperimentState.COMPLETED if ok else ExperimentState.ERROR
-        self._end(state, trial_state=TrialState.COMPLETED, note=note)
-        return 0 if ok else 1
-
-    # --- checkpoints ------------------------------------------------------------------------
-    def _apply_retention(self) -> None:
-        """The whole experiment's policy (each chief applies it to its trial as it registers)."""
-        unfinished = [r.trial_id for r in self.requests.values() if not r.finished]
-        apply_retention(self.store, self.id, self.retention, unfinished)
-
-    # --- logs -------------------------------------------------------------------------------
-    def _final(self, text: str) -> None:
-        """How the run ended: into the experiment's logs now, on the terminal once, after the
-        summary (``final_line``)."""
-        self.final_line = text
-        self._log(None, text, echo=False)
 
     # --- summary ----------------------------------------------------------------------------
     def summary(self) -> str:
