@@ -170,8 +170,7 @@ class ExperimentRunner:
 
     # --- main loop --------------------------------------------------------------------------
     def run(self, resume: bool = False) -> int:
-        self.store.set_experiment_state(self.id, ExperimentState.ACTIVE)
-        self.store.set_experiment_pid(self.id, os.getpid())
+        self.store.set_experiment_running(self.id, os.getpid())
         make_private_dirs(self.run_dir)
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")
         self._reconcile()

@@ -161,6 +161,21 @@ class Store(ExperimentRequests):
 
         self._write(body)
 
+    def set_experiment_running(self, experiment_id: int, pid: int) -> None:
+        """Record in one write that process ``pid`` runs the experiment and that it is ACTIVE:
+        a ``pause`` from then on is a request that process honours, never "already PAUSED"
+        (nor a state change behind the back of a runner that has not recorded itself yet)."""
+        token = process_token(pid)
+
+        def body(conn: sqlite3.Connection) -> None:
+            self._experiment_row(conn, experiment_id)
+            conn.execute(
+                "UPDATE experiments SET state = ?, ended_at = NULL, pid = ?, pid_token = ? WHERE id = ?",
+                (ExperimentState.ACTIVE, pid, token, experiment_id),
+            )
+
+        self._write(body)
+
     def experiment_process_alive(self, experiment_id: int) -> bool:
         """Whether the process recorded with ``set_experiment_pid`` still runs (pid reuse detected)."""
         row = self._read(lambda conn: self._experiment_row(conn, experiment_id))
