@@ -70,7 +70,10 @@ def run_experiment(experiment_id: int, *, test: bool, resume: bool, out: TextIO,
         code = runner.run(resume=resume)
     finally:
         lock.record(os.getpid(), RunnerPhase.STOPPING)
-    print(runner.summary(), file=out)
+    from determined_lite._terminal import terminal_width
+
+    # One column short of the edge, as the bars: writing the last column makes some terminals wrap.
+    print(runner.summary(width=terminal_width(out) - 1 if out.isatty() else None), file=out)
     if runner.final_line:
         print(runner.final_line, file=out)
     if test and code == EXIT_OK:

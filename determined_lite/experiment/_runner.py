@@ -165,7 +165,7 @@ class ExperimentRunner:
 
     def _finish(self, request: TrialRequest, state: TrialState) -> None:
         request.finished = True
-        self.store.update_trial(request.trial_id, state=state)
+        self.store.update_trial(request.trial_id, state=state, stopped_early=request.stopped_early)
         self._apply_retention()
 
     # --- main loop --------------------------------------------------------------------------
@@ -287,7 +287,7 @@ class ExperimentRunner:
             on_output=lambda line: self.logs.on_output(trial_id, line),
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
-        self.store.update_trial(trial_id, state=TrialState.ACTIVE)
+        self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
         resumed = ""
         if latest:
             resumed = f" from checkpoint {latest['uuid'][:SHORT_UUID]} (batch {latest['total_batches']})"
@@ -458,18 +458,23 @@ class ExperimentRunner:
 
     # --- logs -------------------------------------------------------------------------------
     def _final(self, text: str) -> None:
-        """How the run ended: into the experiment's logs now, on the terminal once, after the
-        summary (``final_line``)."""
+        """How the run ended: into the experiment's logs now, after the summary, and on the
+        terminal once, after the summary (``final_line``)."""
         self.final_line = text
+        # The summary a foreground run prints, also for `experiment logs -f` of a detached one.
+        for line in self.summary().splitlines():
+            self._log(None, line, echo=False)
         self._log(None, text, echo=False)
 
     # --- summary ----------------------------------------------------------------------------
-    def summary(self) -> str:
-        """The trials best first by the searcher metric, their best checkpoints, the best trial."""
+    def summary(self, width: Optional[int] = None) -> str:
+        """The trials best first by the searcher metric, their best checkpoints, the best trial
+        (fitted to ``width``: a terminal's)."""
         return summary(
             self.store.describe_experiment(self.id),
             metric=self.metric,
             smaller_is_better=self.searcher_settings.smaller_is_better,
             varying=self.varying,
             stopped_early={r.trial_id for r in self.requests.values() if r.stopped_early},
+            width=width,
         )
