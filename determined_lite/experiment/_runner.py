@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from determined_lite._errors import ActionRequired
+from determined_lite._errors import ActionRequired, warning_line
 from determined_lite._progress import read_progress
 from determined_lite.config import (
     OWN_LENGTH,
@@ -31,6 +31,7 @@ from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
 from determined_lite.experiment._requests import SearchState, TrialRequest, trial_seed
+from determined_lite.experiment._shared_machine import oversubscription
 from determined_lite.experiment._trial_launch import TrialLauncher, available_slots
 from determined_lite.experiment._trial_logs import TrialLogs
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus
@@ -103,6 +104,7 @@ class ExperimentRunner:
         self.progress = Progress(enabled=show_progress, out=out, varying=self.varying)
         self.logs = TrialLogs(store, experiment_id, self.progress, echo=echo_logs)
         self._log = self.logs.log
+        self.warned_shared = False  # other experiments oversubscribe the slots: said once
         self.final_line: Optional[str] = None  # how the run ended, printed after the summary
 
     # --- state ------------------------------------------------------------------------------
@@ -270,6 +272,16 @@ class ExperimentRunner:
             self._start(request)
         self._save_state()
 
+    def _warn_shared_machine(self) -> None:
+        """Once per run: other running experiments and this one take more slots than there are."""
+        if self.warned_shared:
+            return
+        wanted = len(self.running) * self.settings.slots_per_trial
+        warning = oversubscription(self.store, self.id, wanted, available_slots())
+        if warning:
+            self.warned_shared = True
+            self._log(None, warning_line(warning))
+
     def _latest_checkpoint(self, trial_id: int) -> Optional[Dict[str, Any]]:
         checkpoints = self.store.list_checkpoints(trial_id=trial_id)
         return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
@@ -287,6 +299,7 @@ class ExperimentRunner:
             on_output=lambda line: self.logs.on_output(trial_id, line),
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
+        self._warn_shared_machine()
         self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
         resumed = ""
         if latest:
