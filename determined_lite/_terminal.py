@@ -88,31 +88,52 @@ def _tqdm() -> Any:
 def bar_line(label: str, done: int, total: Optional[int], width: int, stats: Sequence[str] = ()) -> str:
     """``trial 3 lr=0.01:  45%|████▌     | 45/100 [00:02<00:03, 17.9 batch/s, loss=0.123]``.
 
-    tqdm draws the bar. Never wider than ``width``: the bar shrinks first, then goes, then the
-    label is cut (to its first two words, ``trial 12``), then the end of the line.
+    tqdm draws the bar. Never wider than ``width``, and never a value cut in half: the bar
+    shrinks first, then goes; then the ``stats`` go from the first (times, rate, loss: the last,
+    the searcher metric, stays longest); then the label's words go from the last, whole
+    (``trial 12 lr=0.01 …``: its first two, the trial, stay); only then is the line cut.
     Without a ``total`` (not known yet), the counts alone.
     """
+    stats = list(stats)
+    words = label.split(" ")
+    labels = [label] + [" ".join([*words[:k], ELLIPSIS]) for k in range(len(words) - 1, 1, -1)]
+    attempts = [(label, stats[i:]) for i in range(max(1, len(stats)))]
+    attempts += [(shorter, stats[-1:]) for shorter in labels[1:]] + [(labels[-1], [])]
+    for text, kept in attempts:
+        # A bar only beside the whole label: a hyperparameter tells more than the bar.
+        line = _bar_line_within(text, done, total, width, kept, bar=text == label)
+        if line is not None:
+            return line
+    return fit(f"{labels[-1]}: {done}/{total}" if total else f"{labels[-1]}: {done} batches", width)
+
+
+def _bar_line_within(
+    label: str, done: int, total: Optional[int], width: int, stats: Sequence[str], bar: bool
+) -> Optional[str]:
+    """The line with this label and these stats, a bar if there is room for one (at most
+    ``MAX_BAR_WIDTH``), else the counts alone; None when even that is wider than ``width``."""
     tail = f" [{', '.join(stats)}]" if stats else ""
     if not total:
-        return fit(f"{label}: {done} batches{tail}", width)
+        line = f"{label}: {done} batches{tail}"
+        return line if len(line) <= width else None
     percent = f"{100 * min(done, total) / total:3.0f}%"
     counts = f" {done}/{total}{tail}"
     fixed = len(label) + 2 + len(percent) + len(counts) + 2  # ": " and the two "|" around the bar
     room = width - fixed
-    if room >= MIN_BAR_WIDTH:
-        return _tqdm().format_meter(
-            min(done, total),
-            total,
-            0,
-            ncols=fixed + min(room, MAX_BAR_WIDTH),
-            prefix=label,
-            bar_format="{l_bar}{bar}|{counts}",
-            counts=counts,
+    if bar and room >= MIN_BAR_WIDTH:
+        return str(
+            _tqdm().format_meter(
+                min(done, total),
+                total,
+                0,
+                ncols=fixed + min(room, MAX_BAR_WIDTH),
+                prefix=label,
+                bar_format="{l_bar}{bar}|{counts}",
+                counts=counts,
+            )
         )
-    plain = f"{percent}{counts}"
-    # The label's first two words (``trial 12``) stay; the rest of it, then the stats, give way.
-    keep = len(" ".join(label.split(" ")[:2]))
-    return fit(f"{fit(label, max(keep + 1, width - len(plain) - 2))}: {plain}", width)
+    line = f"{label}: {percent}{counts}"
+    return line if len(line) <= width else None
 
 
 def terminal_width(out: TextIO) -> int:

@@ -100,3 +100,20 @@ def test_notebook_board_redraws_one_bar_with_carriage_returns():
     board.write("line")
     assert "\x1b[" not in out.getvalue()
     assert render(out.getvalue(), 100) == ["line", "trial 1: 50%"]
+
+
+def test_bar_line_at_80_columns_cuts_no_label_word_and_no_value():
+    """Issue 29.10: at 80 columns finished lines read ``trial 10 l…:`` and ``val_loss=0.…``.
+    Whole stats go first (times, rate, loss), then whole hyperparameters; the metric stays."""
+    label = "trial 10 lr=0.001 hidden_size=128 dropout=0.25 weight_decay=0.0001"
+    stats = ["00:12<00:00", "72.8 batch/s", "loss=0.04131", "val_loss=0.03915"]
+    for width in (79, 70, 60, 50):
+        line = bar_line(label, 100, 100, width, stats)
+        assert len(line) <= width, line
+        assert line.endswith("val_loss=0.03915]"), line
+        head = line.split(":")[0].split(" ")
+        assert all(word in label.split(" ") or word == "…" for word in head), line
+        assert line.startswith("trial 10 lr=0.001" if width >= 60 else "trial 10 "), line
+    # With room, everything is shown.
+    wide = bar_line(label, 100, 100, 200, stats)
+    assert wide.startswith(label + ": 100%|") and wide.endswith("[" + ", ".join(stats) + "]")

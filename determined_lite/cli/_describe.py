@@ -18,6 +18,7 @@ import click
 
 from determined_lite.cli._common import display_name, display_state, format_mapping, format_time
 from determined_lite.cli._table import Cut, Fit, csv_text, echo_table
+from determined_lite.store import trial_display_state
 
 
 @dataclasses.dataclass
@@ -64,14 +65,14 @@ def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
     rows = [
         [
             t["id"],
-            t["state"],
+            trial_display_state(t),
             t["hparams"],
             t["seed"],
             t["total_batches"],
             t["restarts"],
             t["best_validation"],
             t["latest_checkpoint"] or "",
-            format_time(t["created_at"]),
+            format_time(t.get("started_at") or t["created_at"]),  # when it first ran, not was asked for
             format_time(t["ended_at"]),
         ]
         for t in trials

@@ -48,6 +48,7 @@ from determined_lite.config._resources import (  # resources.ddp_options: the sc
     check_ddp_options,
 )
 from determined_lite.distributed._base import DistributedContext, PeerFailure
+from determined_lite.distributed._timeout import collective_timeout, is_collective_timeout
 
 logger = logging.getLogger("determined_lite")
 
@@ -138,7 +139,10 @@ _PEER_FAILURE_MARKERS = (
 
 
 def is_peer_failure(error: BaseException) -> bool:
-    """Whether ``error`` only says that another worker failed first (its own error is the story)."""
+    """Whether ``error`` only says that another worker failed first (its own error is the story).
+    A timeout is not one: the rank that did not arrive may still be running."""
+    if is_collective_timeout(error):
+        return False
     if isinstance(error, PeerFailure) or isinstance(error, getattr(dist, "DistError", ())):
         return True
     text = str(error)
@@ -223,6 +227,8 @@ class TorchDistributedContext(DistributedContext, engine=True):
         try:
             return fn(*args, **kwargs)
         except RuntimeError as e:  # DistError subclasses RuntimeError
+            if is_collective_timeout(e):
+                raise collective_timeout(e, what, self.rank) from e
             raise PeerFailure(
                 f"{what} failed, most likely because another worker failed or exited (that "
                 f"worker reports its own error): {type(e).__name__}: {e}"
@@ -371,7 +377,10 @@ class TorchDistributedContext(DistributedContext, engine=True):
         teardown itself blocks.
         """
         error = sys.exc_info()[1]
-        if error is not None and not is_peer_failure(error):
+        if error is not None and is_collective_timeout(error):
+            what = "a collective (e.g. DDP's gradient allreduce)"
+            self.record_failure(collective_timeout(error, what, self.rank))
+        elif error is not None and not is_peer_failure(error):
             self.record_failure(error)
         timer = threading.Timer(ABORT_GRACE_S, os._exit, args=(1,))
         timer.daemon = True

@@ -51,7 +51,9 @@ def _detach(experiment_id: int, lock: Any, test: bool = False, resume: bool = Fa
     from determined_lite.store import Store
 
     pid = _spawn_background(experiment_id, lock, test=test, resume=resume)
-    Store().set_experiment_pid(experiment_id, pid)  # running from now on, not when it gets there
+    # ACTIVE and run by `pid` from now on, not when it gets there: a `pause` right after this
+    # command returns is a request the runner honours (issue 28.4).
+    Store().set_experiment_running(experiment_id, pid)
     return pid
 
 
@@ -68,7 +70,10 @@ def run_experiment(experiment_id: int, *, test: bool, resume: bool, out: TextIO,
         code = runner.run(resume=resume)
     finally:
         lock.record(os.getpid(), RunnerPhase.STOPPING)
-    print(runner.summary(), file=out)
+    from determined_lite._terminal import terminal_width
+
+    # One column short of the edge, as the bars: writing the last column makes some terminals wrap.
+    print(runner.summary(width=terminal_width(out) - 1 if out.isatty() else None), file=out)
     if runner.final_line:
         print(runner.final_line, file=out)
     if test and code == EXIT_OK:
@@ -220,11 +225,13 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[
     try:
         _activatable(store, experiment_id)  # again, under the lock: the previous run may have ended it
         store.clear_action(experiment_id)
-        print(f"Activating experiment {experiment_id}", file=out)
         if detach:
             pid = _detach(experiment_id, lock, resume=True)
+            print(f"Activating experiment {experiment_id}", file=out)
             print(f"Running in the background (process {pid})", file=out)
             return EXIT_OK
+        store.set_experiment_running(experiment_id, os.getpid())  # before a `pause` can see it PAUSED
+        print(f"Activating experiment {experiment_id}", file=out)
         return run_experiment(experiment_id, test=False, resume=True, out=out, lock=lock)
     finally:
         lock.release()
@@ -245,6 +252,7 @@ def _activatable(store: Any, experiment_id: int) -> Dict[str, Any]:
         )
     if experiment["state"] in TERMINAL_STATES:
         raise ActivationRefused(
-            f"experiment {experiment_id} is {experiment['state']}; only a PAUSED experiment can be activated"
+            f"experiment {experiment_id} is {experiment['state']}; only a PAUSED experiment, or an "
+            "ACTIVE one whose process died, can be activated"
         )
     return experiment

@@ -31,6 +31,9 @@ class RunnerEndings:
     def _save_state(self) -> None:
         raise NotImplementedError
 
+    def summary(self, width: Optional[int] = None) -> str:
+        raise NotImplementedError
+
     def _stopping(self) -> None:
         """Tell contenders for the lock that this runner is exiting (before the state says so)."""
         if self.lock is not None:
@@ -70,7 +73,10 @@ class RunnerEndings:
         apply_retention(self.store, self.id, self.retention, unfinished)
 
     def _final(self, text: str) -> None:
-        """How the run ended: into the experiment's logs now, on the terminal once, after the
-        summary (``final_line``)."""
+        """How the run ended: into the experiment's logs now, after the summary, and on the
+        terminal once, after the summary (``final_line``)."""
         self.final_line = text
+        # The summary a foreground run prints, also for `experiment logs -f` of a detached one.
+        for line in self.summary().splitlines():
+            self._log(None, line, echo=False)
         self._log(None, text, echo=False)

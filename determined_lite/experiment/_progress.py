@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 import time
 from typing import AbstractSet, Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from determined_lite._progress import TrialProgress
 from determined_lite._terminal import BarBoard, fit, format_duration, format_number
 from determined_lite.reporting._retention import best_checkpoints
+from determined_lite.store import STOPPED_EARLY, trial_display_state
 
 Path = Tuple[str, ...]
 SHORT_UUID = 8  # characters of a checkpoint uuid shown in tables (any unique prefix resolves)
-ASHA_STOPPED = "ASHA-stopped"
 
 # det-lite's own INFO lines from a worker carry the time and logger name for `experiment logs`;
 # on the terminal, above the bars, the message alone reads better.
@@ -126,6 +127,37 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Seque
     return [line(headers, numeric)] + [line(r, numeric) for r in rows]
 
 
+def _fit_columns(
+    headers: List[str], rows: List[List[str]], numeric: List[bool], width: Optional[int], drop: Sequence[str]
+) -> List[str]:
+    """Leave out columns named in ``drop`` (least useful first), in place, until the table fits
+    ``width`` (None: no limit); values are never cut. The headers left out."""
+    dropped: List[str] = []
+    for name in drop:
+        if width is None or max(len(line) for line in _table(headers, rows, numeric)) <= width:
+            break
+        if name in headers and len(headers) > 2:
+            i = headers.index(name)
+            del headers[i], numeric[i]
+            for row in rows:
+                del row[i]
+            dropped.append(name)
+    return dropped
+
+
+def _best_line(best: Dict[str, Any], metric: str, varying: Sequence[Path], width: Optional[int]) -> str:
+    """``best trial: 3 (lr=0.01 …), val_loss = 0.0391``: the metric as the table shows it, and
+    as many whole hyperparameters as ``width`` leaves room for."""
+    items = hparam_text(best["hparams"], varying).split()
+    value = format_number(best["best_validation"])
+    for keep in range(len(items), -1, -1):
+        shown = " ".join(items[:keep] + (["…"] if keep < len(items) else []))
+        line = f"best trial: {best['id']}{f' ({shown})' if shown else ''}, {metric} = {value}"
+        if width is None or len(line) <= width:
+            break
+    return line
+
+
 def summary(
     description: Dict[str, Any],
     *,
@@ -133,10 +165,13 @@ def summary(
     smaller_is_better: bool,
     varying: Sequence[Path] = (),
     stopped_early: AbstractSet[int] = frozenset(),
+    width: Optional[int] = None,
 ) -> str:
     """The trials best first by ``metric``: state (``ASHA-stopped`` for trials the searcher ended
     early), batches, best metric, best checkpoint and the varying hyperparameters; then the
-    best trial and its checkpoint."""
+    best trial and its checkpoint. Fitted to ``width`` (a terminal's) by leaving out the
+    checkpoint (the best one has its own line), batches, hyperparameters from the last, then
+    state, and one line says which; no value is cut."""
     trials = sorted(description["trials"], key=lambda t: _order(t, smaller_is_better))
     names = [".".join(p) for p in varying]
     headers = ["trial", "state", "batches", f"best {metric}", "checkpoint", *names]
@@ -149,21 +184,20 @@ def summary(
         rows.append(
             [
                 str(t["id"]),
-                ASHA_STOPPED if t["id"] in stopped_early else str(t["state"]),
+                STOPPED_EARLY if t["id"] in stopped_early else trial_display_state(t),
                 str(t.get("total_batches") or 0),
                 format_number(t.get("best_validation")),
                 checkpoint["uuid"][:SHORT_UUID] if checkpoint else "",
                 *[format_number(_lookup(t["hparams"], p)) for p in varying],
             ]
         )
+    dropped = _fit_columns(headers, rows, numeric, width, ["checkpoint", "batches", *names[::-1], "state"])
     lines = _table(headers, rows, numeric) if rows else ["no trials"]
+    if dropped and rows:
+        lines += textwrap.wrap(f"(left out to fit {width} columns: {', '.join(dropped)})", width or 80)
     best = trials[0] if trials and not _order(trials[0], smaller_is_better)[0] else None
     if best is not None:
-        hparams = hparam_text(best["hparams"], varying)
-        lines.append(
-            f"best trial: {best['id']}{f' ({hparams})' if hparams else ''}, "
-            f"{metric} = {format_number(best['best_validation'], 6)}"
-        )
+        lines.append(_best_line(best, metric, varying, width))
         checkpoint = _best_checkpoint(best, metric, smaller_is_better)
         if checkpoint is not None:
             lines.append(f"best checkpoint: {checkpoint['uuid']} (batch {checkpoint['total_batches']})")

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from determined_lite._errors import ActionRequired
+from determined_lite._errors import ActionRequired, warning_line
 from determined_lite._progress import read_progress
 from determined_lite.config import (
     OWN_LENGTH,
@@ -32,6 +32,7 @@ from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
+from determined_lite.experiment._shared_machine import oversubscription
 from determined_lite.experiment._trial_launch import TrialLauncher, available_slots
 from determined_lite.experiment._trial_logs import TrialLogs
 from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus
@@ -106,6 +107,7 @@ class ExperimentRunner(RunnerEndings):
         self.progress = Progress(enabled=show_progress, out=out, varying=self.varying)
         self.logs = TrialLogs(store, experiment_id, self.progress, echo=echo_logs)
         self._log = self.logs.log
+        self.warned_shared = False  # other experiments oversubscribe the slots: said once
         self.final_line: Optional[str] = None  # how the run ended, printed after the summary
         self.failed_at: Dict[str, Optional[FailurePoint]] = {}  # each trial's last failure
         self.fail_fast: Optional[str] = None  # why the search stops: a check every trial would fail
@@ -179,13 +181,12 @@ class ExperimentRunner(RunnerEndings):
 
     def _finish(self, request: TrialRequest, state: TrialState) -> None:
         request.finished = True
-        self.store.update_trial(request.trial_id, state=state)
+        self.store.update_trial(request.trial_id, state=state, stopped_early=request.stopped_early)
         self._apply_retention()
 
     # --- main loop --------------------------------------------------------------------------
     def run(self, resume: bool = False) -> int:
-        self.store.set_experiment_state(self.id, ExperimentState.ACTIVE)
-        self.store.set_experiment_pid(self.id, os.getpid())
+        self.store.set_experiment_running(self.id, os.getpid())
         make_private_dirs(self.run_dir)
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")
         self._reconcile()
@@ -287,6 +288,16 @@ class ExperimentRunner(RunnerEndings):
             self._start(request)
         self._save_state()
 
+    def _warn_shared_machine(self) -> None:
+        """Once per run: other running experiments and this one take more slots than there are."""
+        if self.warned_shared:
+            return
+        wanted = len(self.running) * self.settings.slots_per_trial
+        warning = oversubscription(self.store, self.id, wanted, available_slots())
+        if warning:
+            self.warned_shared = True
+            self._log(None, warning_line(warning))
+
     def _latest_checkpoint(self, trial_id: int) -> Optional[Dict[str, Any]]:
         checkpoints = self.store.list_checkpoints(trial_id=trial_id)
         return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
@@ -306,7 +317,8 @@ class ExperimentRunner(RunnerEndings):
             on_output=lambda line: self.logs.on_output(trial_id, line),
         )
         self.running[request.request_id] = _Run(request, process, spec, request.pending)
-        self.store.update_trial(trial_id, state=TrialState.ACTIVE)
+        self._warn_shared_machine()
+        self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
         resumed = ""
         if latest:
             resumed = f" from checkpoint {latest['uuid'][:SHORT_UUID]} (batch {latest['total_batches']})"
@@ -465,12 +477,14 @@ class ExperimentRunner(RunnerEndings):
             self._log(None, line)
 
     # --- summary ----------------------------------------------------------------------------
-    def summary(self) -> str:
-        """The trials best first by the searcher metric, their best checkpoints, the best trial."""
+    def summary(self, width: Optional[int] = None) -> str:
+        """The trials best first by the searcher metric, their best checkpoints, the best trial
+        (fitted to ``width``: a terminal's)."""
         return summary(
             self.store.describe_experiment(self.id),
             metric=self.metric,
             smaller_is_better=self.searcher_settings.smaller_is_better,
             varying=self.varying,
             stopped_early={r.trial_id for r in self.requests.values() if r.stopped_early},
+            width=width,
         )

@@ -12,6 +12,7 @@ This module imports nothing heavier than the standard library: the launchers run
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -85,4 +86,9 @@ def write_failure_result(result_path: str, error: str) -> None:
             result = WorkerResult.load(result_path)
     result.status = WorkerStatus.ERROR
     result.error = error
-    result.save(result_path)
+    try:
+        result.save(result_path)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        # A full disk: the store's one-line error says so; a traceback here would only bury it.

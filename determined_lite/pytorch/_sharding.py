@@ -236,6 +236,7 @@ class Sharding:
         self.args = args
         self.batched_fetch = batched_fetch  # False: item by item, as torch's DataLoader reads
         self.warned_replicas: set[int] = set()
+        self.warned_batch = False  # the global batch is larger than the dataset: said once
         self._yielded: Optional[int] = None  # batches the batch_sampler's first pass yields
         self._first_pass: Optional[list] = None  # that pass, handed to the next epoch_units(_, 0)
 
@@ -329,6 +330,8 @@ class Sharding:
                 f"num_replicas={num_replicas}, drop_last={self.args.drop_last}); use a larger "
                 "dataset or a smaller batch size"
             )
+        if self.args.batch_sampler is None and units < self.batch_size * num_replicas:
+            self._warn_batch_over_dataset(units, num_replicas)
         if dropped and num_replicas not in self.warned_replicas:
             self.warned_replicas.add(num_replicas)
             unit = "batches" if self.args.batch_sampler is not None else "records"
@@ -339,6 +342,18 @@ class Sharding:
                 stacklevel=2,
             )
         return length
+
+    def _warn_batch_over_dataset(self, units: int, num_replicas: int) -> None:
+        """Once: the global batch is larger than the dataset, so an epoch is one short batch."""
+        if self.warned_batch:
+            return
+        self.warned_batch = True
+        warnings.warn(
+            f"det-lite DataLoader: the global batch ({self.batch_size} records per slot x "
+            f"{num_replicas} slots = {self.batch_size * num_replicas}) is larger than the dataset "
+            f"({units} records): every training epoch is one batch of {units} records",
+            stacklevel=3,
+        )
 
     def rank_epoch_batches(self, seed: int, rank: int, num_replicas: int, epoch: int) -> list[_Batch]:
         """Training batches of ``rank`` for one epoch."""

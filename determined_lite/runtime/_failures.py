@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import glob
 import json
 import logging
@@ -137,6 +138,13 @@ def write_failure_json(path: str, data: Dict[str, Any]) -> None:
     os.replace(path + ".tmp", path)
 
 
+def _not_recorded(path: str, error: OSError) -> None:
+    """A failure file that could not be written: a warning, unless the disk is full (the store
+    reports that in one line; a warning per worker would only bury it)."""
+    log = logger.debug if error.errno == errno.ENOSPC else logger.warning
+    log("could not record this worker's error in %s: %s", path, error)
+
+
 def record_worker_failure(error: BaseException, rank: int) -> None:
     """In a worker: record ``error`` where the launcher looks for it, ``$DET_LITE_HOROVOD_FAILURE_PREFIX``
     (nothing when no launcher asked for it)."""
@@ -147,7 +155,7 @@ def record_worker_failure(error: BaseException, rank: int) -> None:
     try:
         write_failure(path, WorkerFailure.of_error(error, rank))
     except OSError as e:  # reporting must not hide the error being reported
-        logger.warning("could not record this worker's error in %s: %s", path, e)
+        _not_recorded(path, e)
 
 
 def read_failures(paths: Sequence[str]) -> List[WorkerFailure]:
@@ -239,7 +247,7 @@ def record_no_restart(result_path: str, record: NoRestart) -> None:
     try:
         write_failure_json(path, dataclasses.asdict(record))
     except OSError as e:  # reporting must not hide the error being reported
-        logger.warning("could not record this worker's error in %s: %s", path, e)
+        _not_recorded(path, e)
 
 
 def read_no_restart(result_path: str) -> List[NoRestart]:

@@ -26,16 +26,19 @@ from determined_lite.store._paths import (
 )
 from determined_lite.store._registry import ModelRegistry
 from determined_lite.store._states import (
+    STOPPED_EARLY,
     TERMINAL_STATES,
     Action,
     ActionOutcome,
     ExperimentKind,
     ExperimentState,
     TrialState,
+    trial_display_state,
 )
 from determined_lite.store._store import Store
 
 __all__ = [
+    "STOPPED_EARLY",
     "TERMINAL_STATES",
     "Action",
     "ActionOutcome",
@@ -53,4 +56,5 @@ __all__ = [
     "process_alive",
     "schema_version",
     "tensorboard_dir",
+    "trial_display_state",
 ]

@@ -86,6 +86,7 @@ _V1_STATEMENTS = [
     "CREATE INDEX logs_by_trial ON logs(trial_id, id)",
 ]
 
+
 def _v2(conn: sqlite3.Connection) -> None:
     """``experiments.kind``: ``experiment`` (the CLI's) or ``local`` (a ``Trainer.fit`` from Python)."""
     conn.execute("ALTER TABLE experiments ADD COLUMN kind TEXT NOT NULL DEFAULT 'experiment'")
@@ -134,4 +135,14 @@ def _v4(conn: sqlite3.Connection) -> None:
     _buckets.rebuild_series(conn)
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4]
+def _v5(conn: sqlite3.Connection) -> None:
+    """``trials.stopped_early`` (the searcher closed the trial before its full length: ASHA) and
+    ``trials.started_at`` (when the trial first ran; ``created_at`` is when the searcher asked
+    for it, which for a search is the experiment's start). Trials recorded before: their
+    ``created_at``, all that is known."""
+    conn.execute("ALTER TABLE trials ADD COLUMN stopped_early INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE trials ADD COLUMN started_at REAL")
+    conn.execute("UPDATE trials SET started_at = created_at WHERE state != 'ACTIVE' OR total_batches > 0")
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5]

@@ -8,6 +8,8 @@ format: ``tests/store/test_states.py`` pins them.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from determined_lite._enums import TextEnum
 
 
@@ -30,6 +32,18 @@ class TrialState(TextEnum):
     COMPLETED = "COMPLETED"
     CANCELED = "CANCELED"
     ERROR = "ERROR"
+
+
+# What tables show for a COMPLETED trial the searcher closed before its full length (ASHA).
+STOPPED_EARLY = "ASHA-stopped"
+
+
+def trial_display_state(trial: Mapping[str, Any]) -> str:
+    """The trial's state as tables show it: ``ASHA-stopped`` for a trial the searcher ended
+    early (``stopped_early``), which Determined, and ``--json``, record as COMPLETED."""
+    if trial.get("stopped_early") and trial["state"] == TrialState.COMPLETED:
+        return STOPPED_EARLY
+    return str(trial["state"])
 
 
 # Terminal states stamp ``ended_at``; an experiment in one cannot be activated.

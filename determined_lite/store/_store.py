@@ -23,10 +23,18 @@ from determined_lite.store._states import (
     TrialState,
 )
 
-_TRIAL_FIELDS = ("state", "total_batches", "restarts", "best_validation", "latest_checkpoint")
+_TRIAL_FIELDS = (
+    "state",
+    "total_batches",
+    "restarts",
+    "best_validation",
+    "latest_checkpoint",
+    "stopped_early",
+    "started_at",
+)
 _TRIAL_COLUMNS = (
     "id, experiment_id, request_id, state, hparams, seed, total_batches, restarts, best_validation,"
-    " latest_checkpoint, created_at, ended_at"
+    " latest_checkpoint, created_at, ended_at, stopped_early, started_at"
 )
 
 
@@ -161,6 +169,21 @@ class Store(ExperimentRequests):
 
         self._write(body)
 
+    def set_experiment_running(self, experiment_id: int, pid: int) -> None:
+        """Record in one write that process ``pid`` runs the experiment and that it is ACTIVE:
+        a ``pause`` from then on is a request that process honours, never "already PAUSED"
+        (nor a state change behind the back of a runner that has not recorded itself yet)."""
+        token = process_token(pid)
+
+        def body(conn: sqlite3.Connection) -> None:
+            self._experiment_row(conn, experiment_id)
+            conn.execute(
+                "UPDATE experiments SET state = ?, ended_at = NULL, pid = ?, pid_token = ? WHERE id = ?",
+                (ExperimentState.ACTIVE, pid, token, experiment_id),
+            )
+
+        self._write(body)
+
     def experiment_process_alive(self, experiment_id: int) -> bool:
         """Whether the process recorded with ``set_experiment_pid`` still runs (pid reuse detected)."""
         row = self._read(lambda conn: self._experiment_row(conn, experiment_id))
@@ -248,7 +271,9 @@ class Store(ExperimentRequests):
             "best_validation": row["best_validation"],
             "latest_checkpoint": row["latest_checkpoint"],
             "created_at": row["created_at"],
+            "started_at": row["started_at"],
             "ended_at": row["ended_at"],
+            "stopped_early": bool(row["stopped_early"]),
         }
 
     def get_trial(self, trial_id: int) -> Optional[Dict[str, Any]]:
@@ -282,9 +307,11 @@ class Store(ExperimentRequests):
         return [self._trial_dict(r) for r in rows]
 
     def update_trial(self, trial_id: int, **fields: Any) -> None:
-        """Set any of ``state, total_batches, restarts, best_validation, latest_checkpoint``.
+        """Set any of ``state, total_batches, restarts, best_validation, latest_checkpoint,
+        stopped_early, started_at``.
 
-        A terminal state stamps ``ended_at``; a non-terminal one clears it.
+        A terminal state stamps ``ended_at``; a non-terminal one clears it. ``started_at`` is
+        kept once set: it is when the trial first ran.
         """
         unknown = sorted(set(fields) - set(_TRIAL_FIELDS))
         if unknown:
@@ -295,7 +322,9 @@ class Store(ExperimentRequests):
         if "state" in values:
             values["state"] = check_member(values["state"], TrialState, "trial state")
             values["ended_at"] = time.time() if values["state"] in TERMINAL_STATES else None
-        assignments = ", ".join(f"{k} = ?" for k in values)
+        assignments = ", ".join(
+            f"{k} = COALESCE({k}, ?)" if k == "started_at" else f"{k} = ?" for k in values
+        )
 
         def body(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
@@ -316,8 +345,8 @@ class Store(ExperimentRequests):
         "validation_metrics": [...], "checkpoints": [{"uuid", "path", "total_batches",
         "metrics"}], "best_validation"}]}`` plus ``name``, ``context_dir``, ``config_path``,
         ``pid``, ``running``, ``requested_action``, ``created_at``, ``ended_at``; trials also carry
-        ``experiment_id``, ``request_id``, ``latest_checkpoint``, ``created_at``, ``ended_at``.
-        Read in one snapshot.
+        ``experiment_id``, ``request_id``, ``latest_checkpoint``, ``created_at``, ``started_at``
+        (None until it first runs), ``ended_at``, ``stopped_early``. Read in one snapshot.
         """
 
         def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
@@ -367,7 +396,9 @@ class Store(ExperimentRequests):
                 "request_id": trial["request_id"],
                 "latest_checkpoint": trial["latest_checkpoint"],
                 "created_at": trial["created_at"],
+                "started_at": trial["started_at"],
                 "ended_at": trial["ended_at"],
+                "stopped_early": trial["stopped_early"],
             }
         for table in ("training_metrics", "validation_metrics"):
             for trial_id, batches, metrics in conn.execute(

@@ -2,9 +2,9 @@
 
 Pause and kill are ``experiment._control.control_experiment`` (what ``det-lite experiment
 pause|kill`` runs); activate is ``activate_experiment(detach=True)`` (``det-lite experiment
-activate --detach``): the same rules (one runner per experiment, only a PAUSED experiment
-resumes) and the same messages. These are the dashboard's only writes, on a store of their own
-(the pages read through a read-only one).
+activate --detach``): the same rules (one runner per experiment, only a PAUSED experiment,
+or an ACTIVE one whose process died, resumes) and the same messages. These are the dashboard's
+only writes, on a store of their own (the pages read through a read-only one).
 """
 
 from __future__ import annotations

@@ -361,7 +361,11 @@ def test_pause_and_kill_with_a_running_process_write_requests(filled, store):
 def test_activate_refuses_finished_experiments(filled):
     result = run("experiment", "activate", "2")
     assert result.exit_code == 2
-    assert "experiment 2 is COMPLETED; only a PAUSED experiment can be activated" in result.stderr
+    # issue 29.14: activate also resumes an ACTIVE experiment whose runner died; the message says so
+    assert result.stderr.strip() == (
+        "det-lite: error: experiment 2 is COMPLETED; only a PAUSED experiment, "
+        "or an ACTIVE one whose process died, can be activated"
+    )
 
 
 def test_activate_calls_the_experiment_layer(filled, store, monkeypatch):

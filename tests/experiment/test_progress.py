@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from determined_lite._terminal import format_number
 from determined_lite.experiment._progress import compact_log_line, hparam_text, summary
 from tests.cli_helpers import REPO, describe
 from tests.cli_helpers import write_config as _write_config
@@ -64,7 +65,7 @@ def test_summary_is_sorted_by_the_metric_with_best_checkpoints_and_varying_hpara
         "    2  ASHA-stopped        4          1.355  bbbbbbbb     0.03",
         "    1  ASHA-stopped        2           24.9  aaaaaaaa    0.003",
         "    4  ERROR               0                              0.02",
-        "best trial: 3 (lr=0.01), val_loss = 5.10849e-05",
+        "best trial: 3 (lr=0.01), val_loss = 5.108e-05",  # issue 29.11: as the table shows it
         "best checkpoint: dddddddd-4444 (batch 8)",
     ]
 
@@ -80,11 +81,51 @@ def test_summary_larger_is_better_and_nested_hparams():
     lines = text.splitlines()
     assert lines[0].split() == ["trial", "state", "batches", "best", "val_loss", "checkpoint", "opt.name"]
     assert [line.split()[0] for line in lines[1:5]] == ["1", "2", "3", "4"]
-    assert lines[-2] == "best trial: 1 (opt.name=sgd), val_loss = 24.9045"
+    assert lines[-2] == "best trial: 1 (opt.name=sgd), val_loss = 24.9"  # issue 29.11: the table's format
     assert (
         hparam_text(DESCRIPTION["trials"][0]["hparams"], [("lr",), ("opt", "momentum")])
         == "lr=0.003 opt.momentum=0.9"
     )
+
+
+def test_summary_with_three_searched_hparams_fits_80_columns_without_cutting_a_value():
+    """Issue 29.10: with 3 searched hyperparameters the summary's rows wrapped at 80 columns."""
+    trials = []
+    for tid in range(1, 11):
+        hp = {"learning_rate": 0.001 * tid, "hidden_size": 64 * tid, "dropout_rate": 0.05 * tid}
+        t = _trial(tid, "COMPLETED", 1000, 0.5 / tid, 0.0, [_ckpt(f"{tid:08d}-ffff", 1000, 0.5 / tid)])
+        trials.append({**t, "hparams": hp, "stopped_early": tid < 5})
+    varying = [("learning_rate",), ("hidden_size",), ("dropout_rate",)]
+    wide = summary({"trials": trials}, metric="val_loss", smaller_is_better=True, varying=varying)
+    assert max(len(line) for line in wide.splitlines()) > 80  # what wrapped before
+    text = summary({"trials": trials}, metric="val_loss", smaller_is_better=True, varying=varying, width=80)
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), text
+    assert lines[0].split() == [
+        "trial",
+        "state",
+        "best",
+        "val_loss",
+        "learning_rate",
+        "hidden_size",
+        "dropout_rate",
+    ]
+    assert lines[11] == "(left out to fit 80 columns: checkpoint, batches)"
+    # every value whole, as the wide table shows it; ASHA-stopped from the store's record
+    for narrow_row, wide_row in zip(lines[1:11], wide.splitlines()[1:11]):
+        cells = wide_row.split()
+        assert narrow_row.split() == [cells[0], cells[1], cells[3], *cells[5:]]
+    assert lines[10].split()[1] == "ASHA-stopped"
+    assert (
+        lines[12] == "best trial: 10 (learning_rate=0.01 hidden_size=640 …), val_loss = 0.05"
+    )
+    # Narrower: hyperparameter columns go from the last, the best line keeps whole items.
+    narrow = summary(
+        {"trials": trials}, metric="val_loss", smaller_is_better=True, varying=varying, width=60
+    ).splitlines()
+    assert all(len(line) <= 60 for line in narrow[:-1]), narrow
+    assert narrow[0].split() == ["trial", "state", "best", "val_loss", "learning_rate"]
+    assert narrow[-2] == "best trial: 10 (learning_rate=0.01 …), val_loss = 0.05"
 
 
 def test_worker_log_lines_lose_their_time_and_logger_on_the_terminal():
@@ -167,7 +208,11 @@ def test_asha_experiment_on_a_terminal(tmp_path, _det_lite_home):
     assert best_shown_not_latest >= 1
     winner = ranked[0]
     lr, value = winner["hparams"]["lr"], winner["best_validation"]
-    assert screen[start + 1 + len(trials)] == f"best trial: {winner['id']} (lr={lr}), val_loss = {value:.6g}"
+    # issue 29.11: the best line shows the metric as the table does
+    assert (
+        screen[start + 1 + len(trials)]
+        == f"best trial: {winner['id']} (lr={lr}), val_loss = {format_number(value)}"
+    )
     best_ckpt = min(winner["checkpoints"], key=lambda c: c["metrics"]["val_loss"])
     assert (
         screen[start + 2 + len(trials)]

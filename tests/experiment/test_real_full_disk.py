@@ -130,3 +130,35 @@ def test_full_home_is_the_one_line_store_error(tmp_path: Path, in_namespace: Run
     (line,) = proc.stderr.splitlines()
     # The first thing `create` writes is the context snapshot (before the store's row).
     assert line == f"det-lite: error: no space left on {home}: cannot snapshot the context directory {LINEAR}"
+
+
+def test_home_that_fills_during_a_run_is_one_line(tmp_path: Path, in_namespace: RunInNamespace) -> None:
+    """Issue 28.8: a `$DET_LITE_HOME` that fills while a two-slot trial trains printed 4
+    tracebacks (the launcher writing the trial's result) before the one-line store error."""
+    context, home, markers = tmp_path / "context", tmp_path / "home", tmp_path / "markers"
+    for d in (context, home, markers):
+        d.mkdir()
+    shutil.copy(os.path.join(LINEAR, "model_def.py"), context / "model_def.py")
+    (context / "filler.py").write_text(FILLER_TRIAL)
+    config = write_config(
+        os.path.join(LINEAR, "const.yaml"),
+        tmp_path,
+        entrypoint="filler:FillerTrial",
+        min_checkpoint_period={"batches": 2},
+        **{
+            "resources.slots_per_trial": 2,
+            "hyperparameters.fill_at": 5,
+            "hyperparameters.fill_path": str(home / "ballast"),
+            "hyperparameters.marker_dir": str(markers),
+        },
+    )
+    proc = in_namespace(
+        f"mount -t tmpfs -o size=8m tmpfs {home}\n"
+        f"export DET_LITE_HOME={home}\n"
+        f"det_lite experiment create {config} {context}\n"
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "could not record" not in proc.stdout, proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"det-lite: error: no space left on {home}: the det-lite store"), line

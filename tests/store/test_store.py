@@ -208,6 +208,8 @@ def test_describe_experiment_exact_shape(store):
                 "experiment_id": exp_id,
                 "request_id": 0,
                 "latest_checkpoint": "uuid-a",
+                "started_at": None,  # never launched by a runner (schema v5, issue 29.11)
+                "stopped_early": False,
             },
             {
                 "id": t2,
@@ -225,6 +227,8 @@ def test_describe_experiment_exact_shape(store):
                 "experiment_id": exp_id,
                 "request_id": "req-1",
                 "latest_checkpoint": "uuid-b",
+                "started_at": None,  # never launched by a runner (schema v5, issue 29.11)
+                "stopped_early": False,
             },
         ],
     }
@@ -247,7 +251,13 @@ def test_trial_round_trip_and_errors(store):
         "restarts": 0,
         "best_validation": None,
         "latest_checkpoint": "uuid-b",
+        "started_at": None,
+        "stopped_early": False,
     }
+    # Issue 29.11: a trial's own start (kept from its first run) and ASHA's early stop.
+    store.update_trial(t2, started_at=100.0)
+    store.update_trial(t2, started_at=200.0, stopped_early=True)
+    assert (store.get_trial(t2)["started_at"], store.get_trial(t2)["stopped_early"]) == (100.0, True)
     assert [t["id"] for t in store.list_trials(exp_id)] == [t1, t2]
     assert store.get_trial_by_request(exp_id, "req-1")["id"] == t2
     assert store.get_trial_by_request(exp_id, 0)["id"] == t1
