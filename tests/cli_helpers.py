@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import yaml
 
@@ -91,3 +91,23 @@ def activate(exp_id: int) -> subprocess.CompletedProcess:
     proc = cli("experiment", "activate", str(exp_id))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
+
+
+def asha_overrides(**extra: Any) -> Dict[str, Any]:
+    """``write_config`` overrides for the linear fixture's terminal tests: an aggressive ASHA of
+    4 trials (8 batches, 3 rungs, 2 at a time) over 4 learning rates, validating every 2 batches."""
+    return {
+        "searcher": {
+            "name": "adaptive_asha",
+            "metric": "val_loss",
+            "max_length": {"batches": 8},
+            "max_trials": 4,
+            "divisor": 2,
+            "max_rungs": 3,
+            "mode": "aggressive",
+            "max_concurrent_trials": 2,
+        },
+        "hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.03]},
+        "min_validation_period": {"batches": 2},
+        **extra,
+    }

@@ -14,7 +14,7 @@ import pytest
 
 from determined_lite._terminal import format_number
 from determined_lite.experiment._progress import compact_log_line, hparam_text, summary
-from tests.cli_helpers import REPO, describe
+from tests.cli_helpers import REPO, asha_overrides, describe
 from tests.cli_helpers import write_config as _write_config
 from tests.pty_helpers import run_in_pty
 
@@ -143,20 +143,7 @@ def test_asha_experiment_on_a_terminal(tmp_path, _det_lite_home):
     path = _write_config(
         os.path.join(LINEAR, "const.yaml"),
         tmp_path,
-        **{
-            "searcher": {
-                "name": "adaptive_asha",
-                "metric": "val_loss",
-                "max_length": {"batches": 8},
-                "max_trials": 4,
-                "divisor": 2,
-                "max_rungs": 3,
-                "mode": "aggressive",
-                "max_concurrent_trials": 2,
-            },
-            "hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.03]},
-            "min_validation_period": {"batches": 2},
-        },
+        **asha_overrides(),
     )
     run = run_in_pty(
         [sys.executable, "-m", "determined_lite.cli", "experiment", "create", path, LINEAR],

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.cli_helpers import REPO, cli, describe, write_config
+from tests.cli_helpers import REPO, asha_overrides, cli, describe, write_config
 from tests.pty_helpers import run_in_pty
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
@@ -27,22 +27,12 @@ def _asha_config(tmp_path) -> str:
     return write_config(
         os.path.join(LINEAR, "const.yaml"),
         tmp_path,
-        **{
-            "searcher": {
-                "name": "adaptive_asha",
-                "metric": "val_loss",
-                "max_length": {"batches": 8},
-                "max_trials": 4,
-                "divisor": 2,
-                "max_rungs": 3,
-                "mode": "aggressive",
-                "max_concurrent_trials": 2,
-            },
-            "hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.03]},
-            "hyperparameters.hidden_size_unused": {"type": "categorical", "vals": [64, 128, 256]},
-            "hyperparameters.dropout_rate_unused": {"type": "double", "minval": 0.1, "maxval": 0.5},
-            "min_validation_period": {"batches": 2},
-        },
+        **asha_overrides(
+            **{
+                "hyperparameters.hidden_size_unused": {"type": "categorical", "vals": [64, 128, 256]},
+                "hyperparameters.dropout_rate_unused": {"type": "double", "minval": 0.1, "maxval": 0.5},
+            }
+        ),
     )
 
 
