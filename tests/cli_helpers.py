@@ -94,7 +94,7 @@ def activate(exp_id: int) -> subprocess.CompletedProcess:
 
 
 def asha_overrides(**extra: Any) -> Dict[str, Any]:
-    """``write_config`` overrides for the linear fixture's terminal tests: an aggressive ASHA of
+    """``write_config`` overrides for the linear fixture's ASHA tests: an aggressive ASHA of
     4 trials (8 batches, 3 rungs, 2 at a time) over 4 learning rates, validating every 2 batches."""
     return {
         "searcher": {

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.cli_helpers import activate, cli, describe, pause_foreground, wait_for_batches
+from tests.cli_helpers import activate, asha_overrides, cli, describe, pause_foreground, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 from tests.timing import budget
@@ -194,20 +194,12 @@ def test_invalid_hp_ends_the_trial_not_the_experiment(tmp_path):
 def test_asha_promotes_by_resuming_from_checkpoints(tmp_path):
     path = write_config(
         tmp_path,
-        **{
-            "searcher": {
-                "name": "adaptive_asha",
-                "metric": "val_loss",
-                "max_length": {"batches": 8},
-                "max_trials": 4,
-                "divisor": 2,
-                "max_rungs": 3,
-                "mode": "aggressive",
-                "max_concurrent_trials": 2,
-            },
-            "hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]},
-            "min_validation_period": None,
-        },
+        **asha_overrides(
+            **{
+                "hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]},
+                "min_validation_period": None,
+            }
+        ),
     )
     proc = cli("experiment", "create", path, LINEAR)
     assert proc.returncode == 0, proc.stdout + proc.stderr
