@@ -112,3 +112,24 @@ def test_the_wheels_install_the_pth(tmp_path, kind):
         assert z.read(PTH).decode() == open(os.path.join(REPO, PTH)).read()
         if kind == "wheel":
             assert "_determined_lite_alias.py" in z.namelist()
+
+
+def test_a_pth_whose_module_is_gone_is_silent(tmp_path):
+    """A checkout removed after ``pip install -e`` leaves the .pth behind: its line finds no
+    ``_determined_lite_alias`` and Python starts with no traceback (site prints one for a .pth
+    line that raises)."""
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    shutil.copy(os.path.join(REPO, PTH), site_dir)
+    code = (
+        "import sys, site\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        "sys.modules.pop('_determined_lite_alias', None)\n"
+        f"site.addsitedir({str(site_dir)!r})\n"
+        "print('_determined_lite_alias' in sys.modules)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))  # the repository is not on the path
+    proc = python3(["-c", code], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.strip() == "False"
