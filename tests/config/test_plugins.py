@@ -46,7 +46,8 @@ def test_every_engine_record_is_complete(name):
     assert module.__name__ == record.launcher_module
     assert callable(module.command) and callable(module.problem)
     assert engine_problem(name, 1) is None  # one slot is one plain process
-    assert record.stop_signals and all(isinstance(getattr(signal, s), signal.Signals) for s in record.stop_signals)
+    assert record.stop_signals
+    assert all(isinstance(getattr(signal, s), signal.Signals) for s in record.stop_signals)
     assert record.tool and record.determined_launcher.startswith("determined.launch.")
     assert f"python3 -m {record.determined_launcher}" in SUPPORTED_ENTRYPOINTS
     # Determined's launcher form implies the engine.
