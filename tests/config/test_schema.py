@@ -86,6 +86,7 @@ def test_defaults_are_determineds():
             "slots_per_trial": 1,
             "distributed_backend": "horovod",
             "hosts": None,
+            "executor": "local",
             "ddp_options": {
                 "find_unused_parameters": False,
                 "broadcast_buffers": True,
