@@ -34,10 +34,15 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 from determined_lite._enums import TextEnum
 from determined_lite.experiment._context import STAGING_PREFIX
 from determined_lite.storage import (
+    CLOUD_TYPES,
     STORE_KEY,
     TMP_GRACE_S,
+    CheckpointStorage,
     RootEntry,
+    StorageError,
+    checkpoint_storage,
     make_durable,
+    read_metadata_file,
     root_entries,
     writer_may_be_alive,
 )
@@ -100,6 +105,16 @@ class _Collector:
         self.default_root = os.path.realpath(default_checkpoint_root(store.home))
         self.report = GcReport(dry_run=dry_run)
         self.registered: Set[str] = {c["uuid"] for c in store.list_checkpoints()}
+        self._clouds: Dict[int, Optional[CheckpointStorage]] = {}
+
+    def cloud(self, experiment_id: int) -> Optional[CheckpointStorage]:
+        """The experiment's cloud checkpoint storage (None: a directory, or no such experiment)."""
+        if experiment_id not in self._clouds:
+            experiment = self.store.get_experiment(experiment_id) or {"config": {}}
+            config = experiment["config"]
+            cloud = (config.get("checkpoint_storage") or {}).get("type") in CLOUD_TYPES
+            self._clouds[experiment_id] = checkpoint_storage(config, experiment_id) if cloud else None
+        return self._clouds[experiment_id]
 
     # --- decisions ----------------------------------------------------------------------------
     def belongs(self, entry: RootEntry, root: str) -> bool:
@@ -158,6 +173,9 @@ class _Collector:
                 make_durable(path)
                 meta = entry.metadata
                 trial_id, batches = int(meta["trial_id"]), meta["total_batches"]
+                cloud = self.cloud(int(meta["experiment_id"]))
+                if cloud is not None:  # registered only once in the experiment's cloud store
+                    cloud.upload(path, entry.uuid)
                 self.store.add_checkpoint(trial_id, entry.uuid, path, batches, meta.get("validation_metrics"))
                 self.registered.add(entry.uuid)
         except OSError as e:
@@ -180,6 +198,8 @@ class _Collector:
         """Registered checkpoints of ``experiment`` whose directory is gone (root still there)."""
         if experiment["running"] and experiment["pid"] != os.getpid():
             return
+        if self.cloud(experiment["id"]) is not None:  # the local copies of a cloud store come and go
+            return
         for c in self.store.list_checkpoints(experiment_id=experiment["id"]):
             path = c["path"]
             if not os.path.isdir(path) and os.path.isdir(os.path.dirname(os.path.normpath(path))):
@@ -187,6 +207,25 @@ class _Collector:
                 if not self.report.dry_run:
                     self.store.delete_checkpoint(c["uuid"])
                     self.registered.discard(c["uuid"])
+
+    def sweep_cloud(self, experiment: Dict[str, Any]) -> None:
+        """Checkpoints in the experiment's cloud store that no one registered (an upload that a
+        kill interrupted): removed when their local copy or their metadata names the experiment."""
+        cloud = self.cloud(experiment["id"])
+        if cloud is None or (experiment["running"] and experiment["pid"] != os.getpid()):
+            return
+        for uuid in cloud.list_ids():
+            if uuid in self.registered:
+                continue
+            meta = read_metadata_file(cloud.local_path(uuid)) or cloud.read_metadata(uuid) or {}
+            if meta.get("experiment_id") != experiment["id"] or meta.get(STORE_KEY) not in (
+                None,
+                self.store.path,
+            ):
+                continue
+            self.report.actions.append((Fate.REMOVE, f"{cloud.url}/{uuid}", "uploaded, never registered"))
+            if not self.report.dry_run:
+                cloud.delete(uuid)
 
     def sweep_experiment_dirs(self) -> None:
         """Run directories and TensorBoard directories of experiments the store no longer has,
@@ -205,6 +244,20 @@ class _Collector:
             if name.startswith(_TENSORBOARD_PREFIX) and number.isdigit():
                 if self.store.get_experiment(int(number)) is None:
                     self.act(Fate.REMOVE, os.path.join(parent, name), f"experiment {number} was deleted")
+
+
+def delete_cloud_copies(
+    experiment: Dict[str, Any], checkpoints: Iterable[Dict[str, Any]], problems: List[str]
+) -> None:
+    """Delete an experiment's checkpoints from its cloud store (nothing for a directory)."""
+    if (experiment["config"].get("checkpoint_storage") or {}).get("type") not in CLOUD_TYPES:
+        return
+    try:
+        storage = checkpoint_storage(experiment["config"], experiment["id"])
+        for c in checkpoints:
+            storage.delete(c["uuid"])
+    except StorageError as e:
+        problems.append(str(e))
 
 
 def _listdir(path: str) -> List[str]:
@@ -240,6 +293,10 @@ def collect_garbage(store: Any, *, dry_run: bool = False) -> GcReport:
     roots: List[str] = [default_checkpoint_root(store.home)]
     for experiment in experiments:
         collector.forget_missing(experiment)
+        try:
+            collector.sweep_cloud(experiment)
+        except StorageError as e:
+            collector.report.problems.append(str(e))
         root = checkpoint_root(experiment["config"])
         if os.path.realpath(root) not in {os.path.realpath(r) for r in roots}:
             roots.append(root)
@@ -257,6 +314,8 @@ def delete_experiment_files(
     (with the context snapshot)."""
     collector = _Collector(store, dry_run=False)
     report = collector.report
+    checkpoints = list(checkpoints)
+    delete_cloud_copies(experiment, checkpoints, report.problems)
     for c in checkpoints:
         path = c["path"]
         if os.path.basename(os.path.normpath(path)) != c["uuid"]:
