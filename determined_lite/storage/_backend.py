@@ -223,7 +223,7 @@ class CheckpointStorage:
         staging = os.path.join(parent, f".tmp-{checkpoint_uuid}-{uuid_module.uuid4().hex[:8]}")
         try:
             for name in found:
-                rel = name[len(key) + 1 :]
+                rel = str(name).lstrip("/")[len(key.lstrip("/")) + 1 :]  # memory:// adds a "/"
                 target = os.path.join(staging, *rel.split("/"))
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 self._call(
