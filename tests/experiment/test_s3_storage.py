@@ -200,7 +200,7 @@ def test_unknown_bucket_and_unreachable_endpoint_are_one_line_at_create(tmp_path
         assert proc.returncode == 2, proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-        assert lines[0].startswith(f"Error: {path}: checkpoint storage s3://") and words in lines[0], lines[0]
+        assert lines[0].startswith(f"det-lite: error: {path}: checkpoint storage s3://") and words in lines[0], lines[0]
         assert SECRET not in proc.stderr
     assert cli("experiment", "list", "--json", check=True).stdout.strip() == "[]"
 
