@@ -218,9 +218,9 @@ class _Collector:
             if uuid in self.registered:
                 continue
             meta = read_metadata_file(cloud.local_path(uuid)) or cloud.read_metadata(uuid) or {}
-            if meta.get("experiment_id") != experiment["id"] or meta.get(STORE_KEY) not in (
-                None,
-                self.store.path,
+            owner = meta.get(STORE_KEY)
+            if meta.get("experiment_id") != experiment["id"] or (
+                owner and os.path.realpath(owner) != self.store_id
             ):
                 continue
             self.report.actions.append((Fate.REMOVE, f"{cloud.url}/{uuid}", "uploaded, never registered"))

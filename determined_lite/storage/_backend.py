@@ -186,7 +186,8 @@ class CheckpointStorage:
         self._call("deleting a test object", lambda: self.fs.rm_file(key))
 
     def upload(self, local_dir: str, checkpoint_uuid: str) -> None:
-        """Copy a checkpoint's files (links followed) to ``<root>/<uuid>/``; metadata.json last."""
+        """Copy a checkpoint's files (links followed) to ``<root>/<uuid>/``. metadata.json goes
+        first: an upload a kill interrupts still names its experiment, for gc to remove it."""
         key = self._key(checkpoint_uuid)
         if self.is_local and os.path.realpath(local_dir) == os.path.realpath(
             self.local_path(checkpoint_uuid)
@@ -195,7 +196,7 @@ class CheckpointStorage:
         files: List[str] = []
         for directory, _, names in os.walk(local_dir, followlinks=True):
             files += [os.path.relpath(os.path.join(directory, n), local_dir) for n in names]
-        files.sort(key=lambda rel: (rel == "metadata.json", rel))
+        files.sort(key=lambda rel: (rel != "metadata.json", rel))
         for rel in files:
             source, target = os.path.join(local_dir, rel), f"{key}/{rel.replace(os.sep, '/')}"
             self._call(
@@ -206,7 +207,7 @@ class CheckpointStorage:
         key = self._key(checkpoint_uuid)
         return bool(
             self._call(
-                f"looking up checkpoint {checkpoint_uuid}", lambda: self.fs.exists(f"{key}/metadata.json")
+                f"looking up checkpoint {checkpoint_uuid}", lambda: self.fs.exists(key)
             )
         )
 

@@ -106,14 +106,14 @@ def test_local_copy_downloads_only_when_missing(cloud, tmp_path, monkeypatch):
     assert os.path.isfile(os.path.join(local, "metadata.json"))
 
 
-def test_metadata_is_uploaded_last(cloud, tmp_path, monkeypatch):
+def test_metadata_is_uploaded_first(cloud, tmp_path, monkeypatch):
     local = str(tmp_path / UUID)
     write_checkpoint(local)
     order = []
     put = cloud.fs.put_file
     monkeypatch.setattr(cloud.fs, "put_file", lambda s, t, **kw: order.append(t.rsplit("/", 1)[-1]) or put(s, t))
     cloud.upload(local, UUID)
-    assert order[-1] == "metadata.json" and len(order) == 3
+    assert order[0] == "metadata.json" and len(order) == 3
 
 
 def test_probe_writes_and_deletes(cloud):
