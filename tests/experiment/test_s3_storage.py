@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from tests.cli_helpers import cli, describe, pause_foreground, wait_for_batches
+from tests.cli_helpers import cli, describe, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 from tests.timing import budget
@@ -55,7 +55,11 @@ class S3Server:
 
     def client(self):
         return boto3.client(
-            "s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="k",
+            aws_secret_access_key="s",
         )
 
     def keys(self, bucket: str = BUCKET) -> list:
@@ -162,7 +166,11 @@ def test_kill_then_activate_resumes_from_the_bucket(tmp_path, s3, _det_lite_home
     path = write_config(
         tmp_path,
         s3,
-        **{"hyperparameters.sleep_s": 0.1, "searcher.max_length": {"batches": 24}, "min_checkpoint_period": {"batches": 2}},
+        **{
+            "hyperparameters.sleep_s": 0.1,
+            "searcher.max_length": {"batches": 24},
+            "min_checkpoint_period": {"batches": 2},
+        },
     )
     proc = _start_foreground(path)
     wait_for_batches(1, 6, proc)
@@ -170,7 +178,11 @@ def test_kill_then_activate_resumes_from_the_bucket(tmp_path, s3, _det_lite_home
     proc.wait(timeout=budget(10))
     time.sleep(3)  # the workers notice their supervisor is gone and stop
     (trial,) = describe(1)["trials"]
-    (latest,) = [c for c in trial["checkpoints"] if c["total_batches"] == max(x["total_batches"] for x in trial["checkpoints"])]
+    (latest,) = [
+        c
+        for c in trial["checkpoints"]
+        if c["total_batches"] == max(x["total_batches"] for x in trial["checkpoints"])
+    ]
     assert latest["uuid"] in s3.uuids()
     # Nothing local: activate resumes from what the bucket holds.
     shutil.rmtree(os.path.join(str(_det_lite_home), "checkpoints"))
@@ -200,7 +212,9 @@ def test_unknown_bucket_and_unreachable_endpoint_are_one_line_at_create(tmp_path
         assert proc.returncode == 2, proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-        assert lines[0].startswith(f"det-lite: error: {path}: checkpoint storage s3://") and words in lines[0], lines[0]
+        assert (
+            lines[0].startswith(f"det-lite: error: {path}: checkpoint storage s3://") and words in lines[0]
+        ), lines[0]
         assert SECRET not in proc.stderr
     assert cli("experiment", "list", "--json", check=True).stdout.strip() == "[]"
 
@@ -244,7 +258,11 @@ def test_server_stopped_mid_run_pauses_then_activate_finishes(tmp_path, s3, _det
     path = write_config(
         tmp_path,
         s3,
-        **{"hyperparameters.sleep_s": 0.1, "searcher.max_length": {"batches": 24}, "min_checkpoint_period": {"batches": 2}},
+        **{
+            "hyperparameters.sleep_s": 0.1,
+            "searcher.max_length": {"batches": 24},
+            "min_checkpoint_period": {"batches": 2},
+        },
     )
     env = dict(os.environ, DET_LITE_STORAGE_RETRIES="2")
     proc = _start_foreground(path, env=env)

@@ -58,11 +58,18 @@ def test_remote_root_is_bucket_and_prefix():
 
 def test_filesystem_options_are_only_what_the_config_gives():
     assert _filesystem_options({"type": "gcs", "bucket": "b"}) == {}
-    s3 = _filesystem_options({"type": "s3", "bucket": "b", "access_key": "A", "secret_key": "S", "endpoint_url": "http://h"})
+    s3 = _filesystem_options(
+        {"type": "s3", "bucket": "b", "access_key": "A", "secret_key": "S", "endpoint_url": "http://h"}
+    )
     assert (s3["key"], s3["secret"], s3["endpoint_url"]) == ("A", "S", "http://h")
     assert "key" not in _filesystem_options({"type": "s3", "bucket": "b"})  # boto's own places then
     azure = _filesystem_options(
-        {"type": "azure", "container": "c", "account_url": "https://acct.blob.core.windows.net", "credential": "K"}
+        {
+            "type": "azure",
+            "container": "c",
+            "account_url": "https://acct.blob.core.windows.net",
+            "credential": "K",
+        }
     )
     assert azure == {"account_name": "acct", "account_host": "acct.blob.core.windows.net", "credential": "K"}
 
@@ -111,7 +118,9 @@ def test_metadata_is_uploaded_first(cloud, tmp_path, monkeypatch):
     write_checkpoint(local)
     order = []
     put = cloud.fs.put_file
-    monkeypatch.setattr(cloud.fs, "put_file", lambda s, t, **kw: order.append(t.rsplit("/", 1)[-1]) or put(s, t))
+    monkeypatch.setattr(
+        cloud.fs, "put_file", lambda s, t, **kw: order.append(t.rsplit("/", 1)[-1]) or put(s, t)
+    )
     cloud.upload(local, UUID)
     assert order[0] == "metadata.json" and len(order) == 3
 
@@ -138,15 +147,22 @@ def test_transient_errors_are_retried_a_bounded_number_of_times(cloud, monkeypat
 
     attempts.clear()
     waits.clear()
-    monkeypatch.setattr(cloud.fs, "pipe_file", lambda *a, **k: (_ for _ in ()).throw(TimeoutError("timed out")))
+    monkeypatch.setattr(
+        cloud.fs, "pipe_file", lambda *a, **k: (_ for _ in ()).throw(TimeoutError("timed out"))
+    )
     with pytest.raises(StorageError) as e:
         cloud.probe()
     assert waits == [0.5, 1.0, 2.0]  # DET_LITE_STORAGE_RETRIES=3 by default
     assert isinstance(e.value, ActionRequired)
-    assert str(e.value) == f"checkpoint storage {cloud.url}: writing a test object failed after 4 tries: timed out"
+    assert (
+        str(e.value)
+        == f"checkpoint storage {cloud.url}: writing a test object failed after 4 tries: timed out"
+    )
 
 
-@pytest.mark.parametrize("error", [PermissionError("Access Denied"), FileNotFoundError("The specified bucket does not exist")])
+@pytest.mark.parametrize(
+    "error", [PermissionError("Access Denied"), FileNotFoundError("The specified bucket does not exist")]
+)
 def test_permanent_errors_are_not_retried(cloud, monkeypatch, error):
     cloud.sleep = lambda s: pytest.fail("a permanent error was retried")
 
@@ -160,7 +176,9 @@ def test_permanent_errors_are_not_retried(cloud, monkeypatch, error):
 
 
 def test_secrets_never_in_messages(monkeypatch):
-    config = {"checkpoint_storage": {"type": "s3", "bucket": "bkt", "access_key": "AK", "secret_key": "TOPSECRET"}}
+    config = {
+        "checkpoint_storage": {"type": "s3", "bucket": "bkt", "access_key": "AK", "secret_key": "TOPSECRET"}
+    }
     storage = checkpoint_storage(config, fs=memory_fs())
 
     def fail(*args, **kwargs):
@@ -188,7 +206,9 @@ def test_redacted_secrets_come_back_from_the_private_file(_det_lite_home):
 
 def test_local_types_are_the_local_disk(tmp_path):
     root = str(tmp_path / "shared")
-    shared = checkpoint_storage({"checkpoint_storage": {"type": "shared_fs", "host_path": root, "storage_path": "ck"}})
+    shared = checkpoint_storage(
+        {"checkpoint_storage": {"type": "shared_fs", "host_path": root, "storage_path": "ck"}}
+    )
     assert shared.is_local and shared.local_path(UUID) == os.path.join(root, "ck", UUID)
     directory = checkpoint_storage({"checkpoint_storage": {"type": "directory", "container_path": root}})
     assert directory.local_path(UUID) == os.path.join(root, UUID)
