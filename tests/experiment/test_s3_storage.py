@@ -281,3 +281,44 @@ def test_server_stopped_mid_run_pauses_then_activate_finishes(tmp_path, s3, _det
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (trial,) = describe(1)["trials"]
     assert_closed_form(trial, 24)
+
+
+def test_core_api_asha_on_two_slots_uploads_from_the_chief(tmp_path, s3, _det_lite_home):
+    """A Core API script on 2 workers (torch.distributed on Gloo) under ASHA: checkpoints
+    stored with ``checkpoint.store_path`` are uploaded by the chief and registered; the promoted
+    trial restores its rung's checkpoint (``restore_path``); the bucket holds exactly what the
+    store lists, and the weights are the closed form."""
+    from tests.compat.test_determined_trial import weights
+
+    scripts = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
+    path = _write_config(
+        os.path.join(scripts, "core.yaml"),
+        tmp_path,
+        "core.yaml",
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "val_loss",
+            "max_length": {"batches": 8},
+            "max_trials": 2,
+            "max_rungs": 2,
+            "divisor": 2,
+            "mode": "aggressive",
+        },
+        hyperparameters={"lr": {"type": "double", "minval": 0.005, "maxval": 0.02}},
+        checkpoint_storage=storage(s3),
+        **{"reproducibility.experiment_seed": 1, "resources.slots_per_trial": 2},
+    )
+    proc = cli("experiment", "create", path, scripts)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED"
+    assert sorted(t["total_batches"] for t in exp["trials"]) == [4, 8]
+    registered = set()
+    for trial in exp["trials"]:
+        ws = weights(trial["total_batches"], lr=trial["hparams"]["lr"], gamma=1.0)
+        for t in trial["training_metrics"]:
+            assert t["metrics"]["weight"] == pytest.approx(ws[t["total_batches"] - 1], rel=1e-12)
+        registered |= {c["uuid"] for c in trial["checkpoints"]}
+    assert registered and s3.uuids() == registered
+    promoted = next(t for t in exp["trials"] if t["total_batches"] == 8)
+    assert "core: restored" in cli("trial", "logs", str(promoted["id"])).stdout
