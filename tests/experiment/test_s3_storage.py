@@ -146,6 +146,14 @@ def test_s3_trial_checkpoints_are_in_the_bucket_and_export_from_it(tmp_path, s3,
     restored = load_trial_from_checkpoint_path(dest, trust=True)
     assert restored.model.weight.item() == pytest.approx(weight_after(12), rel=1e-12)
 
+    # The Python SDK's download too.
+    shutil.rmtree(os.path.join(str(_det_lite_home), "checkpoints", ckpt["uuid"]))
+    from determined_lite import client
+
+    sdk_dest = client.get_checkpoint(ckpt["uuid"]).download(os.path.join(str(tmp_path), "sdk"))
+    with open(os.path.join(sdk_dest, "metadata.json")) as f:
+        assert json.load(f)["total_batches"] == 12
+
     # experiment delete removes the bucket's copies.
     cli("experiment", "delete", "1", "--yes", check=True)
     assert s3.keys() == []
