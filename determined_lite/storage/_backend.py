@@ -121,6 +121,14 @@ def _new_filesystem(kind: str, options: Mapping[str, Any]) -> Any:
     return fsspec.filesystem(_protocol(kind), skip_instance_cache=True, **options)
 
 
+def _permanent(error: BaseException) -> bool:
+    """Permission denied or a missing bucket / container: retrying cannot help. s3fs and gcsfs
+    raise PermissionError / FileNotFoundError; azure-core's errors carry the HTTP status."""
+    if isinstance(error, (PermissionError, FileNotFoundError)):
+        return True
+    return getattr(error, "status_code", None) in (401, 403, 404)
+
+
 class CheckpointStorage:
     """An experiment's checkpoint storage: ``<root>/<uuid>/`` on one fsspec filesystem, and the
     local directory its checkpoints are written to (and read from)."""
@@ -159,9 +167,9 @@ class CheckpointStorage:
         for attempt in range(self.retries + 1):
             try:
                 return fn()
-            except (PermissionError, FileNotFoundError) as e:
-                raise self._error(what, e) from None
-            except Exception as e:  # network, timeouts, the server's 5xx: all transient
+            except Exception as e:  # network, timeouts, the server's 5xx: transient
+                if _permanent(e):
+                    raise self._error(what, e) from None
                 if attempt == self.retries:
                     raise self._error(what, e, attempts=attempt + 1) from None
                 self.sleep(delay)
@@ -169,7 +177,8 @@ class CheckpointStorage:
         raise AssertionError("unreachable")
 
     def _error(self, what: str, error: BaseException, attempts: int = 1) -> StorageError:
-        reason = " ".join(str(error).split()) or type(error).__name__
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = lines[0][:300] if lines else type(error).__name__  # Azure's: then RequestId, XML
         for secret in self._secrets:
             reason = reason.replace(secret, REDACTED)
         tries = f" after {attempts} tries" if attempts > 1 else ""
