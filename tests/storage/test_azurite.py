@@ -86,7 +86,7 @@ def test_azure_storage_against_azurite(azurite, tmp_path):
     with pytest.raises(StorageError) as e:
         missing.probe()
     assert (
-        str(e.value)
-        == "checkpoint storage abfs://nope: writing a test object failed: The specified container does not exist."
+        str(e.value) == "checkpoint storage abfs://nope: writing a test object failed: "
+        "The specified container does not exist."
     )
     assert KEY not in str(e.value)
