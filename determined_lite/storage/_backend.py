@@ -28,7 +28,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from determined_lite._errors import ActionRequired
 from determined_lite.storage._layout import is_checkpoint_id
-from determined_lite.store._paths import checkpoint_root, experiment_dir, make_private_dirs, open_private
+from determined_lite.store._paths import (
+    checkpoint_root,
+    experiment_dir,
+    make_private_dirs,
+    open_private,
+    restrict_tree,
+)
 
 SECRET_FIELDS = ("secret_key", "connection_string", "credential")
 REDACTED = "<redacted>"
@@ -240,6 +246,7 @@ class CheckpointStorage:
                     f"downloading checkpoint {checkpoint_uuid}",
                     functools.partial(self.fs.get_file, name, target),
                 )
+            restrict_tree(staging)  # private, as every checkpoint det-lite writes
             try:
                 os.rename(staging, dest)
             except OSError:

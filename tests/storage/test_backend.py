@@ -91,6 +91,7 @@ def test_upload_download_delete_list_round_trip(cloud, tmp_path):
         assert f.read() == b"\x00\x01weights"
     assert sorted(os.listdir(dest)) == ["code", "metadata.json", "state_dict.pth"]
     assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")] == []
+    assert stat.S_IMODE(os.stat(os.path.join(dest, "state_dict.pth")).st_mode) & 0o077 == 0
 
     cloud.delete(UUID)
     assert not cloud.exists(UUID) and cloud.list_ids() == []
