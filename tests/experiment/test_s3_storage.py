@@ -330,3 +330,26 @@ def test_core_api_asha_on_two_slots_uploads_from_the_chief(tmp_path, s3, _det_li
     assert registered and s3.uuids() == registered
     promoted = next(t for t in exp["trials"] if t["total_batches"] == 8)
     assert "core: restored" in cli("trial", "logs", str(promoted["id"])).stdout
+
+
+def test_warm_start_from_a_checkpoint_in_the_bucket(tmp_path, s3, _det_lite_home):
+    """``searcher.source_checkpoint_uuid`` naming an s3 experiment's checkpoint whose local copy
+    is gone: create fetches it from the bucket; the new trial starts from its weights."""
+    cli(
+        "experiment",
+        "create",
+        write_config(tmp_path, s3, **{"searcher.max_length": {"batches": 4}}),
+        LINEAR,
+        check=True,
+    )
+    ((ckpt,),) = [t["checkpoints"] for t in describe(1)["trials"]]
+    shutil.rmtree(os.path.join(str(_det_lite_home), "checkpoints", ckpt["uuid"]))
+    path = write_config(
+        tmp_path,
+        s3,
+        **{"searcher.max_length": {"batches": 4}, "searcher.source_checkpoint_uuid": ckpt["uuid"]},
+    )
+    cli("experiment", "create", path, LINEAR, check=True)
+    (trial,) = describe(2)["trials"]
+    expected = closed_form(0.01, 4, 2, 8, w0=weight_after(4))[3]
+    assert trial["validation_metrics"][-1]["metrics"]["weight"] == pytest.approx(expected, rel=1e-12)
