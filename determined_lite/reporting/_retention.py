@@ -12,12 +12,15 @@ from; a checkpoint still being written is not registered yet, so nothing here ca
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import shutil
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
-from determined_lite.storage import CLOUD_TYPES, CheckpointStorage, checkpoint_storage
+from determined_lite.storage import CLOUD_TYPES, CheckpointStorage, StorageError, checkpoint_storage
+
+logger = logging.getLogger("determined_lite")
 
 # Determined's defaults (the config schema fills them in; these cover partial configs).
 DEFAULT_SAVE_TRIAL_BEST = 1
@@ -130,7 +133,10 @@ def remove_checkpoint_dir(checkpoint: Dict[str, Any], storage: Optional[Checkpoi
     """Remove a dropped checkpoint's directory (only a directory named by its uuid is ours) and
     its copy in ``storage``."""
     if storage is not None:
-        storage.delete(checkpoint["uuid"])
+        try:
+            storage.delete(checkpoint["uuid"])
+        except StorageError as e:  # forgotten already: `det-lite checkpoint gc` removes it later
+            logger.warning("%s (checkpoint gc removes it later)", e)
     path = checkpoint["path"]
     if os.path.basename(os.path.normpath(path)) == checkpoint["uuid"] and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)

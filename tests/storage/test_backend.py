@@ -234,3 +234,18 @@ def test_a_missing_backend_package_is_one_line(monkeypatch):
     with pytest.raises(StorageError) as e:
         checkpoint_storage({"checkpoint_storage": {"type": "gcs", "bucket": "b"}})
     assert str(e.value) == "checkpoint_storage.type 'gcs' needs gcsfs: pip install 'determined-lite[gcs]'"
+
+
+def test_retention_forgets_a_checkpoint_even_when_its_cloud_copy_cannot_be_deleted(cloud, tmp_path, caplog):
+    from determined_lite.reporting._retention import remove_checkpoint_dir
+
+    local = str(tmp_path / UUID)
+    write_checkpoint(local)
+
+    def fail(*args, **kwargs):
+        raise PermissionError("Access Denied")
+
+    cloud.fs.exists = fail
+    remove_checkpoint_dir({"uuid": UUID, "path": local}, cloud)
+    assert not os.path.exists(local)
+    assert "looking up checkpoint" in caplog.text and "checkpoint gc removes it later" in caplog.text
