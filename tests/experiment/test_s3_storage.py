@@ -227,12 +227,14 @@ def test_unknown_bucket_and_unreachable_endpoint_are_one_line_at_create(tmp_path
     assert cli("experiment", "list", "--json", check=True).stdout.strip() == "[]"
 
 
-def test_wrong_credentials_are_one_line_at_create(tmp_path, _det_lite_home):
-    """A server that checks credentials (moto_server with authentication on): 403 → exit 2."""
+@pytest.fixture
+def auth_s3():
+    """moto's S3 server in a process of its own that checks credentials (IAM): its first four
+    calls (a user, its policy, its key, the bucket) are let through; then only that key works."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0")
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         env=env,
@@ -241,25 +243,68 @@ def test_wrong_credentials_are_one_line_at_create(tmp_path, _det_lite_home):
     )
     try:
         deadline = time.monotonic() + budget(30)
-        while time.monotonic() < deadline:
+        while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "moto_server did not start"
                 time.sleep(0.2)
-        fake = S3Server.__new__(S3Server)
-        fake.url = f"http://127.0.0.1:{port}"
-        path = write_config(tmp_path, fake)
-        proc = cli("experiment", "create", path, LINEAR)
-        assert proc.returncode == 2, proc.stdout + proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-        assert "writing a test object failed:" in lines[0] and "after" not in lines[0], lines[0]
-        assert SECRET not in proc.stderr
-        assert cli("experiment", "list", "--json", check=True).stdout.strip() == "[]"
+        url = f"http://127.0.0.1:{port}"
+        keys = {
+            "endpoint_url": url,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "x",
+            "aws_secret_access_key": "y",
+        }
+        iam = boto3.client("iam", **keys)
+        iam.create_user(UserName="trainer")
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="trainer", PolicyName="all", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="trainer")["AccessKey"]
+        boto3.client("s3", **keys).create_bucket(Bucket=BUCKET)
+        yield url, key["AccessKeyId"], key["SecretAccessKey"]
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_wrong_credentials_are_one_line_at_create(tmp_path, auth_s3, _det_lite_home):
+    """403 at create: exit 2, one line, nothing recorded, the secret nowhere."""
+    url, _, _ = auth_s3
+    fake = S3Server.__new__(S3Server)
+    fake.url = url
+    path = write_config(tmp_path, fake)
+    proc = cli("experiment", "create", path, LINEAR)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "writing a test object failed:" in lines[0] and "after" not in lines[0], lines[0]
+    assert SECRET not in proc.stderr
+    assert cli("experiment", "list", "--json", check=True).stdout.strip() == "[]"
+
+
+def test_credentials_from_the_environment(tmp_path, auth_s3, _det_lite_home):
+    """No keys in the config: boto's own places (here AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)."""
+    url, key_id, secret = auth_s3
+    fake = S3Server.__new__(S3Server)
+    fake.url = url
+    config = storage(fake)
+    del config["access_key"], config["secret_key"]
+    path = write_config(tmp_path, fake, checkpoint_storage=config)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=key_id, AWS_SECRET_ACCESS_KEY=secret)
+    proc = cli("experiment", "create", path, LINEAR, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert_closed_form(trial, 12)
+    import fsspec  # read as det-lite reads (moto's signature check refuses listings: not used)
+
+    fs = fsspec.filesystem("s3", endpoint_url=url, key=key_id, secret=secret, skip_instance_cache=True)
+    for c in trial["checkpoints"]:
+        meta = json.loads(fs.cat_file(f"{BUCKET}/{PREFIX}/{c['uuid']}/metadata.json"))
+        assert meta["total_batches"] == c["total_batches"] == 12
+    env["AWS_SECRET_ACCESS_KEY"] = "wrong"
+    assert cli("experiment", "create", path, LINEAR, env=env).returncode == 2
 
 
 def test_server_stopped_mid_run_pauses_then_activate_finishes(tmp_path, s3, _det_lite_home):
