@@ -15,12 +15,16 @@ plain-Python runs may share):
   home's default root); then, unless registered, it is registered when its trial may still
   train and the store's metrics reach its batch (the state a timely registration would have
   left), else removed.
-* A registered checkpoint whose directory is gone (its root still there) is forgotten.
+* A registered checkpoint whose directory is gone (its root still there) is forgotten, unless
+  its experiment's storage is a cloud's (its local copies come and go).
+* A cloud store (``collect_garbage``): checkpoints no store row names, whose ``metadata.json``
+  (uploaded first) names an experiment of this store that is not running, are deleted (an
+  upload a kill interrupted); one registered by gc is uploaded first.
 
 ``reconcile_experiment`` runs when a runner starts (``create``, ``activate``) and after it
 stopped its trials (kill, Ctrl-C), and when ``pause``/``kill`` end an experiment whose process
 was gone; ``delete_experiment_files`` after ``experiment delete``; ``collect_garbage`` is
-``det-lite checkpoint gc``. Standard library only.
+``det-lite checkpoint gc``. Torch-free.
 """
 
 from __future__ import annotations
@@ -110,10 +114,10 @@ class _Collector:
     def cloud(self, experiment_id: int) -> Optional[CheckpointStorage]:
         """The experiment's cloud checkpoint storage (None: a directory, or no such experiment)."""
         if experiment_id not in self._clouds:
-            experiment = self.store.get_experiment(experiment_id) or {"config": {}}
-            config = experiment["config"]
-            cloud = (config.get("checkpoint_storage") or {}).get("type") in CLOUD_TYPES
-            self._clouds[experiment_id] = checkpoint_storage(config, experiment_id) if cloud else None
+            config = (self.store.get_experiment(experiment_id) or {"config": {}})["config"]
+            self._clouds[experiment_id] = (
+                checkpoint_storage(config, experiment_id) if _is_cloud(config) else None
+            )
         return self._clouds[experiment_id]
 
     # --- decisions ----------------------------------------------------------------------------
@@ -198,7 +202,7 @@ class _Collector:
         """Registered checkpoints of ``experiment`` whose directory is gone (root still there)."""
         if experiment["running"] and experiment["pid"] != os.getpid():
             return
-        if self.cloud(experiment["id"]) is not None:  # the local copies of a cloud store come and go
+        if _is_cloud(experiment["config"]):  # the local copies of a cloud store come and go
             return
         for c in self.store.list_checkpoints(experiment_id=experiment["id"]):
             path = c["path"]
@@ -246,11 +250,15 @@ class _Collector:
                     self.act(Fate.REMOVE, os.path.join(parent, name), f"experiment {number} was deleted")
 
 
+def _is_cloud(config: Dict[str, Any]) -> bool:
+    return (config.get("checkpoint_storage") or {}).get("type") in CLOUD_TYPES
+
+
 def delete_cloud_copies(
     experiment: Dict[str, Any], checkpoints: Iterable[Dict[str, Any]], problems: List[str]
 ) -> None:
     """Delete an experiment's checkpoints from its cloud store (nothing for a directory)."""
-    if (experiment["config"].get("checkpoint_storage") or {}).get("type") not in CLOUD_TYPES:
+    if not _is_cloud(experiment["config"]):
         return
     try:
         storage = checkpoint_storage(experiment["config"], experiment["id"])
