@@ -130,7 +130,12 @@ def _copy_checkpoint(store: Store, uuid: str, dest: str) -> None:
 
     found = get_checkpoint(store, uuid)
     uuid = found["uuid"]
-    source = found["path"]
+    from determined_lite.storage import StorageError, fetch_checkpoint
+
+    try:
+        source = fetch_checkpoint(store, found)
+    except (StorageError, FileNotFoundError) as e:
+        raise Failed(f"checkpoint {uuid}: {e}") from None
     if not os.path.isdir(source):
         raise Failed(f"checkpoint {uuid}'s directory {source} is missing")
     dest = os.path.abspath(dest)

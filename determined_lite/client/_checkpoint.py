@@ -132,6 +132,11 @@ class Checkpoint:
         target = pathlib.Path(path) if path is not None else pathlib.Path("checkpoints", self.uuid)
         if not any(target.joinpath(f).exists() for f in ("metadata.json", "MLmodel")):
             source = self.path or ""
+            record = self._session.store().get_checkpoint(self.uuid)
+            if record is not None and not os.path.isdir(source):  # a cloud store's: fetched
+                from determined_lite.storage import fetch_checkpoint
+
+                source = fetch_checkpoint(self._session.store(), record)
             if not os.path.isdir(source):
                 raise FileNotFoundError(
                     f"checkpoint {self.uuid}: its directory {source} is gone (deleted by retention, "

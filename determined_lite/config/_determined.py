@@ -5,10 +5,8 @@ image, pod spec, resource pool, priority, bind mounts, profiling.sync_timings, w
 log policies, ...) are removed before validation and reported as dotted paths, so the CLI can print
 one warning line. Fields Determined does not know either stay in and fail validation.
 
-``checkpoint_storage`` of type ``s3``, ``gcs``, ``azure`` or ``directory``: det-lite keeps
-checkpoints on the local disk, so the storage type and its type-specific fields are reported as
-unused and checkpoints go to the default location (``$DET_LITE_HOME/checkpoints``); the
-``save_*`` retention counts still apply.
+``checkpoint_storage``'s types are all det-lite's (``storage/_backend.py``); only its
+``checkpoint_path``, ``propagation`` and ``tensorboard_path`` are cluster-only.
 """
 
 from __future__ import annotations
@@ -77,21 +75,12 @@ _UNUSED: Dict[Tuple[str, ...], FrozenSet[str]] = {
     ("searcher",): frozenset({"bracket_rungs"}),
     ("profiling",): frozenset({"sync_timings"}),
     ("checkpoint_storage",): frozenset(
-        {"checkpoint_path", "container_path", "propagation", "tensorboard_path"}
+        {"checkpoint_path", "propagation", "tensorboard_path"}
     ),
 }
 
 # Determined's searchers that det-lite does not run (named in the error a config using one gets).
 DETERMINED_ONLY_SEARCHERS = ("pbt", "custom", "async_halving", "adaptive", "adaptive_simple", "sync_halving")
-
-# Remote checkpoint storage types and their own fields (replaced by local storage).
-REMOTE_STORAGE: Dict[str, FrozenSet[str]] = {
-    "s3": frozenset({"bucket", "access_key", "secret_key", "endpoint_url", "prefix"}),
-    "gcs": frozenset({"bucket", "prefix"}),
-    "azure": frozenset({"container", "connection_string", "account_url", "credential"}),
-    "directory": frozenset({"container_path"}),
-}
-
 
 def split_unused(raw: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
     """A copy of ``raw`` without the Determined-only fields, and their dotted paths (file order)."""
@@ -105,13 +94,6 @@ def split_unused(raw: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
             if node[key] is not None:
                 unused.append(format_path(section + (key,)))
             del node[key]
-    storage = clean.get("checkpoint_storage")
-    if isinstance(storage, dict) and storage.get("type") in REMOTE_STORAGE:
-        own = REMOTE_STORAGE[storage["type"]]
-        for key in [k for k in storage if k == "type" or k in own]:
-            if storage[key] is not None:
-                unused.append(f"checkpoint_storage.{key}")
-            del storage[key]
     return clean, unused
 
 
@@ -129,8 +111,6 @@ def unused_fields_warning(unused: Sequence[str], source: str = "<config>") -> st
     if not unused:
         return ""
     line = f"{source}: ignoring Determined fields that det-lite does not use locally: {', '.join(unused)}"
-    if "checkpoint_storage.type" in unused:
-        line += " (checkpoints are stored on the local disk)"
     return line
 
 

@@ -24,9 +24,10 @@ Decisions where det-lite differs from (or has to choose within) Determined:
 - ``reproducibility.experiment_seed``: when unset, a random seed in ``[0, 2**31)`` is drawn at
   validation (Determined uses the clock) and stays in ``to_dict()``, so the stored config
   fixes it for the experiment's lifetime.
-- ``checkpoint_storage``: only local storage (``shared_fs``). ``host_path`` is optional (unset:
-  ``$DET_LITE_HOME/checkpoints``), ``~`` is expanded and the result must be absolute. Remote
-  types are accepted with a warning, see ``_determined.py``.
+- ``checkpoint_storage``: Determined's five types (``shared_fs``, ``directory``, ``s3``, ``gcs``,
+  ``azure``) with their own fields; a field of another type is an error. ``shared_fs``'s
+  ``host_path`` is optional (unset: ``$DET_LITE_HOME/checkpoints``); paths expand ``~`` and must
+  be absolute. Cloud types keep their local copies (the cache) in ``$DET_LITE_HOME/checkpoints``.
 - ``resources``: ``slots_per_trial: 0`` (Determined: one process without a GPU) is read as 1.
   ``distributed_backend`` (an engine of ``_plugins.ENGINES``), ``executor`` (an executor of
   ``_plugins.EXECUTORS``, default ``local``), ``hosts`` (``"host:slots"``, slots adding up to
@@ -44,7 +45,6 @@ Decisions where det-lite differs from (or has to choose within) Determined:
 from __future__ import annotations
 
 import copy
-import os
 import random
 import re
 from typing import (
@@ -73,7 +73,6 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -85,7 +84,7 @@ from determined_lite.config._base import (
     check_json,
     check_numbers,
 )
-from determined_lite.config._determined import REMOTE_STORAGE, determined_only_fields, split_unused
+from determined_lite.config._determined import determined_only_fields, split_unused
 from determined_lite.config._errors import (
     ConfigError,
     FieldError,
@@ -111,6 +110,7 @@ from determined_lite.config._settings import (
     SearcherSettings,
     TrainingSettings,
 )
+from determined_lite.config._storage import STORAGE_FIELDS, CheckpointStorageConfig
 from determined_lite.config._yaml import apply_overrides, read_yaml
 
 _Model = TypeVar("_Model", bound="ExperimentConfig")
@@ -169,49 +169,6 @@ class OptimizationsConfig(Section):
     average_aggregated_gradients: StrictBool = True
     average_training_metrics: StrictBool = True
     compile: Annotated[CompileConfig, BeforeValidator(_compile)] = Field(default_factory=CompileConfig)
-
-
-class CheckpointStorageConfig(Section):
-    label: ClassVar[str] = "checkpoint_storage"
-    determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("checkpoint_storage",)))
-
-    type: Literal["shared_fs"] = "shared_fs"
-    host_path: Optional[StrictStr] = None
-    storage_path: Optional[StrictStr] = None
-    save_trial_best: NonNegativeInt = 1
-    save_trial_latest: NonNegativeInt = 1
-    save_experiment_best: NonNegativeInt = 0
-
-    @field_validator("type", mode="before")
-    @classmethod
-    def _type(cls, value: Any) -> Any:
-        if value != "shared_fs":
-            remote = ", ".join(repr(t) for t in REMOTE_STORAGE)
-            raise ValueError(f"expected 'shared_fs' (or {remote}, stored locally), got {describe(value)}")
-        return value
-
-    @field_validator("host_path")
-    @classmethod
-    def _host_path(cls, value: str) -> str:
-        path = os.path.expanduser(value)
-        if not os.path.isabs(path):
-            raise ValueError(f"expected an absolute path (or one starting with ~), got {describe(value)}")
-        return os.path.normpath(path)
-
-    @model_validator(mode="after")
-    def _storage_path(self) -> "CheckpointStorageConfig":
-        if self.storage_path is None:
-            return self
-        if self.host_path is None:
-            raise FieldError(("host_path",), "required when storage_path is set")
-        full = os.path.normpath(os.path.join(self.host_path, self.storage_path))
-        if os.path.commonpath([full, self.host_path]) != self.host_path:
-            raise FieldError(
-                ("storage_path",),
-                "must be a relative directory or a subdirectory of host_path, "
-                f"got {describe(self.storage_path)}",
-            )
-        return self
 
 
 class ProfilingConfig(Section):
@@ -385,6 +342,9 @@ class ExperimentConfig(Section):
         """A plain JSON-able dict with every default filled in (valid input for validation again)."""
         out = self.model_dump()
         out["searcher"] = self.searcher.to_dict()
+        storage = out["checkpoint_storage"]  # another type's (unset) fields are left out
+        own = STORAGE_FIELDS[storage["type"]]
+        out["checkpoint_storage"] = {k: v for k, v in storage.items() if v is not None or k in own}
         return copy.deepcopy(out)
 
     def training_settings(self) -> TrainingSettings:

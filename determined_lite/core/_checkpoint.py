@@ -35,6 +35,7 @@ from determined_lite.storage import (
     METADATA_FILE,
     STORE_KEY,
     TMP_PREFIX,
+    CheckpointIdError,
     checkpoint_dir,
     copy_checkpoint,
     make_durable,
@@ -70,17 +71,25 @@ class CheckpointContext:
     written to ``root`` and registered nowhere).
     """
 
-    def __init__(self, distributed: Any, root: str, trial: Any = None) -> None:
+    def __init__(self, distributed: Any, root: str, trial: Any = None, storage: Any = None) -> None:
         self._dist = distributed
         self._root = root
         self._trial = trial
+        self._storage = storage  # a cloud CheckpointStorage: reads fetch a missing local copy
 
     def _path(self, storage_id: str, call: str) -> str:
         """The directory of checkpoint ``storage_id`` in the root (``CheckpointIdError`` for an
         id that is not a checkpoint's, ``FileNotFoundError`` for one that is not there); the
         call is noted on the trial first."""
         note_call(self._trial, f"core_context.checkpoint.{call}({storage_id!r})")
-        return checkpoint_dir(self._root, storage_id)
+        try:
+            return checkpoint_dir(self._root, storage_id)
+        except CheckpointIdError:
+            raise
+        except FileNotFoundError:
+            if self._storage is None or call == "delete":
+                raise
+            return self._storage.local_copy(storage_id)
 
     def _check_deletable(self, storage_id: str, path: str) -> None:
         """``PermissionError`` unless the checkpoint is the trial's experiment's (local mode: of no
@@ -216,6 +225,8 @@ class CheckpointContext:
         self._check_deletable(storage_id, path)
         if self._trial is not None:
             self._trial.forget_checkpoint(storage_id)
+        if self._storage is not None:
+            self._storage.delete(storage_id)
         shutil.rmtree(path)
 
 

@@ -83,6 +83,15 @@ def _storage_root(checkpoint_storage: Union[None, str, Dict[str, Any]]) -> str:
     return checkpoint_root({"checkpoint_storage": checkpoint_storage})
 
 
+def _cloud_storage(config: Dict[str, Any], experiment_id: Optional[int]) -> Any:
+    """A cloud ``checkpoint_storage``'s CheckpointStorage (None for a directory)."""
+    from determined_lite.storage import CLOUD_TYPES, checkpoint_storage
+
+    if (config.get("checkpoint_storage") or {}).get("type") not in CLOUD_TYPES:
+        return None
+    return checkpoint_storage(config, experiment_id)
+
+
 def init(
     *,
     distributed: Any = None,
@@ -115,10 +124,11 @@ def init(
         )
     spec = trial.spec
     root = _storage_root(checkpoint_storage) if checkpoint_storage is not None else str(spec.checkpoint_root)
+    cloud = _cloud_storage(spec.exp_conf, spec.experiment_id) if checkpoint_storage is None else None
     trial.core_started()
     note_call(trial, "det.core.init()")
     return Context(
-        CheckpointContext(dist, root, trial),
+        CheckpointContext(dist, root, trial, cloud),
         dist,
         PreemptContext(dist, preempt_mode, trial),
         TrainContext(dist, trial, spec.tensorboard_path),

@@ -131,7 +131,7 @@ def _record(config_path: str, context_dir: str, raw: Dict[str, Any]) -> int:
     Raises :class:`_Refused`, with nothing recorded, for what det-lite refuses."""
     from determined_lite.experiment._context import install_context, stage_context, staged_snapshot
     from determined_lite.experiment._warm_start import WarmStartError, warm_start_checkpoint
-    from determined_lite.storage import ContextError
+    from determined_lite.storage import ContextError, save_secrets
     from determined_lite.store import Store
 
     try:
@@ -147,12 +147,14 @@ def _record(config_path: str, context_dir: str, raw: Dict[str, Any]) -> int:
             warm_start_checkpoint(raw, store)
         except WarmStartError as e:
             raise _Refused(f"{config_path}: {e}") from None
+        stored, secrets = _probe_storage(config_path, raw)
         # Recorded as run by this process from the start: `activate` never starts a second runner.
         name = raw.get("name") or "experiment"
         experiment_id = store.create_experiment(
-            raw, context_dir, os.path.abspath(config_path), name, pid=os.getpid()
+            stored, context_dir, os.path.abspath(config_path), name, pid=os.getpid()
         )
         try:
+            save_secrets(experiment_id, secrets)
             install_context(staging, experiment_id)
         except BaseException:
             store.delete_experiment(experiment_id)
@@ -160,6 +162,20 @@ def _record(config_path: str, context_dir: str, raw: Dict[str, Any]) -> int:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return experiment_id
+
+
+def _probe_storage(config_path: str, raw: Dict[str, Any]) -> Any:
+    """Write and delete a test object in the checkpoint storage (:class:`_Refused` when that
+    fails); the config to record (secrets redacted) and its secrets."""
+    from determined_lite.storage import StorageError, checkpoint_storage, redact
+
+    try:
+        storage = checkpoint_storage(raw)
+        if not storage.is_local:
+            storage.probe()
+    except StorageError as e:
+        raise _Refused(f"{config_path}: {e}") from None
+    return redact(raw)
 
 
 def _check_snapshot(config_path: str, context_dir: str, raw: Dict[str, Any], snapshot: str) -> None:

@@ -15,12 +15,16 @@ plain-Python runs may share):
   home's default root); then, unless registered, it is registered when its trial may still
   train and the store's metrics reach its batch (the state a timely registration would have
   left), else removed.
-* A registered checkpoint whose directory is gone (its root still there) is forgotten.
+* A registered checkpoint whose directory is gone (its root still there) is forgotten, unless
+  its experiment's storage is a cloud's (its local copies come and go).
+* A cloud store (``collect_garbage``): checkpoints no store row names, whose ``metadata.json``
+  (uploaded first) names an experiment of this store that is not running, are deleted (an
+  upload a kill interrupted); one registered by gc is uploaded first.
 
 ``reconcile_experiment`` runs when a runner starts (``create``, ``activate``) and after it
 stopped its trials (kill, Ctrl-C), and when ``pause``/``kill`` end an experiment whose process
 was gone; ``delete_experiment_files`` after ``experiment delete``; ``collect_garbage`` is
-``det-lite checkpoint gc``. Standard library only.
+``det-lite checkpoint gc``. Torch-free.
 """
 
 from __future__ import annotations
@@ -34,10 +38,15 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 from determined_lite._enums import TextEnum
 from determined_lite.experiment._context import STAGING_PREFIX
 from determined_lite.storage import (
+    CLOUD_TYPES,
     STORE_KEY,
     TMP_GRACE_S,
+    CheckpointStorage,
     RootEntry,
+    StorageError,
+    checkpoint_storage,
     make_durable,
+    read_metadata_file,
     root_entries,
     writer_may_be_alive,
 )
@@ -100,6 +109,16 @@ class _Collector:
         self.default_root = os.path.realpath(default_checkpoint_root(store.home))
         self.report = GcReport(dry_run=dry_run)
         self.registered: Set[str] = {c["uuid"] for c in store.list_checkpoints()}
+        self._clouds: Dict[int, Optional[CheckpointStorage]] = {}
+
+    def cloud(self, experiment_id: int) -> Optional[CheckpointStorage]:
+        """The experiment's cloud checkpoint storage (None: a directory, or no such experiment)."""
+        if experiment_id not in self._clouds:
+            config = (self.store.get_experiment(experiment_id) or {"config": {}})["config"]
+            self._clouds[experiment_id] = (
+                checkpoint_storage(config, experiment_id) if _is_cloud(config) else None
+            )
+        return self._clouds[experiment_id]
 
     # --- decisions ----------------------------------------------------------------------------
     def belongs(self, entry: RootEntry, root: str) -> bool:
@@ -158,6 +177,9 @@ class _Collector:
                 make_durable(path)
                 meta = entry.metadata
                 trial_id, batches = int(meta["trial_id"]), meta["total_batches"]
+                cloud = self.cloud(int(meta["experiment_id"]))
+                if cloud is not None:  # registered only once in the experiment's cloud store
+                    cloud.upload(path, entry.uuid)
                 self.store.add_checkpoint(trial_id, entry.uuid, path, batches, meta.get("validation_metrics"))
                 self.registered.add(entry.uuid)
         except OSError as e:
@@ -180,6 +202,8 @@ class _Collector:
         """Registered checkpoints of ``experiment`` whose directory is gone (root still there)."""
         if experiment["running"] and experiment["pid"] != os.getpid():
             return
+        if _is_cloud(experiment["config"]):  # the local copies of a cloud store come and go
+            return
         for c in self.store.list_checkpoints(experiment_id=experiment["id"]):
             path = c["path"]
             if not os.path.isdir(path) and os.path.isdir(os.path.dirname(os.path.normpath(path))):
@@ -187,6 +211,25 @@ class _Collector:
                 if not self.report.dry_run:
                     self.store.delete_checkpoint(c["uuid"])
                     self.registered.discard(c["uuid"])
+
+    def sweep_cloud(self, experiment: Dict[str, Any]) -> None:
+        """Checkpoints in the experiment's cloud store that no one registered (an upload that a
+        kill interrupted): removed when their local copy or their metadata names the experiment."""
+        cloud = self.cloud(experiment["id"])
+        if cloud is None or (experiment["running"] and experiment["pid"] != os.getpid()):
+            return
+        for uuid in cloud.list_ids():
+            if uuid in self.registered:
+                continue
+            meta = read_metadata_file(cloud.local_path(uuid)) or cloud.read_metadata(uuid) or {}
+            owner = meta.get(STORE_KEY)
+            if meta.get("experiment_id") != experiment["id"] or (
+                owner and os.path.realpath(owner) != self.store_id
+            ):
+                continue
+            self.report.actions.append((Fate.REMOVE, f"{cloud.url}/{uuid}", "uploaded, never registered"))
+            if not self.report.dry_run:
+                cloud.delete(uuid)
 
     def sweep_experiment_dirs(self) -> None:
         """Run directories and TensorBoard directories of experiments the store no longer has,
@@ -205,6 +248,24 @@ class _Collector:
             if name.startswith(_TENSORBOARD_PREFIX) and number.isdigit():
                 if self.store.get_experiment(int(number)) is None:
                     self.act(Fate.REMOVE, os.path.join(parent, name), f"experiment {number} was deleted")
+
+
+def _is_cloud(config: Dict[str, Any]) -> bool:
+    return (config.get("checkpoint_storage") or {}).get("type") in CLOUD_TYPES
+
+
+def delete_cloud_copies(
+    experiment: Dict[str, Any], checkpoints: Iterable[Dict[str, Any]], problems: List[str]
+) -> None:
+    """Delete an experiment's checkpoints from its cloud store (nothing for a directory)."""
+    if not _is_cloud(experiment["config"]):
+        return
+    try:
+        storage = checkpoint_storage(experiment["config"], experiment["id"])
+        for c in checkpoints:
+            storage.delete(c["uuid"])
+    except StorageError as e:
+        problems.append(str(e))
 
 
 def _listdir(path: str) -> List[str]:
@@ -240,6 +301,10 @@ def collect_garbage(store: Any, *, dry_run: bool = False) -> GcReport:
     roots: List[str] = [default_checkpoint_root(store.home)]
     for experiment in experiments:
         collector.forget_missing(experiment)
+        try:
+            collector.sweep_cloud(experiment)
+        except StorageError as e:
+            collector.report.problems.append(str(e))
         root = checkpoint_root(experiment["config"])
         if os.path.realpath(root) not in {os.path.realpath(r) for r in roots}:
             roots.append(root)
@@ -257,6 +322,8 @@ def delete_experiment_files(
     (with the context snapshot)."""
     collector = _Collector(store, dry_run=False)
     report = collector.report
+    checkpoints = list(checkpoints)
+    delete_cloud_copies(experiment, checkpoints, report.problems)
     for c in checkpoints:
         path = c["path"]
         if os.path.basename(os.path.normpath(path)) != c["uuid"]:

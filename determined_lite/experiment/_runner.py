@@ -88,7 +88,7 @@ class ExperimentRunner(RunnerEndings):
         self.searcher_settings = SearcherSettings.from_config(self.config["searcher"])
         self.metric = self.searcher_settings.metric
         self.retention = RetentionPolicy.from_config(
-            self.config, self.metric, self.searcher_settings.smaller_is_better
+            self.config, self.metric, self.searcher_settings.smaller_is_better, experiment_id
         )
         pass_fds = (lock.fileno(),) if lock is not None else ()
         self.launcher = TrialLauncher.of(
@@ -308,12 +308,15 @@ class ExperimentRunner(RunnerEndings):
         latest = self._latest_checkpoint(trial_id)
         if latest is not None and self._at_target(request, latest["total_batches"]):
             return
+        path = latest["path"] if latest else None
+        if latest is not None and self.retention.storage is not None:  # a cloud store's, fetched
+            path = self.retention.storage.local_copy(latest["uuid"], path)
         process = self.launcher.start(
             trial_id,
             request.hparams,
             request.seed,
             request.pending,
-            latest["path"] if latest else None,
+            path,
             on_output=lambda line: self.logs.on_output(trial_id, line),
         )
         self.running[request.request_id] = _Run(request, process, process.spec, request.pending)

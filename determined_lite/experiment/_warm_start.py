@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-from determined_lite.storage import STATE_FILE, CheckpointIdError, checkpoint_dir
+from determined_lite.storage import STATE_FILE, CheckpointIdError, checkpoint_dir, fetch_checkpoint
 from determined_lite.store._paths import checkpoint_root
 
 
@@ -34,7 +34,7 @@ def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str
     if uuid is not None:
         found = store.get_checkpoint(str(uuid))
         if found is not None:
-            return str(found["path"])
+            return fetch_checkpoint(store, found)
         root = checkpoint_root(config)
         path = os.path.join(root, str(uuid))
         try:
@@ -54,5 +54,5 @@ def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str
         checkpoints = store.list_checkpoints(trial_id=int(trial_id))
         if not checkpoints:
             raise WarmStartError(f"searcher.source_trial_id: trial {trial_id} has no checkpoint")
-        return str(max(checkpoints, key=lambda c: c["total_batches"])["path"])
+        return fetch_checkpoint(store, max(checkpoints, key=lambda c: c["total_batches"]))
     return None

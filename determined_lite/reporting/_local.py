@@ -49,12 +49,12 @@ def _plain(value: Any) -> Any:
 
 def _recorded_config(exp_conf: Dict[str, Any], checkpoint_root: str) -> Dict[str, Any]:
     """``exp_conf`` as the store keeps it, naming where the checkpoints went (``checkpoint gc``
-    reads the root from the config, as for experiments)."""
+    reads the root from the config, as for experiments): a plain-Python fit keeps its
+    checkpoints in that directory whatever storage type ``exp_conf`` names (no secret is kept)."""
     config = _plain(exp_conf)
-    storage = dict(config.get("checkpoint_storage") or {})
-    storage.pop("storage_path", None)
-    storage["host_path"] = checkpoint_root
-    config["checkpoint_storage"] = storage
+    storage = config.get("checkpoint_storage") or {}
+    kept = {k: v for k, v in storage.items() if k.startswith("save_")}
+    config["checkpoint_storage"] = {**kept, "type": "shared_fs", "host_path": checkpoint_root}
     return config
 
 

@@ -68,7 +68,10 @@ class TrialReporter:
     def checkpoint(
         self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
     ) -> None:
-        """Register a checkpoint written (and flushed) to ``checkpoint_dir``."""
+        """Upload a checkpoint written (and flushed) to ``checkpoint_dir`` to a cloud store, then
+        register it: the store never lists a checkpoint whose upload did not complete."""
+        if self.retention is not None and self.retention.storage is not None:
+            self.retention.storage.upload(checkpoint_dir, uuid)
         if self.experiment_id is None or self.retention is None:  # no experiment, no policy
             self.store.add_checkpoint(self.trial_id, uuid, checkpoint_dir, total_batches, metrics)
             return
@@ -93,7 +96,9 @@ def trial_reporter(spec: WorkerSpec, is_chief: bool) -> Optional[TrialReporter]:
         return None
     settings = spec.training_settings()
     metric = settings.searcher_metric
-    retention = RetentionPolicy.from_config(spec.exp_conf, metric, settings.smaller_is_better)
+    retention = RetentionPolicy.from_config(
+        spec.exp_conf, metric, settings.smaller_is_better, experiment_id=spec.experiment_id
+    )
     store = Store(spec.store_path)
     return TrialReporter(
         store, spec.trial_id, spec.experiment_id, retention, metric, settings.smaller_is_better

@@ -12,10 +12,15 @@ from; a checkpoint still being written is not registered yet, so nothing here ca
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import shutil
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+
+from determined_lite.storage import CLOUD_TYPES, CheckpointStorage, StorageError, checkpoint_storage
+
+logger = logging.getLogger("determined_lite")
 
 # Determined's defaults (the config schema fills them in; these cover partial configs).
 DEFAULT_SAVE_TRIAL_BEST = 1
@@ -80,13 +85,24 @@ class RetentionPolicy:
     save_trial_best: int = DEFAULT_SAVE_TRIAL_BEST
     save_trial_latest: int = DEFAULT_SAVE_TRIAL_LATEST
     save_experiment_best: int = DEFAULT_SAVE_EXPERIMENT_BEST
+    # Where dropped checkpoints are deleted besides their local directory (a cloud store).
+    storage: Optional[CheckpointStorage] = dataclasses.field(default=None, compare=False)
 
     @classmethod
     def from_config(
-        cls, config: Mapping[str, Any], metric: Optional[str], smaller_is_better: bool
+        cls,
+        config: Mapping[str, Any],
+        metric: Optional[str],
+        smaller_is_better: bool,
+        experiment_id: Optional[int] = None,
     ) -> "RetentionPolicy":
+        """The policy of ``config``; with ``experiment_id``, it also deletes from a cloud store."""
         storage = config.get("checkpoint_storage") or {}
+        remote = None
+        if experiment_id is not None and storage.get("type") in CLOUD_TYPES:
+            remote = checkpoint_storage(config, experiment_id)
         return cls(
+            storage=remote,
             metric=metric,
             smaller_is_better=smaller_is_better,
             save_trial_best=int(storage.get("save_trial_best", DEFAULT_SAVE_TRIAL_BEST)),
@@ -113,8 +129,14 @@ class RetentionPolicy:
         return [c for c in checkpoints if c["uuid"] not in keep]
 
 
-def remove_checkpoint_dir(checkpoint: Dict[str, Any]) -> None:
-    """Remove a dropped checkpoint's directory: only a directory named by its uuid is ours."""
+def remove_checkpoint_dir(checkpoint: Dict[str, Any], storage: Optional[CheckpointStorage] = None) -> None:
+    """Remove a dropped checkpoint's directory (only a directory named by its uuid is ours) and
+    its copy in ``storage``."""
+    if storage is not None:
+        try:
+            storage.delete(checkpoint["uuid"])
+        except StorageError as e:  # forgotten already: `det-lite checkpoint gc` removes it later
+            logger.warning("%s (checkpoint gc removes it later)", e)
     path = checkpoint["path"]
     if os.path.basename(os.path.normpath(path)) == checkpoint["uuid"] and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
@@ -128,7 +150,7 @@ def apply_retention(
     dropped = policy.to_drop(store.list_checkpoints(experiment_id=experiment_id), unfinished_trials)
     for c in dropped:
         store.delete_checkpoint(c["uuid"])
-        remove_checkpoint_dir(c)
+        remove_checkpoint_dir(c, policy.storage)
     return len(dropped)
 
 
@@ -161,5 +183,5 @@ def register_checkpoint(
         replaces=[c["uuid"] for c in dropped],
     )
     for c in dropped:
-        remove_checkpoint_dir(c)
+        remove_checkpoint_dir(c, policy.storage)
     return dropped

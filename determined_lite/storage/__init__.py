@@ -2,12 +2,25 @@
 
 * ``_context.py``: the context directory (``.detignore``, links, size limit), its snapshot made
   once at ``experiment create``, and its copies (hard links to the snapshot).
+* ``_backend.py``: checkpoint storage (``checkpoint_storage``'s five types) over fsspec: upload,
+  download, delete, probe, listing; secrets kept out of the store.
 * ``_code.py``: a checkpoint's ``code/`` (one link to the snapshot's code, put on disk once) and
   stand-alone copies of checkpoints.
 * ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, storage ids, ``metadata.json``'s
   writer and store), disk usage counting hard links once, flushing to disk.
 """
 
+from determined_lite.storage._backend import (
+    CLOUD_TYPES,
+    REDACTED,
+    SECRET_FIELDS,
+    CheckpointStorage,
+    StorageError,
+    checkpoint_storage,
+    fetch_checkpoint,
+    redact,
+    save_secrets,
+)
 from determined_lite.storage._code import SEALED_CODE, checkpoint_code, code_reference, copy_checkpoint
 from determined_lite.storage._context import (
     DEFAULT_IGNORE,
@@ -42,6 +55,15 @@ from determined_lite.storage._layout import (
 )
 
 __all__ = [
+    "CLOUD_TYPES",
+    "REDACTED",
+    "SECRET_FIELDS",
+    "CheckpointStorage",
+    "StorageError",
+    "checkpoint_storage",
+    "fetch_checkpoint",
+    "redact",
+    "save_secrets",
     "CODE_DIR",
     "DEFAULT_IGNORE",
     "DETIGNORE",

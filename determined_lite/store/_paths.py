@@ -39,11 +39,14 @@ def default_checkpoint_root(home: Optional[str] = None) -> str:
 
 
 def checkpoint_root(exp_conf: Mapping[str, Any]) -> str:
-    """Where an experiment's checkpoints go.
+    """Where an experiment's checkpoints are written on this machine.
 
-    ``checkpoint_storage.host_path[/storage_path]``, else ``<home>/checkpoints``.
+    ``checkpoint_storage.host_path[/storage_path]`` (``shared_fs``), ``container_path``
+    (``directory``), else ``<home>/checkpoints`` (also the local copies of a cloud store's).
     """
     storage = exp_conf.get("checkpoint_storage") or {}
+    if storage.get("container_path"):
+        return str(storage["container_path"])
     host_path = storage.get("host_path")
     if not host_path:
         return default_checkpoint_root()

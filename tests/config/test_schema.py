@@ -408,21 +408,43 @@ def test_unused_determined_fields_are_accepted_and_listed():
     assert unused_fields_warning([], "exp.yaml") == ""
 
 
-def test_remote_checkpoint_storage_is_stored_locally_with_a_warning():
+def test_cloud_checkpoint_storage_keeps_its_fields():
     raw = config_with(
         {"checkpoint_storage": {"type": "s3", "bucket": "b", "access_key": "k", "save_trial_best": 3}}
     )
     config = validate_config(raw, "exp.yaml")
-    assert config.unused_fields == [
-        "checkpoint_storage.type",
-        "checkpoint_storage.bucket",
-        "checkpoint_storage.access_key",
-    ]
+    assert config.unused_fields == []
     storage = config.to_dict()["checkpoint_storage"]
-    assert storage["type"] == "shared_fs" and storage["host_path"] is None and storage["save_trial_best"] == 3
-    assert unused_fields_warning(config.unused_fields, "exp.yaml").endswith(
-        "(checkpoints are stored on the local disk)"
-    )
+    assert storage == {
+        "type": "s3",
+        "bucket": "b",
+        "prefix": None,
+        "access_key": "k",
+        "secret_key": None,
+        "endpoint_url": None,
+        "save_trial_best": 3,
+        "save_trial_latest": 1,
+        "save_experiment_best": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    "storage, message",
+    [
+        ({"type": "s3"}, "checkpoint_storage.bucket: required for type 's3'"),
+        (
+            {"type": "gcs", "bucket": "b", "host_path": "/x"},
+            "checkpoint_storage.host_path: not a field of type 'gcs'",
+        ),
+        ({"type": "azure", "container": "c"}, "checkpoint_storage.connection_string: type 'azure' needs"),
+        ({"type": "directory"}, "checkpoint_storage.container_path: required for type 'directory'"),
+        ({"type": "nfs"}, "checkpoint_storage.type: expected one of 'shared_fs'"),
+    ],
+)
+def test_checkpoint_storage_fields_are_checked_per_type(storage, message):
+    with pytest.raises(ConfigError) as e:
+        validate_config(config_with({"checkpoint_storage": storage}), "exp.yaml")
+    assert str(e.value).startswith(f"exp.yaml: {message}")
 
 
 def test_unknown_field_is_an_error_with_a_suggestion():
@@ -654,7 +676,11 @@ BROKEN = [
         "optimizations.average_aggregated_gradients",
         "true or false",
     ),
-    ({"checkpoint_storage.type": "ftp"}, "checkpoint_storage.type", "expected 'shared_fs'"),
+    (
+        {"checkpoint_storage.type": "ftp"},
+        "checkpoint_storage.type",
+        "expected one of 'shared_fs', 'directory', 's3'",
+    ),
     ({"checkpoint_storage.host_path": "ckpts"}, "checkpoint_storage.host_path", "expected an absolute path"),
     (
         {"checkpoint_storage.storage_path": "x"},
