@@ -8,6 +8,7 @@ import logging as _logging
 
 from determined_lite import __version__ as __version__
 from determined_lite._errors import InvalidHP as InvalidHP
+from determined_lite.compat import import_from_path as import_from_path
 from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSubmoduleFinder
 from determined_lite.compat._install import missing_attribute as _missing_attribute
 from determined_lite.pytorch import PyTorchTrialContext as TrialContext
@@ -41,6 +42,7 @@ __all__ = [
     "core",
     "errors",
     "get_cluster_info",
+    "import_from_path",
     "pytorch",
     "tensorboard",
 ]
