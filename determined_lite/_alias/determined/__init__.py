@@ -16,7 +16,7 @@ from determined_lite.runtime._cluster import ClusterInfo as ClusterInfo
 from determined_lite.runtime._cluster import ClusterTrialInfo as TrialInfo
 from determined_lite.runtime._cluster import get_cluster_info as get_cluster_info
 
-from . import core, errors, pytorch, tensorboard
+from . import common, core, errors, pytorch, tensorboard
 
 __det_lite_alias__ = True
 
@@ -39,6 +39,7 @@ __all__ = [
     "LOG_FORMAT",
     "TrialContext",
     "TrialInfo",
+    "common",
     "core",
     "errors",
     "get_cluster_info",
