@@ -145,4 +145,11 @@ def _v5(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE trials SET started_at = created_at WHERE state != 'ACTIVE' OR total_batches > 0")
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(conn: sqlite3.Connection) -> None:
+    """The SDK's experiment annotations (Determined's ``Experiment.add_label`` / ``set_notes``):
+    ``experiments.labels`` (a JSON list) and ``experiments.notes``."""
+    conn.execute("ALTER TABLE experiments ADD COLUMN labels TEXT NOT NULL DEFAULT '[]'")
+    conn.execute("ALTER TABLE experiments ADD COLUMN notes TEXT NOT NULL DEFAULT ''")
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6]
