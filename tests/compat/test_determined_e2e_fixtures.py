@@ -1,5 +1,6 @@
-"""Determined's own e2e fixtures, as shipped (tests/fixtures/determined_e2e/), through
-``det-lite experiment create`` (issue 30, "Done when"), and a context's ``startup-hook.sh``.
+"""Determined's own e2e fixtures and Core API tutorial (stages 0-3), as shipped
+(tests/fixtures/determined_e2e/), through ``det-lite experiment create`` (issue 30, "Done
+when"), and a context's ``startup-hook.sh``.
 
 Before: ``from determined.common import util`` and ``core_context.alert()`` failed, and a
 ``startup-hook.sh`` was silently not run."""
@@ -94,3 +95,46 @@ def test_a_failing_startup_hook_fails_the_trial_with_one_line(tmp_path: Any, _de
     assert "det-lite: startup-hook.sh failed (exit status 1); the trial was not started" in logs
     assert "not reached" not in logs and "trial sees" not in logs
     assert "Traceback" not in logs + proc.stdout + proc.stderr
+
+
+# --- Determined's Core API tutorial (examples/tutorials/core_api), as shipped -----------------
+
+TUTORIAL = os.path.join(REPO, "tests", "fixtures", "determined_e2e", "tutorial_core_api")
+
+
+def _stage(name: str, exp_id: int) -> Any:
+    proc = cli("experiment", "create", os.path.join(TUTORIAL, f"{name}.yaml"), TUTORIAL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return describe(exp_id)
+
+
+@pytest.mark.timeout(600)
+def test_core_api_tutorial_stages_0_to_2(_det_lite_home: Any) -> None:
+    exp = _stage("0_start", 1)  # a plain script: x printed 100 times, nothing reported
+    assert exp["trials"][0]["state"] == "COMPLETED"
+    assert "x is now 100" in trial_logs(exp["trials"][0]["id"])
+
+    exp = _stage("1_metrics", 2)  # training x every 10 batches, validation x at the end
+    (trial,) = exp["trials"]
+    assert [(m["total_batches"], m["metrics"]["x"]) for m in trial["training_metrics"]] == [
+        (b, b) for b in range(10, 101, 10)
+    ]
+    assert [(m["total_batches"], m["metrics"]) for m in trial["validation_metrics"]] == [(100, {"x": 100})]
+
+    exp = _stage("2_checkpoints", 3)  # plus a checkpoint every 10 batches (its state file)
+    (trial,) = exp["trials"]
+    assert trial["state"] == "COMPLETED" and trial["checkpoints"]
+    latest = max(trial["checkpoints"], key=lambda c: c["total_batches"])
+    with open(os.path.join(latest["path"], "state")) as f:
+        assert f.read() == f"100,100,{trial['id']}"
+
+
+@pytest.mark.timeout(900)
+def test_core_api_tutorial_stage_3_asha_search(_det_lite_home: Any) -> None:
+    exp = _stage("3_hpsearch", 1)
+    trials = exp["trials"]
+    assert len(trials) == 10 and all(t["state"] == "COMPLETED" for t in trials)
+    for t in trials:  # x = increment_by per batch, resumed exactly across ASHA's rungs
+        inc = t["hparams"]["increment_by"]
+        for m in t["validation_metrics"]:
+            assert m["metrics"] == {"x": inc * m["total_batches"], "batches": m["total_batches"]}
