@@ -70,6 +70,9 @@ class ResourcesConfig(Section):
     distributed_backend: Literal["horovod", "torch"] = DEFAULT_DISTRIBUTED_BACKEND
     hosts: Optional[List[StrictStr]] = None
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
+    # det-lite's record of the Determined launcher the entrypoint named (set by
+    # normalize_launcher): a script without one runs once per trial, seeing all its slots.
+    launcher: Optional[Literal["determined.launch.torch_distributed", "determined.launch.horovod"]] = None
 
     @field_validator("hosts")
     @classmethod

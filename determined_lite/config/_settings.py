@@ -285,6 +285,9 @@ class ExperimentSettings:
     slots_per_trial: int = 1  # resources.slots_per_trial (the schema reads Determined's 0 as 1)
     distributed_backend: str = DEFAULT_DISTRIBUTED_BACKEND  # resources.distributed_backend
     hosts: Tuple[str, ...] = ()  # resources.hosts (det-lite's own): "host:slots"
+    # A script entrypoint without a Determined launcher runs once, seeing all the trial's slots
+    # (as Determined runs it once per container); configs stored before resources.launcher: per slot.
+    script_once: bool = False
     max_restarts: int = DEFAULT_MAX_RESTARTS
     experiment_seed: int = 0  # reproducibility.experiment_seed (the schema draws one when unset)
 
@@ -298,9 +301,23 @@ class ExperimentSettings:
                 _get(exp_conf, "resources", "distributed_backend"), d.distributed_backend
             ),
             hosts=tuple(_get(exp_conf, "resources", "hosts") or ()),
+            script_once=_script_once(exp_conf),
             max_restarts=_or(_get(exp_conf, "max_restarts"), d.max_restarts),
             experiment_seed=_or(_get(exp_conf, "reproducibility", "experiment_seed"), d.experiment_seed),
         )
+
+
+def _script_once(exp_conf: Mapping[str, Any]) -> bool:
+    """A script entrypoint that names no Determined launcher, on this machine (no hosts)."""
+    from determined_lite.config._launcher import script_command
+
+    resources = exp_conf.get("resources")
+    if not isinstance(resources, Mapping) or "launcher" not in resources or resources["launcher"]:
+        return False
+    entrypoint = exp_conf.get("entrypoint")
+    if not isinstance(entrypoint, str) or resources.get("hosts"):
+        return False
+    return script_command(entrypoint) is not None
 
 
 def _searcher_length(exp_conf: Mapping[str, Any]) -> Any:

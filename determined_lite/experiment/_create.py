@@ -92,6 +92,7 @@ def create_experiment(
     """Validate, snapshot the context directory (``_context.py``), record and run an experiment
     (in the foreground unless ``detach``). A config or context det-lite refuses is one line on
     stderr and exit 2, with nothing recorded."""
+    from determined_lite.config import ExperimentSettings
     from determined_lite.launch._engines import engine_problem
 
     if not os.path.isdir(context_dir):
@@ -99,7 +100,9 @@ def create_experiment(
     context_dir = os.path.abspath(context_dir)
     raw = _load_config(config_path, overrides)  # ConfigError → the CLI exits 2
     resources = raw["resources"]
-    problem = engine_problem(resources["distributed_backend"], resources["slots_per_trial"])
+    once = ExperimentSettings.from_config(raw).script_once  # one process: no engine to check
+    backend, slots = resources["distributed_backend"], resources["slots_per_trial"]
+    problem = None if once else engine_problem(backend, slots)
     if problem:
         return bad_input(f"{config_path}: {problem}")
     try:

@@ -32,8 +32,7 @@ def _command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
 ) -> Tuple[List[str], Dict[str, str]]:
     if spec.backend == "single" or (spec.slots == 1 and not hosts):
-        if spec.slots != 1:
-            raise ValueError(f"the single-process backend runs 1 slot, got slots={spec.slots}")
+        # One process; with several slots, a script that names no launcher and sees them all.
         return worker_command(spec_path), {}
     if spec.backend == "horovod":
         from determined_lite.launch._horovodrun import horovodrun_command

@@ -138,3 +138,39 @@ def test_core_api_tutorial_stage_3_asha_search(_det_lite_home: Any) -> None:
         inc = t["hparams"]["increment_by"]
         for m in t["validation_metrics"]:
             assert m["metrics"] == {"x": inc * m["total_batches"], "batches": m["total_batches"]}
+
+
+ONCE = """import determined as det
+
+info = det.get_cluster_info()
+with det.core.init() as core_context:
+    print(f"script ran: slots {len(info.slot_ids)}, workers {core_context.distributed.size}")
+    core_context.train.report_validation_metrics(steps_completed=1, metrics={"x": 1})
+"""
+
+
+@pytest.mark.parametrize("launcher", [False, True])
+def test_a_script_without_a_launcher_runs_once_on_two_slots(
+    tmp_path: Any, _det_lite_home: Any, launcher: bool
+) -> None:
+    # Determined runs `entrypoint: python3 script.py` once per container, whatever the slots; a
+    # launcher (determined.launch.torch_distributed) starts one worker per slot.
+    context = os.path.join(str(tmp_path), "ctx")
+    os.makedirs(context)
+    with open(os.path.join(context, "once.py"), "w") as f:
+        f.write(ONCE)
+    prefix = "python3 -m determined.launch.torch_distributed " if launcher else ""
+    config = os.path.join(context, "exp.yaml")
+    with open(config, "w") as f:
+        f.write(
+            f"entrypoint: {prefix}python3 once.py\nresources:\n  slots_per_trial: 2\n"
+            "searcher:\n  name: single\n  metric: x\nmax_restarts: 0\n"
+        )
+    proc, exp = create(config, context)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert exp["trials"][0]["state"] == "COMPLETED"
+    lines = [x for x in trial_logs().splitlines() if "script ran" in x]
+    if launcher:
+        assert sorted(lines) == [f"[rank {r}] script ran: slots 2, workers 2" for r in (0, 1)]
+    else:
+        assert lines == ["script ran: slots 2, workers 1"]
