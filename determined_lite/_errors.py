@@ -216,6 +216,11 @@ class ReducerUseError(TrialCheckError, AssertionError, ValueError):
     """A custom reducer broke the name/dict rule or was wrapped twice (Determined: ``AssertionError``)."""
 
 
+class EvaluationReducerError(TrialCheckError, InvalidExperimentException, TypeError):
+    """``evaluation_reducer()`` returned no Reducer for a metric (an empty dict, a dict lacking
+    one) or something that is not a Reducer (Determined: ``InvalidExperimentException``)."""
+
+
 class ReducerTypeError(TrialCheckError, AssertionError, TypeError):
     """``wrap_reducer`` got neither a function nor a ``MetricReducer`` (Determined: ``AssertionError``)."""
 
@@ -268,6 +273,7 @@ __all__ = [
     "DataLengthError",
     "NotADataLoaderError",
     "ReducerTypeError",
+    "EvaluationReducerError",
     "ReducerUseError",
     "TrainingNotStartedError",
     "ActionRequired",

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from determined_lite.client._enums import CheckpointState, DownloadMode
 from determined_lite.client._session import Session
+from determined_lite.reporting._retention import remove_checkpoint_dir
 from determined_lite.store import NotFoundError
 
 
@@ -166,6 +167,17 @@ class Checkpoint:
             updated.pop(key, None)
         self._session.registry().set_checkpoint_metadata(self.uuid, updated)
         self.metadata = updated
+
+    def delete(self) -> None:
+        """Delete the checkpoint: forgotten by the store, its directory removed (Determined's
+        master deletes it asynchronously; det-lite at once). ``NotFoundError`` when unknown."""
+        store = self._session.store()
+        record = store.get_checkpoint(self.uuid)
+        if record is None:
+            raise NotFoundError(f"checkpoint {self.uuid} not found")
+        store.delete_checkpoint(self.uuid)
+        remove_checkpoint_dir(record)
+        self.state = CheckpointState.DELETED
 
     def __repr__(self) -> str:
         if self.training is not None:

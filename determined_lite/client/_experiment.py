@@ -28,7 +28,8 @@ _TRIAL_KEYS = {
 class Experiment(FromRecord):
     """An experiment of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
     ``config``, ``state`` (``ExperimentState``), ``name``, ``archived`` (False), ``progress``,
-    ``description``, ``notes``, ``labels`` (None: not kept locally)."""
+    ``description`` (None: not kept locally), ``notes``, ``labels`` (a set; None when empty,
+    as Determined gives it)."""
 
     def __init__(self, experiment_id: int, session: Session) -> None:
         self._id = experiment_id
@@ -53,6 +54,35 @@ class Experiment(FromRecord):
         self.name = record["name"]
         self.archived = False
         self._running = bool(record["running"])
+        annotations = self._session.registry().experiment_annotations(self._id) or {}
+        self.labels = set(annotations.get("labels") or []) or None
+        self.notes = annotations.get("notes", "")
+
+    # --- labels and notes (Determined's names) --------------------------------------------------
+
+    def set_notes(self, notes: str) -> None:
+        """Set (overwrite) the experiment's notes."""
+        self._session.registry().set_experiment_annotations(self._id, notes=notes)
+        self.notes = notes
+
+    def add_label(self, label: str) -> None:
+        """Add ``label`` (a label it already has: nothing changes)."""
+        self.set_labels((self._stored_labels() | {label}))
+
+    def remove_label(self, label: str) -> None:
+        """Remove ``label`` (a label it does not have: nothing changes)."""
+        self.set_labels(self._stored_labels() - {label})
+
+    def set_labels(self, labels: Set[str]) -> None:
+        """Replace the experiment's labels with ``labels``."""
+        self._session.registry().set_experiment_annotations(self._id, labels=sorted(labels))
+        self.labels = set(labels) or None
+
+    def _stored_labels(self) -> Set[str]:
+        annotations = self._session.registry().experiment_annotations(self._id)
+        if annotations is None:
+            raise NotFoundError(f"experiment {self._id} not found")
+        return set(annotations["labels"])
 
     def reload(self) -> None:
         """Read the experiment again from the store."""

@@ -12,11 +12,14 @@ package provides ``determined`` as an alias of det-lite's objects:
   In other processes, ``_determined_lite_alias.AliasFinder`` (registered at interpreter start
   by the ``determined_lite_alias.pth`` the install puts in site-packages) calls it on
   ``import determined`` when no other finder found one.
+- :func:`import_from_path` (Determined's ``det.import_from_path``): import a checkpoint's code
+  from its own directory, leaving ``sys.path`` and ``sys.modules`` as they were.
 - :func:`determined_notice` is the line ``det-lite experiment create`` prints when the trial
   code imports ``determined``: which one the workers will import.
 """
 
 from determined_lite.compat._detect import determined_notice, find_real_determined, imports_determined
+from determined_lite.compat._import_path import import_from_path
 from determined_lite.compat._install import ALIAS_PATH, alias_installed, install_alias
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "alias_installed",
     "determined_notice",
     "find_real_determined",
+    "import_from_path",
     "imports_determined",
     "install_alias",
 ]

@@ -30,14 +30,16 @@ _MAX_BYTES = 2_000_000
 def find_real_determined(extra_paths: Sequence[str] = ()) -> Optional[str]:
     """The file of a real ``determined`` importable from ``extra_paths`` + ``sys.path``, or None.
 
-    A package already imported counts, unless it is det-lite's alias. A directory named
+    A package already imported counts, unless it is det-lite's alias (then the paths are still
+    searched: a trial's processes may find a real one there). A directory named
     ``determined`` without ``__init__.py`` (a namespace portion, e.g. a data folder) does not:
     Python prefers any regular package over it.
     """
     module = sys.modules.get("determined")
     if module is not None:
         origin = getattr(module, "__file__", None)
-        return None if is_alias_origin(origin) else (origin or repr(module))
+        if not is_alias_origin(origin):
+            return origin or repr(module)
     path = [p for p in [*extra_paths, *sys.path] if not _is_alias_dir(p)]
     try:
         spec = importlib.machinery.PathFinder.find_spec("determined", path)

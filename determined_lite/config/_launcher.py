@@ -104,8 +104,9 @@ def _script(argv: Sequence[str]) -> Optional[ScriptCommand]:
 
 
 def normalize_launcher(raw: Dict[str, Any]) -> Dict[str, Any]:
-    """``raw`` (a copy is returned) with a launcher ``entrypoint`` replaced by its trial class and
-    ``resources.distributed_backend`` set to the launcher's engine when not given.
+    """``raw`` (a copy is returned) with a launcher ``entrypoint`` replaced by its trial class,
+    ``resources.launcher`` set to the launcher's module and ``resources.distributed_backend`` to
+    its engine when not given.
 
     Raises FieldError (at ``entrypoint``) for forms det-lite cannot run, and when the launcher
     and an explicit ``resources.distributed_backend`` disagree. A plain ``module:Class`` (and any
@@ -117,14 +118,16 @@ def normalize_launcher(raw: Dict[str, Any]) -> Dict[str, Any]:
     trial, launcher = parse_launcher(argv)
     out = dict(raw)
     out["entrypoint"] = trial
-    if launcher is None:
-        return out
-    backend = _LAUNCHERS[launcher].name
     resources = out.get("resources")
     if resources is None:
         resources = {}
     if not isinstance(resources, dict):
         return out  # the schema reports the bad section
+    if launcher is None:
+        return out
+    resources = {**resources, "launcher": launcher}
+    out["resources"] = resources
+    backend = _LAUNCHERS[launcher].name
     explicit = resources.get("distributed_backend")
     if explicit in ENGINES and explicit != backend:
         raise FieldError(

@@ -71,6 +71,9 @@ class ResourcesConfig(Section):
     hosts: Optional[List[StrictStr]] = None
     executor: StrictStr = DEFAULT_EXECUTOR  # where trials run: a name in config._plugins.EXECUTORS
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
+    # det-lite's record of the Determined launcher the entrypoint named (set by
+    # normalize_launcher): a script without one runs once per trial, seeing all its slots.
+    launcher: Optional[Literal["determined.launch.torch_distributed", "determined.launch.horovod"]] = None
 
     @field_validator("distributed_backend")
     @classmethod

@@ -286,6 +286,9 @@ class ExperimentSettings:
     distributed_backend: str = DEFAULT_ENGINE  # resources.distributed_backend
     hosts: Tuple[str, ...] = ()  # resources.hosts (det-lite's own): "host:slots"
     executor: str = DEFAULT_EXECUTOR  # resources.executor (det-lite's own): config._plugins.EXECUTORS
+    # A script entrypoint without a Determined launcher runs once, seeing all the trial's slots
+    # (as Determined runs it once per container); configs stored before resources.launcher: per slot.
+    script_once: bool = False
     max_restarts: int = DEFAULT_MAX_RESTARTS
     experiment_seed: int = 0  # reproducibility.experiment_seed (the schema draws one when unset)
 
@@ -300,9 +303,23 @@ class ExperimentSettings:
             ),
             hosts=tuple(_get(exp_conf, "resources", "hosts") or ()),
             executor=_or(_get(exp_conf, "resources", "executor"), d.executor),
+            script_once=_script_once(exp_conf),
             max_restarts=_or(_get(exp_conf, "max_restarts"), d.max_restarts),
             experiment_seed=_or(_get(exp_conf, "reproducibility", "experiment_seed"), d.experiment_seed),
         )
+
+
+def _script_once(exp_conf: Mapping[str, Any]) -> bool:
+    """A script entrypoint that names no Determined launcher, on this machine (no hosts)."""
+    from determined_lite.config._launcher import script_command
+
+    resources = exp_conf.get("resources")
+    if not isinstance(resources, Mapping) or "launcher" not in resources or resources["launcher"]:
+        return False
+    entrypoint = exp_conf.get("entrypoint")
+    if not isinstance(entrypoint, str) or resources.get("hosts"):
+        return False
+    return script_command(entrypoint) is not None
 
 
 def _searcher_length(exp_conf: Mapping[str, Any]) -> Any:

@@ -25,6 +25,13 @@ from determined_lite.runtime._cluster import active_trial, get_cluster_info
 
 logger = logging.getLogger("determined_lite")
 
+_ALERT_LEVELS = {
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "debug": logging.DEBUG,
+    "error": logging.ERROR,
+}
+
 
 class TensorboardMode:
     """Determined's TensorBoard modes; det-lite writes TensorBoard files in place either way."""
@@ -36,7 +43,8 @@ class TensorboardMode:
 @dataclasses.dataclass(eq=False)
 class Context:
     """``core_context``: ``checkpoint``, ``distributed``, ``preempt``, ``train``, ``searcher``,
-    ``info`` (the cluster info, None in local mode). Use it as ``with det.core.init() as c:``."""
+    ``info`` (the cluster info, None in local mode), ``alert()``. Use it as
+    ``with det.core.init() as c:``."""
 
     checkpoint: CheckpointContext
     distributed: Any
@@ -55,6 +63,20 @@ class Context:
     def __enter__(self) -> "Context":
         self.start()
         return self
+
+    def alert(
+        self,
+        title: Optional[str] = None,
+        description: Optional[str] = None,
+        level: Optional[str] = "info",
+    ) -> None:
+        """Determined's workload alert (a webhook event there, whatever its level); det-lite has
+        no webhooks, so it is one line of the trial's log: ``alert (LEVEL): title: description``,
+        logged at ``level`` ("info", "warn", "debug", "error") but never below INFO."""
+        if level not in _ALERT_LEVELS:
+            raise ValueError(f"alert(level=...) must be one of {sorted(_ALERT_LEVELS)}, got {level!r}")
+        text = (title or "") + (f": {description}" if description else "")
+        logger.log(max(logging.INFO, _ALERT_LEVELS[level]), "alert (%s): %s", level, text)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if isinstance(exc, InvalidHP):  # as Determined: the trial ends, the search goes on

@@ -35,6 +35,8 @@ def stage_context(context_dir: str, config: Mapping[str, Any]) -> str:
     refuses, before anything is written."""
     home = det_lite_home()
     found = read_context(context_dir, exclude=(home, checkpoint_root(config)))
+    for rel, target in sorted(found.copied_links.items()):
+        print(f"context: {rel} links outside the context directory, to {target}: its content is copied")
     parent = os.path.join(home, EXPERIMENTS_DIR)
     make_private_dirs(parent)
     staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=parent)  # 0700

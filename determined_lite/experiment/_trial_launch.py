@@ -132,8 +132,9 @@ class TrialLauncher:
         )
 
     def backend(self) -> str:
-        """The launcher's engine: one process for one slot without hosts, else the config's."""
-        if self.settings.slots_per_trial == 1 and not self.settings.hosts:
+        """The launcher's engine: one process for one slot without hosts, or for a script that
+        names no Determined launcher (it sees all the trial's slots); else the config's."""
+        if (self.settings.slots_per_trial == 1 and not self.settings.hosts) or self.settings.script_once:
             return SINGLE_ENGINE
         return self.settings.distributed_backend
 

@@ -39,10 +39,9 @@ def engine_command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
 ) -> Tuple[List[str], Dict[str, str]]:
     """``(argv, extra env)`` that starts ``spec``'s workers: one plain worker process for the
-    ``single`` backend (one slot, no hosts), else the engine's launcher."""
+    ``single`` backend (one slot without hosts, or a script that names no Determined launcher and
+    sees all its slots), else the engine's launcher."""
     if spec.backend == SINGLE_ENGINE or (spec.slots == 1 and not hosts):
-        if spec.slots != 1:
-            raise ValueError(f"the single-process backend runs 1 slot, got slots={spec.slots}")
         return worker_command(spec_path), {}
     command: Tuple[List[str], Dict[str, str]] = launcher(spec.backend).command(spec, spec_path, hosts)
     return command

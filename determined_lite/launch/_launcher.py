@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import determined_lite
 from determined_lite.launch._engines import engine_command
 from determined_lite.launch._failures import STOP_GRACE_S
+from determined_lite.launch._startup_hook import with_startup_hook
 from determined_lite.runtime._cluster import SPEC_ENV
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec
 from determined_lite.store._paths import private_umask
@@ -125,6 +126,7 @@ def launch(
     full_env[SPEC_ENV] = os.path.abspath(spec_path)  # det.get_cluster_info() reads it
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
+    argv = with_startup_hook(argv, spec.context_dir)  # Determined sources it before the trial
     return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds)
 
 

@@ -20,6 +20,7 @@ import socket
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from determined_lite.config import ExperimentSettings
 from determined_lite.launch._engines import engine_problem
 from determined_lite.launch._executor import Executor, OutputFn, Placement, TrialRun
 from determined_lite.launch._failures import STOP_GRACE_S
@@ -123,6 +124,8 @@ class LocalExecutor(Executor):
                     f"{slots_in_words(devices, have)} slots; lower slots_per_trial or list "
                     "machines in resources.hosts"
                 )
+        if ExperimentSettings.from_config(config).script_once:
+            return None  # one process that sees all its slots: no engine starts
         return engine_problem(str(resources.get("distributed_backend") or ""), slots)
 
     def total(self) -> int:

@@ -43,11 +43,16 @@ class _PrefixedStream(io.TextIOBase):
         return getattr(self._stream, "encoding", "utf-8")
 
 
+def rank_prefix(rank: int) -> str:
+    """What starts each line of a rank's output in the trial's log."""
+    return f"[rank {rank}] "
+
+
 def install_rank_prefix(rank: int, size: int) -> None:
     """Prefix this process's stdout and stderr lines with its rank (only when size > 1)."""
     if size <= 1:
         return
-    prefix = f"[rank {rank}] "
+    prefix = rank_prefix(rank)
     if not isinstance(sys.stdout, _PrefixedStream):
         sys.stdout = _PrefixedStream(sys.stdout, prefix)
     if not isinstance(sys.stderr, _PrefixedStream):

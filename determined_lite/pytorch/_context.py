@@ -80,6 +80,7 @@ class PyTorchTrialContext:
         self._trial_id = trial_id
         self._experiment_id = experiment_id
         self.device = device or default_device(self._distributed)
+        self._to_device_warned: set = set()  # types to_device warned about (once each)
         self._tensorboard_path = tensorboard_path
         self.experimental = PyTorchExperimentalContext(self)
         # det-lite: what the training loop shares with this context (not Determined's API).
@@ -364,7 +365,8 @@ class PyTorchTrialContext:
     # --- data -------------------------------------------------------------------------------
     def to_device(self, data: TorchData) -> TorchData:
         """Move tensors and numpy arrays (nested in dicts, lists, tuples) to this worker's device."""
-        return move_to_device(data, self.device, non_blocking=self.device.type == "cuda")
+        non_blocking = self.device.type == "cuda"
+        return move_to_device(data, self.device, non_blocking, self._to_device_warned)
 
     # --- backward and step ------------------------------------------------------------------
     def backward(

@@ -169,8 +169,8 @@ class TrialController:
             raise NotADataLoaderError(
                 f"{method}() must return a determined_lite.pytorch.DataLoader (so the harness can "
                 f"shard, repeat and resume it), got {type(loader).__module__}."
-                f"{type(loader).__qualname__}; to use it anyway call "
-                "context.experimental.disable_dataset_reproducibility_checks() in __init__"
+                f"{type(loader).__qualname__}; otherwise you can disable this check by calling "
+                "context.experimental.disable_dataset_reproducibility_checks() in __init__()"
             )
         if not hasattr(loader, "__iter__"):
             raise TypeError(f"{method}() returned {type(loader).__name__}, which is not iterable")

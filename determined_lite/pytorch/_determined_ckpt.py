@@ -73,6 +73,9 @@ class DeterminedCheckpoint:
     experiment_config: Dict[str, Any]
     hparams: Dict[str, Any]
     batches_trained: int
+    # No load_data.json: written before 0.17.8, so possibly by a pre-0.12.13 trial with
+    # build_model() (Determined looks for that method only then).
+    legacy: bool = False
 
 
 def _read_json(path: str) -> Optional[Dict[str, Any]]:
@@ -160,6 +163,7 @@ def read_determined_checkpoint(
         experiment_config=exp_conf if isinstance(exp_conf, dict) else {},
         hparams=hparams if isinstance(hparams, dict) else {},
         batches_trained=batches_trained(path),
+        legacy=load_data is None,
     )
 
 
@@ -221,6 +225,14 @@ def context_state(
     }
 
 
+def legacy_model_weights(ckpt: DeterminedCheckpoint) -> Dict[str, Any]:
+    """The one model's weights of a pre-0.12.13 checkpoint (``model_state_dict``, else the first
+    of ``models_state_dict``)."""
+    state = ckpt.state
+    weights = state["model_state_dict"] if "model_state_dict" in state else state["models_state_dict"][0]
+    return _strip_ddp_prefix(weights)
+
+
 def rng_state(ckpt: DeterminedCheckpoint) -> Optional[Dict[str, Any]]:
     """The chief's random states in det-lite's form (Determined restores them on every worker)."""
     saved = ckpt.state.get("rng_state")
@@ -243,6 +255,7 @@ __all__ = [
     "batches_trained",
     "context_state",
     "is_determined_checkpoint",
+    "legacy_model_weights",
     "read_determined_checkpoint",
     "rng_state",
 ]

@@ -1,6 +1,6 @@
 """What one ``Trainer.fit`` runs: :class:`FitPlan`, written once.
 
-Its fields are ``Trainer.fit``'s parameters: Determined's eight, in their order and with their
+Its fields are ``Trainer.fit``'s parameters: Determined's nine, in their order and with their
 defaults, then det-lite's keyword-only ones. ``Trainer.fit`` takes them through
 :func:`plan_parameters` (its signature is this class's constructor), so the three callers build
 the same object: plain Python through ``fit``, an experiment worker directly
@@ -32,6 +32,7 @@ class FitPlan:
     latest_checkpoint: Optional[str] = None
     step_zero_validation: bool = False
     test_mode: bool = False
+    profiling_enabled: bool = False  # det-lite: the Profiler callback, as the config's `profiling`
     _: dataclasses.KW_ONLY
     progress: Optional[bool] = None
     record: Optional[bool] = None

@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from typing import Any, Dict, Optional, Type
 
+from determined_lite.compat import import_from_path
 from determined_lite.pytorch import _determined_ckpt
 from determined_lite.pytorch._checkpoint import CODE_DIR, TRUST_ENV, read_checkpoint, trusted
 
 
 def _import_trial_class(spec: str, code_dir: Optional[str]) -> Type[Any]:
-    """Import ``module:Class``; from ``code_dir`` first when given, else from ``sys.path`` only."""
+    """Import ``module:Class``: from ``code_dir`` when given (``import_from_path``: the
+    checkpoint's own code, ``sys.path`` and ``sys.modules`` left as they were), else from
+    ``sys.path`` only."""
     module_name, _, class_name = spec.partition(":")
-    if code_dir is not None and os.path.isdir(code_dir) and code_dir not in sys.path:
-        sys.path.insert(0, code_dir)
     try:
-        module = importlib.import_module(module_name)
+        if code_dir is not None and os.path.isdir(code_dir):
+            with import_from_path(code_dir):
+                module = importlib.import_module(module_name)
+        else:
+            module = importlib.import_module(module_name)
     except ImportError as e:
         if code_dir is None:
             raise ImportError(
@@ -100,7 +104,9 @@ def _load_determined(
     trust: bool,
 ) -> Any:
     """A trial from a checkpoint written by Determined: its class (``load_data.json``'s
-    ``trial_cls_spec``, else the config's ``entrypoint``), hparams and config; its weights."""
+    ``trial_cls_spec``, else the config's ``entrypoint``), hparams and config; its weights. A
+    checkpoint without load_data.json whose trial has ``build_model()`` (the pre-0.12.13 API)
+    gives that model with the weights loaded, as Determined returns it."""
     from determined_lite.pytorch._context import PyTorchTrialContext
 
     ckpt = _determined_ckpt.read_determined_checkpoint(path, trust=trust, **(torch_load_kwargs or {}))
@@ -119,6 +125,12 @@ def _load_determined(
         aggregation_frequency=int(optimizations.get("aggregation_frequency", 1) or 1),
     )
     trial = trial_class(context, **(trial_kwargs or {}))
+    build_model = getattr(trial, "build_model", None)
+    if ckpt.legacy and callable(build_model):
+        # Determined: a trial of the pre-0.12.13 API (build_model()) loads as the bare model.
+        model = build_model()
+        model.load_state_dict(_determined_ckpt.legacy_model_weights(ckpt))
+        return model
     harness = context.harness
     counts = harness.wrapped_counts()
     state = _determined_ckpt.context_state(ckpt, **counts, amp_scaler=False, optimizer_steps=0)

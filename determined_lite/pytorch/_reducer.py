@@ -23,7 +23,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from determined_lite._errors import MetricTypeError, ReducerTypeError, ReducerUseError
+from determined_lite._errors import (
+    EvaluationReducerError,
+    MetricTypeError,
+    ReducerTypeError,
+    ReducerUseError,
+)
 
 
 class Reducer(enum.Enum):
@@ -109,16 +114,16 @@ class WrappedReducer:
         if self.name is not None:
             if isinstance(result, Mapping):
                 raise ReducerUseError(
-                    f"reducer {self.label} was wrapped with name={self.name!r}, so "
-                    f"cross_slot_reduce() must return a single (non-dict) metric, but it returned "
-                    f"a dict with keys {sorted(result)}; pass name=None to return several metrics"
+                    f"the custom reducer {self.label} was wrapped by a call to wrap_reducer() "
+                    f"with name set but it returned a dict anyway (keys {sorted(result)}); leave "
+                    "name=None to return several metrics, or return a single (non-dict) metric"
                 )
             return {self.name: numpy_metric(result, self.name, workload)}
         if not isinstance(result, Mapping):
             raise ReducerUseError(
-                f"reducer {self.label} was wrapped with name=None, so cross_slot_reduce() must "
-                f"return a dict of metric names to values, but it returned {type(result).__name__}; "
-                f"pass name='...' to return a single metric"
+                f"the custom reducer {self.label} was wrapped by a call to wrap_reducer() with "
+                f"name=None but it did not return a dict (it returned a {type(result).__name__}); "
+                "set name to return a single metric, or return a dict of metric names to values"
             )
         return {str(k): numpy_metric(v, str(k), workload) for k, v in result.items()}
 
@@ -260,7 +265,7 @@ def _reducer_for(reducers: Union[Reducer, Mapping[str, Reducer]], name: str) -> 
     if isinstance(reducers, Reducer):
         return reducers
     if name not in reducers:
-        raise ValueError(
+        raise EvaluationReducerError(
             f"evaluation_reducer() returned a dict without a reducer for metric {name!r} "
             f"(it has {sorted(reducers)}); add an entry or return a single Reducer"
         )
@@ -268,15 +273,21 @@ def _reducer_for(reducers: Union[Reducer, Mapping[str, Reducer]], name: str) -> 
 
 
 def check_evaluation_reducer(reducers: Any) -> Union[Reducer, Dict[str, Reducer]]:
-    """Validate what ``evaluation_reducer()`` returned."""
+    """Validate what ``evaluation_reducer()`` returned: a Reducer, or a non-empty dict of them
+    (Determined: ``InvalidExperimentException`` otherwise)."""
     if isinstance(reducers, Reducer):
         reducer_kind(reducers)
         return reducers
     if isinstance(reducers, Mapping) and all(isinstance(r, Reducer) for r in reducers.values()):
+        if not reducers:
+            raise EvaluationReducerError(
+                "evaluation_reducer() returned an empty dict; return a single Reducer or a "
+                "Reducer for every validation metric"
+            )
         for r in reducers.values():
             reducer_kind(r)
         return dict(reducers)
-    raise TypeError(
+    raise EvaluationReducerError(
         "evaluation_reducer() must return a determined_lite.pytorch.Reducer or a dict of metric "
         f"names to Reducers, got {reducers!r}"
     )

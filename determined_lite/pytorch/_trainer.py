@@ -147,15 +147,19 @@ def _code_source(trial: PyTorchTrial, info: TrialInfo) -> Optional[str]:
         return None
 
 
-def _profiler(ctx: PyTorchTrialContext, settings: TrainingSettings) -> Optional[PyTorchCallback]:
-    """The trial's ``context.set_profiler``, else the config's ``profiling`` section, else None."""
+def _profiler(
+    ctx: PyTorchTrialContext, settings: TrainingSettings, fit_enabled: bool
+) -> Optional[PyTorchCallback]:
+    """The trial's ``context.set_profiler``, else the config's ``profiling`` section (enabled
+    there or by ``fit(profiling_enabled=True)``), else None."""
     from determined_lite.pytorch.callbacks import Profiler
 
+    enabled = settings.profiling_enabled or fit_enabled
     if ctx.harness.profiler_kwargs is not None:
-        if settings.profiling_enabled:
+        if enabled:
             logger.info("profiling: the trial called context.set_profiler(); the config's section is unused")
         return Profiler(**ctx.harness.profiler_kwargs)
-    if not settings.profiling_enabled:
+    if not enabled:
         return None
     return Profiler(settings.profiling_begin_on_batch, settings.profiling_end_after_batch)
 
@@ -231,7 +235,7 @@ class Trainer:
         outputs = self._outputs(plan, spec)
         spec, recorded = outputs.attach(spec, ctx)
         core = _core_callbacks(ctx, outputs.display) + recorded
-        profiler = _profiler(ctx, settings)
+        profiler = _profiler(ctx, settings, plan.profiling_enabled)
         if profiler is not None:
             core.append(("_core.profiler", profiler))
         user = self.callbacks + name_callbacks(plan.callbacks or [], "")

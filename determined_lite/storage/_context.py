@@ -2,7 +2,8 @@
 
 ``read_context`` walks a context directory once and decides what belongs to it: ``.detignore``
 (gitignore syntax, read with ``pathspec`` as Determined's CLI does) after det-lite's default
-patterns, symbolic links kept as links only when they stay inside the directory, and
+patterns, symbolic links kept as links when they stay inside the directory (one that leaves it
+for a readable regular file brings that file's content, as Determined's CLI uploads it), and
 Determined's size limit (95 MiB). ``snapshot_context`` copies the result into a directory that
 ``experiment create`` owns (``<home>/experiments/<id>/context/``), with a manifest at its root;
 ``copy_context`` copies a context: hard links to a snapshot's files (a copy where the filesystem
@@ -56,6 +57,8 @@ class ContextFiles:
     files: Dict[str, int] = dataclasses.field(default_factory=dict)  # path -> size in bytes
     dirs: List[str] = dataclasses.field(default_factory=list)
     links: Dict[str, str] = dataclasses.field(default_factory=dict)  # path -> relative target
+    # Links to a regular file outside the context: path -> the file copied in its place.
+    copied_links: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -137,18 +140,38 @@ def read_context(
 def _add_link(
     found: ContextFiles, shown: str, path: str, rel: str, parent: str, spec: pathspec.PathSpec
 ) -> None:
-    """Keep a link that resolves inside the context (as a relative link); refuse one that leaves."""
+    """Keep a link that resolves inside the context (as a relative link); one that leaves it
+    for a readable regular file is that file's content, as Determined's CLI uploads it; a link
+    out of the context to anything else is refused."""
     target = os.readlink(path)
     resolved = os.path.realpath(path)
     if os.path.isdir(resolved) and spec.match_file(rel + "/"):
         return
-    if not _inside(resolved, found.root):
+    if _inside(resolved, found.root):
+        found.links[rel] = os.path.relpath(resolved, parent)
+        return
+    problem = _unusable(resolved)
+    if problem is not None:
         where = "" if resolved == target else f" (to {resolved})"
         raise ContextError(
-            f"context directory {shown}: symbolic link {rel} -> {target} points outside it{where}; "
-            f"remove it or list it in {DETIGNORE}"
+            f"context directory {shown}: symbolic link {rel} -> {target} points outside it{where}, "
+            f"to {problem}; remove it or list it in {DETIGNORE}"
         )
-    found.links[rel] = os.path.relpath(resolved, parent)
+    found.files[rel] = os.stat(resolved).st_size
+    found.copied_links[rel] = resolved
+
+
+def _unusable(path: str) -> Optional[str]:
+    """Why the file a link leads to cannot be copied in its place (None: it can)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "nothing (a dangling link)"
+    if not stat.S_ISREG(st.st_mode):
+        return "something that is not a regular file"
+    if not os.access(path, os.R_OK):
+        return "a file it cannot read"
+    return None
 
 
 def _copy_file(source: str, dest: str, hard_link: bool) -> None:
@@ -167,7 +190,8 @@ def materialize(found: ContextFiles, dest: str, hard_link: bool, read_only: bool
     for rel in found.dirs:
         os.makedirs(os.path.join(dest, rel), exist_ok=True)
     for rel in found.files:
-        source, target = os.path.join(found.root, rel), os.path.join(dest, rel)
+        source = found.copied_links.get(rel) or os.path.join(found.root, rel)
+        target = os.path.join(dest, rel)
         try:
             _copy_file(source, target, hard_link)
         except FileNotFoundError:

@@ -1,4 +1,5 @@
-"""The Python SDK's records in the det-lite SQLite file: the model registry and checkpoint metadata.
+"""The Python SDK's records in the det-lite SQLite file: the model registry, checkpoint metadata
+and experiments' labels and notes.
 
 A model is a name (unique) with a description, labels and metadata; its versions (1, 2, ...)
 each name one checkpoint by uuid. User metadata of a checkpoint is NULL until the SDK first
@@ -241,5 +242,37 @@ class ModelRegistry(Database):
             cursor = conn.execute("UPDATE checkpoints SET metadata = ? WHERE uuid = ?", (text, str(uuid)))
             if cursor.rowcount == 0:
                 raise NotFoundError(f"checkpoint {uuid} not found")
+
+        self._write(body)
+
+
+    # --- experiment labels and notes ----------------------------------------------------------
+
+    def experiment_annotations(self, experiment_id: int) -> Optional[Dict[str, Any]]:
+        """``{"labels": [...], "notes": str}`` of the experiment, or None when unknown."""
+        row = self._read(
+            lambda conn: conn.execute(
+                "SELECT labels, notes FROM experiments WHERE id = ?", (int(experiment_id),)
+            ).fetchone()
+        )
+        return None if row is None else {"labels": loads_json(row[0]) or [], "notes": row[1]}
+
+    def set_experiment_annotations(
+        self, experiment_id: int, *, labels: Optional[List[str]] = None, notes: Optional[str] = None
+    ) -> None:
+        """Replace the experiment's labels (kept sorted, once each) and/or notes."""
+        fields: Dict[str, Any] = {}
+        if labels is not None:
+            fields["labels"] = dumps_json(sorted(set(labels)), "experiment labels")
+        if notes is not None:
+            fields["notes"] = str(notes)
+
+        def body(conn: sqlite3.Connection) -> None:
+            assignments = ", ".join(f"{k} = ?" for k in fields) or "id = id"
+            cursor = conn.execute(
+                f"UPDATE experiments SET {assignments} WHERE id = ?", (*fields.values(), int(experiment_id))
+            )
+            if cursor.rowcount == 0:
+                raise NotFoundError(f"experiment {experiment_id} not found")
 
         self._write(body)

@@ -162,4 +162,11 @@ def _v6(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX trial_runs_trial ON trial_runs (trial_id)")
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(conn: sqlite3.Connection) -> None:
+    """The SDK's experiment annotations (Determined's ``Experiment.add_label`` / ``set_notes``):
+    ``experiments.labels`` (a JSON list) and ``experiments.notes``."""
+    conn.execute("ALTER TABLE experiments ADD COLUMN labels TEXT NOT NULL DEFAULT '[]'")
+    conn.execute("ALTER TABLE experiments ADD COLUMN notes TEXT NOT NULL DEFAULT ''")
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]

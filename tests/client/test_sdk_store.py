@@ -190,3 +190,40 @@ def test_create_experiment_refusals_raise_with_det_lites_message(tmp_path):
     with pytest.raises(ValueError, match="model_dir"):
         client.create_experiment(config)
     assert client.list_experiments() == []
+
+
+def test_experiment_labels_and_notes_round_trip(tmp_path):
+    # Determined's Experiment.add_label / remove_label / set_labels / set_notes, kept in the
+    # store (schema v7): a new handle reads what another one wrote.
+    made = make_experiment(tmp_path)
+    exp = client.get_experiment(made["id"])
+    assert exp.labels is None and exp.notes == ""
+    exp.add_label("baseline")
+    exp.add_label("cpu")
+    exp.add_label("cpu")  # already there: nothing changes
+    exp.remove_label("absent")  # not there: nothing changes
+    exp.set_notes("lr 0.1 diverges")
+    again = client.get_experiment(made["id"])
+    assert (again.labels, again.notes) == ({"baseline", "cpu"}, "lr 0.1 diverges")
+    again.remove_label("baseline")
+    exp.reload()
+    assert exp.labels == {"cpu"}
+    exp.set_labels(set())
+    assert client.get_experiment(made["id"]).labels is None
+    with pytest.raises(NotFoundError):
+        client.Experiment(999, exp._session).add_label("x")
+
+
+def test_checkpoint_delete_forgets_it_and_removes_its_directory(tmp_path):
+    made = make_experiment(tmp_path)
+    exp = client.get_experiment(made["id"])
+    (best, *_) = exp.list_checkpoints(CheckpointSortBy.SEARCHER_METRIC, OrderBy.ASC)
+    assert best.uuid == made["uuids"][(1, 8)] and os.path.isdir(best.path)
+    best.delete()
+    assert best.state == client.CheckpointState.DELETED and not os.path.exists(best.path)
+    assert [c.uuid for c in exp.list_checkpoints(CheckpointSortBy.SEARCHER_METRIC, OrderBy.ASC)] == [
+        made["uuids"][(2, 4)], made["uuids"][(1, 4)], made["uuids"][(2, 8)]
+    ]
+    assert Store().get_trial(made["trials"][1])["latest_checkpoint"] == made["uuids"][(1, 4)]
+    with pytest.raises(NotFoundError):
+        client.get_checkpoint(best.uuid).delete()

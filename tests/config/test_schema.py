@@ -94,6 +94,7 @@ def test_defaults_are_determineds():
                 "bucket_cap_mb": 25.0,
                 "static_graph": False,
             },
+            "launcher": None,
         },
         "optimizations": {
             "aggregation_frequency": 1,

@@ -37,8 +37,8 @@ def test_a_link_out_of_the_context_is_refused_at_create(tmp_path: Path, _det_lit
     proc = cli("experiment", "create", str(ctx / "const.yaml"), str(ctx))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.splitlines() == [
-        f"det-lite: error: context directory {ctx}: symbolic link etc -> /etc points outside it; "
-        "remove it or list it in .detignore"
+        f"det-lite: error: context directory {ctx}: symbolic link etc -> /etc points outside it, "
+        "to something that is not a regular file; remove it or list it in .detignore"
     ]
     assert_nothing_recorded(_det_lite_home)
 
@@ -53,6 +53,26 @@ def test_a_link_out_of_the_context_is_refused_at_create(tmp_path: Path, _det_lit
         "const.yaml",
         "model_def.py",
     ]
+
+
+def test_a_link_out_of_the_context_to_a_file_runs_its_content(tmp_path: Path, _det_lite_home: Path) -> None:
+    # As Determined's e2e mnist_pytorch fixture (links to the tutorial's files): the trial's
+    # module is a link out of the context; its content is copied, with one line naming it.
+    ctx = linear_context(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.replace(ctx / "model_def.py", shared / "model_def.py")
+    os.symlink("../shared/model_def.py", ctx / "model_def.py")
+    proc = cli("experiment", "create", str(ctx / "const.yaml"), str(ctx), "--test")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = f"context: model_def.py links outside the context directory, to {shared / 'model_def.py'}"
+    assert [x for x in proc.stdout.splitlines() if x.startswith("context: ")] == [
+        f"{line}: its content is copied"
+    ]
+    snapshot = _det_lite_home / "experiments" / "1" / "context" / "model_def.py"
+    assert not snapshot.is_symlink()
+    assert snapshot.read_text() == (shared / "model_def.py").read_text()
+    assert describe(1)["trials"][0]["state"] == "COMPLETED"
 
 
 def test_an_oversized_context_is_refused_naming_the_biggest_files(

@@ -252,7 +252,9 @@ def test_checkpoint_code_is_imported_only_when_trusted(
 
         loaded = pytorch.load_trial_from_checkpoint_path(str(path), trust=True)
         assert marker.exists()
-        assert sys.modules[name].__file__ == str(path / "code" / f"{name}.py")
+        code_file = type(loaded).__init__.__code__.co_filename  # imported from the checkpoint,
+        assert os.path.realpath(code_file) == os.path.realpath(path / "code" / f"{name}.py")
+        assert name not in sys.modules and str(path / "code") not in sys.path  # and forgotten
         assert type(loaded).__name__ == "CbTrial" and type(loaded) is not module.CbTrial
         assert torch.equal(loaded.model.weight, trained.model.weight)
     finally:

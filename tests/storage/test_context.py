@@ -139,16 +139,41 @@ def test_links_inside_are_kept_as_relative_links(tmp_path: Path) -> None:
     assert (tmp_path / "snap" / "pkg" / "up.py").read_text() == "A"
 
 
-@pytest.mark.parametrize("target", ["/etc", "../outside.py", "pkg/../../outside.py"])
-def test_a_link_out_of_the_context_is_refused_naming_it(tmp_path: Path, target: str) -> None:
-    (tmp_path / "outside.py").write_text("secret")
+@pytest.mark.parametrize(
+    "target, problem",
+    [
+        ("/etc", "something that is not a regular file"),
+        ("../missing.py", "nothing (a dangling link)"),
+        ("/dev/null", "something that is not a regular file"),
+    ],
+)
+def test_a_link_out_of_the_context_to_no_regular_file_is_refused_naming_it(
+    tmp_path: Path, target: str, problem: str
+) -> None:
     ctx = make_tree(tmp_path / "ctx", {"model_def.py": "", "pkg/x.py": ""})
     os.symlink(target, ctx / "escape")
     with pytest.raises(ContextError) as info:
         read_context(str(ctx))
     message = str(info.value)
     assert f"symbolic link escape -> {target} points outside it" in message
-    assert "\n" not in message and DETIGNORE in message
+    assert f"to {problem}; remove it or list it in {DETIGNORE}" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("target", ["../outside.py", "../../outside.py"])
+def test_a_link_out_of_the_context_to_a_file_brings_its_content(tmp_path: Path, target: str) -> None:
+    # Determined's CLI uploads a linked file's content; its e2e mnist_pytorch fixture is made of
+    # such links (train.py -> ../../../../examples/tutorials/mnist_pytorch/train.py).
+    (tmp_path / "outside.py").write_text("shared = 1\n")
+    ctx = make_tree(tmp_path / "ctx", {"model_def.py": "", "pkg/x.py": ""})
+    where = ctx if target.count("..") == 1 else ctx / "pkg"
+    os.symlink(target, where / "linked.py")
+    rel = os.path.relpath(where / "linked.py", ctx)
+    found = read_context(str(ctx))
+    assert found.copied_links == {rel: str((tmp_path / "outside.py").resolve())}
+    assert found.files[rel] == len("shared = 1\n") and rel not in found.links
+    snapshot_context(found, str(tmp_path / "snap"))
+    copied = tmp_path / "snap" / rel
+    assert not copied.is_symlink() and copied.read_text() == "shared = 1\n"
 
 
 def test_an_ignored_link_out_of_the_context_is_no_error(tmp_path: Path) -> None:

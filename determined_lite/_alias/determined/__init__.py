@@ -8,6 +8,7 @@ import logging as _logging
 
 from determined_lite import __version__ as __version__
 from determined_lite._errors import InvalidHP as InvalidHP
+from determined_lite.compat import import_from_path as import_from_path
 from determined_lite.compat._install import MissingSubmoduleFinder as _MissingSubmoduleFinder
 from determined_lite.compat._install import missing_attribute as _missing_attribute
 from determined_lite.pytorch import PyTorchTrialContext as TrialContext
@@ -15,7 +16,7 @@ from determined_lite.runtime._cluster import ClusterInfo as ClusterInfo
 from determined_lite.runtime._cluster import ClusterTrialInfo as TrialInfo
 from determined_lite.runtime._cluster import get_cluster_info as get_cluster_info
 
-from . import core, errors, pytorch, tensorboard
+from . import common, core, errors, pytorch, tensorboard
 
 __det_lite_alias__ = True
 
@@ -38,9 +39,11 @@ __all__ = [
     "LOG_FORMAT",
     "TrialContext",
     "TrialInfo",
+    "common",
     "core",
     "errors",
     "get_cluster_info",
+    "import_from_path",
     "pytorch",
     "tensorboard",
 ]

@@ -49,6 +49,16 @@ def test_the_config_section_enables_it() -> None:
     assert profiled_steps(trace) == {"ProfilerStep#1"}
 
 
+def test_fit_profiling_enabled_enables_it() -> None:
+    # Determined's e2e fixture mnist_pytorch/profiling.py: trainer.fit(..., profiling_enabled=True).
+    conf = {"profiling": {"begin_on_batch": 1, "end_after_batch": 2}}
+    with pytorch.init(hparams={"global_batch_size": 4}, exp_conf=conf) as ctx:
+        trial = CbTrial(ctx)
+        pytorch.Trainer(trial, ctx).fit(max_length=pytorch.Batch(4), profiling_enabled=True)
+    (trace,) = traces(trial.context.get_tensorboard_path())
+    assert profiled_steps(trace) == {"ProfilerStep#1", "ProfilerStep#2"}
+
+
 def test_profiling_disabled_writes_nothing() -> None:
     trial, _ = fit_cb_trial(max_batches=2, validation=None, exp_conf={"profiling": {"enabled": False}})
     assert traces(trial.context.get_tensorboard_path()) == []
