@@ -73,12 +73,18 @@ class ResourcesConfig(Section):
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
     # det-lite's record of the Determined launcher the entrypoint named (set by
     # normalize_launcher): a script without one runs once per trial, seeing all its slots.
-    launcher: Optional[Literal["determined.launch.torch_distributed", "determined.launch.horovod"]] = None
+    launcher: Optional[StrictStr] = None  # an engine's determined_launcher (config._plugins.ENGINES)
 
     @field_validator("distributed_backend")
     @classmethod
     def _engine(cls, name: str) -> str:
         return check_name(name, ENGINES)
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher(cls, module: Optional[str]) -> Optional[str]:
+        launchers = {e.determined_launcher: e for e in ENGINES.values() if e.determined_launcher}
+        return None if module is None else check_name(module, launchers)
 
     @field_validator("executor")
     @classmethod
