@@ -10,6 +10,7 @@ from pydantic import Field, StrictBool, StrictStr, field_validator, model_valida
 from determined_lite.config._base import NonNegativeInt, Section
 from determined_lite.config._determined import determined_only_fields
 from determined_lite.config._errors import FieldError, describe
+from determined_lite.config._ray import RayConfig
 from determined_lite.config._settings import DEFAULT_DISTRIBUTED_BACKEND
 
 
@@ -70,6 +71,8 @@ class ResourcesConfig(Section):
     distributed_backend: Literal["horovod", "torch"] = DEFAULT_DISTRIBUTED_BACKEND
     hosts: Optional[List[StrictStr]] = None
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
+    executor: Literal["local", "ray"] = "local"
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     @field_validator("hosts")
     @classmethod

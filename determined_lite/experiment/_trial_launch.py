@@ -122,6 +122,12 @@ class TrialLauncher:
         remove_no_restart(spec.result_path)
         remove_failure_points(spec.result_path)
         remove_heartbeats(spec.result_path)
+        if (self.config.get("resources") or {}).get("executor") == "ray":
+            from determined_lite.launch._ray import launch_ray
+
+            spec_path = os.path.join(trial_dir, "spec.json")
+            ray_run = launch_ray(spec, spec_path, self.config, self.worker_env(), on_output)
+            return ray_run, spec  # type: ignore[return-value]
         process = launch(
             spec,
             os.path.join(trial_dir, "spec.json"),
