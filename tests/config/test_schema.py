@@ -93,6 +93,8 @@ def test_defaults_are_determineds():
                 "bucket_cap_mb": 25.0,
                 "static_graph": False,
             },
+            "executor": "local",
+            "ray": {"address": None, "placement": "pack", "resources_per_slot": {"CPU": 1.0}},
         },
         "optimizations": {
             "aggregation_frequency": 1,
