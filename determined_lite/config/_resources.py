@@ -1,4 +1,4 @@
-"""``resources``: slots, the distributed engine, hosts and DDP options (det-lite's own fields
+"""``resources``: slots, the distributed engine, the executor, hosts and DDP options (det-lite's own fields
 beside Determined's ``slots_per_trial``)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pydantic import Field, StrictBool, StrictStr, field_validator, model_valida
 from determined_lite.config._base import NonNegativeInt, Section
 from determined_lite.config._determined import determined_only_fields
 from determined_lite.config._errors import FieldError, describe
+from determined_lite.config._plugins import DEFAULT_EXECUTOR, EXECUTORS, check_name
 from determined_lite.config._ray import RayConfig
 from determined_lite.config._settings import DEFAULT_DISTRIBUTED_BACKEND
 
@@ -70,9 +71,14 @@ class ResourcesConfig(Section):
     slots_per_trial: NonNegativeInt = 1
     distributed_backend: Literal["horovod", "torch"] = DEFAULT_DISTRIBUTED_BACKEND
     hosts: Optional[List[StrictStr]] = None
+    executor: StrictStr = DEFAULT_EXECUTOR  # where trials run: a name in config._plugins.EXECUTORS
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
-    executor: Literal["local", "ray"] = "local"
     ray: RayConfig = Field(default_factory=RayConfig)
+
+    @field_validator("executor")
+    @classmethod
+    def _executor(cls, name: str) -> str:
+        return check_name(name, EXECUTORS)
 
     @field_validator("hosts")
     @classmethod

@@ -285,6 +285,7 @@ class ExperimentSettings:
     slots_per_trial: int = 1  # resources.slots_per_trial (the schema reads Determined's 0 as 1)
     distributed_backend: str = DEFAULT_DISTRIBUTED_BACKEND  # resources.distributed_backend
     hosts: Tuple[str, ...] = ()  # resources.hosts (det-lite's own): "host:slots"
+    executor: str = "local"  # resources.executor (det-lite's own): config._plugins.EXECUTORS
     max_restarts: int = DEFAULT_MAX_RESTARTS
     experiment_seed: int = 0  # reproducibility.experiment_seed (the schema draws one when unset)
 
@@ -298,6 +299,7 @@ class ExperimentSettings:
                 _get(exp_conf, "resources", "distributed_backend"), d.distributed_backend
             ),
             hosts=tuple(_get(exp_conf, "resources", "hosts") or ()),
+            executor=_or(_get(exp_conf, "resources", "executor"), d.executor),
             max_restarts=_or(_get(exp_conf, "max_restarts"), d.max_restarts),
             experiment_seed=_or(_get(exp_conf, "reproducibility", "experiment_seed"), d.experiment_seed),
         )

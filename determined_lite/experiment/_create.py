@@ -92,14 +92,13 @@ def create_experiment(
     """Validate, snapshot the context directory (``_context.py``), record and run an experiment
     (in the foreground unless ``detach``). A config or context det-lite refuses is one line on
     stderr and exit 2, with nothing recorded."""
-    from determined_lite.launch._engines import engine_problem
+    from determined_lite.launch._executor import executor_problem
 
     if not os.path.isdir(context_dir):
         return bad_input(f"context directory {context_dir!r} does not exist")
     context_dir = os.path.abspath(context_dir)
     raw = _load_config(config_path, overrides)  # ConfigError → the CLI exits 2
-    resources = raw["resources"]
-    problem = engine_problem(resources["distributed_backend"], resources["slots_per_trial"])
+    problem = executor_problem(raw)  # too many slots, a missing engine: nothing recorded
     if problem:
         return bad_input(f"{config_path}: {problem}")
     try:

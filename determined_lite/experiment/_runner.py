@@ -33,9 +33,10 @@ from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
 from determined_lite.experiment._shared_machine import oversubscription
-from determined_lite.experiment._trial_launch import TrialLauncher, available_slots
+from determined_lite.experiment._trial_launch import TrialLauncher
 from determined_lite.experiment._trial_logs import TrialLogs
-from determined_lite.launch import TrialProcess, WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.launch import WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.launch._executor import TrialRun
 from determined_lite.reporting._retention import RetentionPolicy
 from determined_lite.runtime._failures import FailurePoint, read_failure_point, read_no_restart, repeat_reason
 from determined_lite.runtime._spec import progress_path
@@ -55,7 +56,7 @@ class _StopSearch(Exception):
 @dataclasses.dataclass
 class _Run:
     request: TrialRequest
-    process: TrialProcess
+    process: TrialRun
     spec: WorkerSpec
     length: int
 
@@ -221,6 +222,7 @@ class ExperimentRunner(RunnerEndings):
             finally:
                 self.progress.close()
             self.store.set_experiment_pid(self.id, None)
+            self.launcher.executor.close()
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:
         """Ctrl-C or SIGTERM: the first pauses the experiment as `det-lite experiment pause` does
@@ -275,9 +277,7 @@ class ExperimentRunner(RunnerEndings):
         max_concurrent = self.searcher_settings.max_concurrent_trials
         if max_concurrent and len(self.running) >= max_concurrent:
             return False
-        slots = self.settings.slots_per_trial
-        # A trial larger than the machine still runs, alone.
-        return (len(self.running) + 1) * slots <= available_slots() or not self.running
+        return self.settings.slots_per_trial <= self.launcher.executor.capacity()
 
     def _start_queued(self) -> None:
         while self.queue and self._capacity():
@@ -293,7 +293,7 @@ class ExperimentRunner(RunnerEndings):
         if self.warned_shared:
             return
         wanted = len(self.running) * self.settings.slots_per_trial
-        warning = oversubscription(self.store, self.id, wanted, available_slots())
+        warning = oversubscription(self.store, self.id, wanted, self.launcher.executor.total())
         if warning:
             self.warned_shared = True
             self._log(None, warning_line(warning))
@@ -308,7 +308,7 @@ class ExperimentRunner(RunnerEndings):
         latest = self._latest_checkpoint(trial_id)
         if latest is not None and self._at_target(request, latest["total_batches"]):
             return
-        process, spec = self.launcher.start(
+        process = self.launcher.start(
             trial_id,
             request.hparams,
             request.seed,
@@ -316,7 +316,7 @@ class ExperimentRunner(RunnerEndings):
             latest["path"] if latest else None,
             on_output=lambda line: self.logs.on_output(trial_id, line),
         )
-        self.running[request.request_id] = _Run(request, process, spec, request.pending)
+        self.running[request.request_id] = _Run(request, process, process.spec, request.pending)
         self._warn_shared_machine()
         self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
         resumed = ""
@@ -354,7 +354,7 @@ class ExperimentRunner(RunnerEndings):
 
     def _handle_exit(self, run: _Run, code: int, pausing: bool) -> None:
         request = run.request
-        result = WorkerResult.after_exit(run.spec.result_path, code)
+        result = run.process.result(code)
         if result.status == WorkerStatus.COMPLETED:
             self._completed(run, result)
         elif result.status == WorkerStatus.STOPPED:

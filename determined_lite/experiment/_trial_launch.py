@@ -1,4 +1,5 @@
-"""Starting one run of a trial: its WorkerSpec from the experiment's settings, then the launcher.
+"""Starting one run of a trial: its WorkerSpec from the experiment's settings, then the
+experiment's executor (``resources.executor``) places and starts it.
 
 Everything here is read once from the stored (validated) config by the runner and shared by
 every run of the experiment's trials; a run adds its trial, hyperparameters, seed, the length to
@@ -21,7 +22,9 @@ from determined_lite.config import (
     environment_variables,
 )
 from determined_lite.experiment._warm_start import warm_start_checkpoint
-from determined_lite.launch import TrialProcess, WorkerSpec, launch
+from determined_lite.launch import WorkerSpec
+from determined_lite.launch._executor import Executor, TrialRun, make_executor
+from determined_lite.launch._local import cpu_slots
 from determined_lite.launch._watchdog import remove_heartbeats
 from determined_lite.runtime._failures import remove_failure_points, remove_no_restart
 from determined_lite.runtime._spec import progress_path
@@ -32,11 +35,6 @@ from determined_lite.store._paths import (
     make_private_dirs,
 )
 from determined_lite.tensorboard import trial_tensorboard_path
-
-
-def available_slots() -> int:
-    """Slots on this machine: ``$DET_LITE_SLOTS``, else the CPU count."""
-    return max(1, int(os.environ.get("DET_LITE_SLOTS") or os.cpu_count() or 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +52,7 @@ class TrialLauncher:
     warm_start: Optional[str]
     test_mode: bool
     pass_fds: Tuple[int, ...]  # the runner lock's, held by every trial process (_lock.py)
+    executor: Executor  # where the trial runs go (resources.executor)
 
     @classmethod
     def of(
@@ -82,6 +81,7 @@ class TrialLauncher:
             warm_start=warm_start_checkpoint(config, store),  # checked by experiment create
             test_mode=test_mode,
             pass_fds=pass_fds,
+            executor=make_executor(config),
         )
 
     def start(
@@ -92,7 +92,7 @@ class TrialLauncher:
         length: int,
         latest: Optional[str],
         on_output: Callable[[str], None],
-    ) -> Tuple[TrialProcess, WorkerSpec]:
+    ) -> TrialRun:
         """Start a run of ``trial_id`` to ``length`` searcher units, from checkpoint ``latest``."""
         trial_dir = os.path.join(self.run_dir, f"trial_{trial_id}")
         make_private_dirs(trial_dir)
@@ -122,21 +122,13 @@ class TrialLauncher:
         remove_no_restart(spec.result_path)
         remove_failure_points(spec.result_path)
         remove_heartbeats(spec.result_path)
-        if (self.config.get("resources") or {}).get("executor") == "ray":
-            from determined_lite.launch._ray import launch_ray
-
-            spec_path = os.path.join(trial_dir, "spec.json")
-            ray_run = launch_ray(spec, spec_path, self.config, self.worker_env(), on_output)
-            return ray_run, spec  # type: ignore[return-value]
-        process = launch(
+        return self.executor.start(
             spec,
             os.path.join(trial_dir, "spec.json"),
-            hosts=list(self.settings.hosts) or None,
             on_output=on_output,
             env=self.worker_env(),
             pass_fds=self.pass_fds,
         )
-        return process, spec
 
     def backend(self) -> str:
         """The launcher's engine: one process for one slot without hosts, else the config's."""
@@ -152,7 +144,7 @@ class TrialLauncher:
         """
         env = environment_variables(self.config)
         if "OMP_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in os.environ:
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // available_slots()))
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cpu_slots()))
         return env
 
     def goal(self, length: int) -> str:

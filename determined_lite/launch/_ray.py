@@ -12,7 +12,7 @@ before the run is seen to end; a pause or kill request read from the store goes 
 chief's node as a flag file. The trial's spec, result, progress and checkpoints are files on the
 storage every node sees (checked at ``create``: ``_ray_cluster.storage_problem``).
 
-:class:`RayTrialProcess` answers what the runner asks of a local ``TrialProcess`` (``poll``,
+:class:`RayRun` is the executor interface's ``TrialRun`` (``poll``,
 ``wait``, ``stop``): the placement wait, the actors and the output pump run on a thread, so the
 runner never blocks on the cluster. The first rank that fails stops the others (as torchrun
 does); a lost node or actor ends the gang with an error (a restart, from the latest checkpoint).
@@ -27,11 +27,13 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import determined_lite
 from determined_lite.config import check_ddp_options
 from determined_lite.config._resources import DDP_OPTIONS_ENV
+from determined_lite.launch._engines import engine_problem
+from determined_lite.launch._executor import Executor, Placement, TrialRun
 from determined_lite.launch._failures import (
     STOP_GRACE_S,
     stopped_exit_code,
@@ -43,6 +45,8 @@ from determined_lite.launch._ray_cluster import (
     RayOptions,
     Slot,
     assign_ranks,
+    cluster_problem,
+    cluster_slots,
     connect,
     horovod_env,
     torch_env,
@@ -53,13 +57,15 @@ from determined_lite.reporting._reporter import stop_requested, store_reporter
 from determined_lite.reporting._sink import apply_record
 from determined_lite.runtime._cluster import SPEC_ENV
 from determined_lite.runtime._spec import WorkerSpec
+from determined_lite.store._paths import checkpoint_root, det_lite_home
 
 OutputFn = Callable[[str], None]
 TAKE_WAIT_S = 0.5
 LOST_EXIT_CODE = 1
+TOTAL_REFRESH_S = 2.0
 
 
-class RayTrialProcess:
+class RayRun(TrialRun):
     """The workers of one trial run on a Ray cluster (see the module's docstring)."""
 
     def __init__(
@@ -69,8 +75,11 @@ class RayTrialProcess:
         options: RayOptions,
         env: Dict[str, str],
         on_output: Optional[OutputFn],
+        release: Callable[["RayRun"], None],
     ) -> None:
         self.spec, self.spec_path, self.options = spec, os.path.abspath(spec_path), options
+        self.placement = Placement(host="ray cluster (placing)", slots=spec.slots)
+        self._release = release
         self._env, self._on_output = env, on_output
         self.slots: List[Slot] = []  # where each rank runs, once placed
         self._actors: List[Any] = []
@@ -94,6 +103,7 @@ class RayTrialProcess:
         if not self._done.wait(timeout):
             raise subprocess.TimeoutExpired(["ray trial"], timeout or 0.0)
         assert self._code is not None
+        self._release(self)
         return self._code
 
     def stop(self, grace: float = STOP_GRACE_S) -> int:
@@ -137,6 +147,7 @@ class RayTrialProcess:
             self._actors.append(actor_cls.options(**options).remote())
         self.slots = assign_ranks(ray.get([a.node.remote() for a in self._actors]))
         where = ", ".join(f"rank {r} on {s.ip} (node {s.node_id[:12]})" for r, s in enumerate(self.slots))
+        self.placement = Placement(host=f"ray: {where}", slots=n)
         self._say(f"det-lite: trial {self.spec.trial_id} placed on the Ray cluster: {where}")
         if self._stopping.is_set():
             return stopped_exit_code(signal.SIGTERM)
@@ -258,16 +269,72 @@ class RayTrialProcess:
             self._rendezvous = None
 
 
-def launch_ray(
-    spec: WorkerSpec,
-    spec_path: str,
-    config: Dict[str, Any],
-    env: Dict[str, str],
-    on_output: Optional[OutputFn],
-) -> RayTrialProcess:
-    """Write ``spec`` to ``spec_path`` (on shared storage) and start the run on the cluster."""
-    spec.save(spec_path)
-    return RayTrialProcess(spec, spec_path, RayOptions.from_config(config), env, on_output)
+class RayExecutor(Executor):
+    """A Ray cluster's slots (``resources.ray.resources_per_slot`` each) as a pool."""
+
+    name = "ray"
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self.options = RayOptions.from_config(config)
+        self._lock = threading.Lock()
+        self._used: Dict[int, int] = {}  # id(run) -> its slots, until it ended
+        self._total: Optional[int] = None
+        self._total_at = 0.0
+
+    @classmethod
+    def problem(cls, config: Mapping[str, Any]) -> Optional[str]:
+        """No cluster, too few slots in it, a node that does not see the storage, or an engine
+        that cannot start here."""
+        resources = config.get("resources") or {}
+        slots = int(resources.get("slots_per_trial") or 1)
+        paths = [det_lite_home(), checkpoint_root(config)]
+        return cluster_problem(RayOptions.from_config(config), slots, paths) or engine_problem(
+            str(resources.get("distributed_backend") or ""), slots
+        )
+
+    def total(self) -> int:
+        """The cluster's slots (read again every few seconds: nodes come and go)."""
+        now = time.monotonic()
+        if self._total is None or now - self._total_at > TOTAL_REFRESH_S:
+            connect(self.options)
+            self._total, self._total_at = cluster_slots(self.options), now
+        return self._total
+
+    def capacity(self) -> int:
+        total = self.total()
+        with self._lock:
+            return total - sum(self._used.values())
+
+    def start(
+        self,
+        spec: WorkerSpec,
+        spec_path: str,
+        *,
+        on_output: OutputFn,
+        env: Dict[str, str],
+        pass_fds: Sequence[int] = (),
+    ) -> TrialRun:
+        """Start the run on the cluster (``pass_fds`` stay with the driver, which holds the
+        runner lock itself: processes on other nodes cannot)."""
+        spec.save(spec_path)  # on the storage every node sees
+        with self._lock:
+            run = RayRun(spec, spec_path, self.options, env, on_output, self._release)
+            self._used[id(run)] = spec.slots
+        return run
+
+    def _release(self, run: RayRun) -> None:
+        with self._lock:
+            self._used.pop(id(run), None)
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+EXECUTOR = RayExecutor
 
 
 def _first_line(error: BaseException) -> str:

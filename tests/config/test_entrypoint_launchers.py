@@ -247,8 +247,8 @@ def test_unknown_field_without_a_close_name_still_lists_the_section():
     with pytest.raises(ConfigError) as e:
         validate_config(dict(config("m:T"), resources={"zzz": 1}), "const.yaml")
     assert e.value.message == (
-        "unknown field; resources fields are: slots_per_trial, distributed_backend, hosts, ddp_options, "
-        "executor, ray"
+        "unknown field; resources fields are: slots_per_trial, distributed_backend, hosts, executor, "
+        "ddp_options, ray"
     )
 
 

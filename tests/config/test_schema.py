@@ -86,6 +86,7 @@ def test_defaults_are_determineds():
             "slots_per_trial": 1,
             "distributed_backend": "horovod",
             "hosts": None,
+            "executor": "local",
             "ddp_options": {
                 "find_unused_parameters": False,
                 "broadcast_buffers": True,
@@ -93,7 +94,6 @@ def test_defaults_are_determineds():
                 "bucket_cap_mb": 25.0,
                 "static_graph": False,
             },
-            "executor": "local",
             "ray": {"address": None, "placement": "pack", "resources_per_slot": {"CPU": 1.0}},
         },
         "optimizations": {
