@@ -82,6 +82,10 @@ class TrialReporter:
         }
         register_checkpoint(self.store, self.experiment_id, self.retention, checkpoint)
 
+    def forget_checkpoint(self, uuid: str) -> None:
+        """A checkpoint the trial deleted itself (a Core API script): out of the store."""
+        self.store.delete_checkpoint(uuid)
+
     def stop_requested(self) -> bool:
         """Whether ``pause`` or ``kill`` was asked of the trial's experiment."""
         return self.experiment_id is not None and stop_requested(self.store, self.experiment_id)

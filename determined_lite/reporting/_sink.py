@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 
 REPORT_FD_ENV = "DET_LITE_REPORT_FD"
 STOP_FILE_ENV = "DET_LITE_STOP_FILE"
-CALLS = ("restart_at", "training", "validation", "checkpoint")
+CALLS = ("restart_at", "training", "validation", "checkpoint", "forget_checkpoint")
 
 
 def _plain(value: Any) -> Any:
@@ -58,6 +58,9 @@ class RemoteReporter:
         self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
     ) -> None:
         self._send("checkpoint", uuid, checkpoint_dir, total_batches, metrics)
+
+    def forget_checkpoint(self, uuid: str) -> None:
+        self._send("forget_checkpoint", uuid)
 
     def stop_requested(self) -> bool:
         return bool(self._stop_file) and os.path.exists(str(self._stop_file))

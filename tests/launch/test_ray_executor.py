@@ -4,14 +4,20 @@ every number the store holds is compared with the linear fixture's closed form."
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 
-from tests.cli_helpers import cli, describe
+from determined_lite.launch._ray_slot import STORAGE_VIEW_ENV
+from tests.cli_helpers import activate, asha_overrides, cli, describe, pause_foreground, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
+from tests.timing import budget
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
@@ -89,3 +95,183 @@ def test_grid_of_two_trials(tmp_path, on_ray):
     for t in trials:
         assert t["state"] == "COMPLETED"
         assert_closed_form(t, t["hparams"]["lr"])
+
+
+# --- only the driver writes the store ---------------------------------------------------------
+
+AUDIT_SQLITE = """
+import sys
+
+def _no_sqlite_in_workers(event, args):
+    if event == "sqlite3.connect":
+        with open("/proc/self/cmdline", "rb") as f:
+            if b"determined_lite.launch.worker" in f.read():
+                raise RuntimeError(f"a trial worker opened SQLite: {args[0]}")
+
+sys.addaudithook(_no_sqlite_in_workers)
+"""
+
+
+def _audited_env(tmp_path) -> dict:
+    """The environment with a ``sitecustomize`` that fails any worker process opening SQLite."""
+    site = tmp_path / "audit"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(AUDIT_SQLITE)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.parametrize("executor", ["ray", "local"])
+def test_only_the_driver_opens_the_store(tmp_path, on_ray, executor):
+    """Workers under the Ray executor never open SQLite: their chief reports through its actor
+    to the driver. The local executor's chief writes the store itself, so the same audit fails
+    its trial (the audit is real)."""
+    path = write_config(tmp_path, **{"resources.executor": executor, "max_restarts": 0})
+    proc = cli("experiment", "create", path, LINEAR, env=_audited_env(tmp_path), timeout=400)
+    (trial,) = describe(1)["trials"]
+    if executor == "local":
+        assert proc.returncode != 0 and trial["state"] == "ERROR"
+        assert "a trial worker opened SQLite" in proc.stdout + proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert trial["state"] == "COMPLETED"
+    assert_closed_form(trial)
+    assert [t["total_batches"] for t in trial["training_metrics"]] == [2, 4, 6, 8, 10, 12]
+    (ckpt,) = trial["checkpoints"]  # registered once complete, by the driver
+    assert ckpt["total_batches"] == 12 and os.path.isfile(os.path.join(ckpt["path"], "metadata.json"))
+    assert trial["best_validation"] == pytest.approx(val_loss(closed_form(0.01, 12, 2, 8)[-1], 4), rel=1e-9)
+
+
+# --- pause, activate, kill --------------------------------------------------------------------
+
+
+def _start(path: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "determined_lite.cli", "experiment", "create", path, LINEAR],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def _slow_two_slot_config(tmp_path, **changes) -> str:
+    return write_config(
+        tmp_path,
+        **{
+            "resources.slots_per_trial": 2,
+            "resources.distributed_backend": "torch",
+            "hyperparameters.sleep_s": 0.2,
+            "searcher.max_length": {"batches": 24},
+            "min_checkpoint_period": {"batches": 4},
+            **changes,
+        },
+    )
+
+
+def _assert_uninterrupted(trial: dict) -> None:
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 24
+    assert_closed_form(trial, batches=(4, 8, 12, 16, 20, 24))
+    assert [t["total_batches"] for t in trial["training_metrics"]] == list(range(2, 25, 2))
+    ws = closed_form(0.01, 24, 2, 8)
+    for t in trial["training_metrics"]:
+        b = t["total_batches"]
+        assert t["metrics"]["weight"] == pytest.approx((ws[b - 2] + ws[b - 1]) / 2, rel=1e-12)
+
+
+def _workers_left(home: str) -> list:
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if "determined_lite.launch.worker" in cmdline and home in cmdline:
+            left.append(cmdline)
+    return left
+
+
+def test_pause_then_activate_equals_uninterrupted(tmp_path, on_ray, _det_lite_home):
+    proc = _start(_slow_two_slot_config(tmp_path))
+    wait_for_batches(1, 6, proc, timeout=200)
+    pause_foreground(1, proc)
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "PAUSED" and 6 <= trial["total_batches"] < 24
+    assert _workers_left(str(_det_lite_home)) == []
+    activate(1)
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED"
+    _assert_uninterrupted(exp["trials"][0])
+
+
+def test_kill_cancels_and_leaves_no_worker(tmp_path, on_ray, _det_lite_home):
+    proc = _start(_slow_two_slot_config(tmp_path))
+    wait_for_batches(1, 2, proc, timeout=200)
+    cli("experiment", "kill", "1", check=True)
+    out, _ = proc.communicate(timeout=budget(90))
+    assert proc.returncode == 1, out
+    exp = describe(1)
+    assert exp["state"] == "CANCELED" and exp["trials"][0]["state"] == "CANCELED"
+    assert _workers_left(str(_det_lite_home)) == []
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def test_two_slot_horovod_trial_spans_both_nodes(tmp_path, on_ray):
+    two_slots = {"resources.slots_per_trial": 2, "resources.distributed_backend": "horovod"}
+    proc = cli("experiment", "create", write_config(tmp_path, **two_slots), LINEAR, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (nodes,) = placed_nodes(proc.stdout + proc.stderr)
+    assert len(set(nodes)) == 2, nodes
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED"
+    assert_closed_form(trial)
+
+
+def test_asha_promotions_resume_exactly(tmp_path, on_ray):
+    overrides = asha_overrides(
+        **{"hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]}}
+    )
+    proc = cli("experiment", "create", write_config(tmp_path, **overrides), LINEAR, timeout=500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = describe(1)["trials"]
+    assert len(trials) == 4
+    lengths = sorted(t["total_batches"] for t in trials)
+    assert lengths[-1] == 8 and set(lengths) <= {2, 4, 8}
+    for t in trials:
+        reached = [v["total_batches"] for v in t["validation_metrics"]]
+        assert reached == sorted(set(reached)) and reached[-1] == t["total_batches"]
+        assert_closed_form(t, t["hparams"]["lr"], batches=reached)  # promoted runs resumed exactly
+    assert min(trials, key=lambda t: t["best_validation"])["total_batches"] == 8
+
+
+# --- nodes come and go (these change the module's cluster: they run last) -----------------------
+
+
+def test_losing_a_node_restarts_from_the_latest_checkpoint(tmp_path, on_ray, _det_lite_home):
+    proc = _start(_slow_two_slot_config(tmp_path))
+    wait_for_batches(1, 8, proc, timeout=200)  # a checkpoint at batch 4 or 8 is registered
+    on_ray.remove_node(on_ray.worker_node)
+    time.sleep(3)  # the gang ends; the trial waits for 2 slots again
+    assert proc.poll() is None
+    on_ray.worker_node = on_ray.add_node()
+    out, _ = proc.communicate(timeout=budget(300))
+    assert proc.returncode == 0, out
+    assert "was lost" in out
+    (trial,) = describe(1)["trials"]
+    assert trial["restarts"] == 1
+    _assert_uninterrupted(trial)
+    assert _workers_left(str(_det_lite_home)) == []
+
+
+def test_a_node_that_does_not_see_the_storage_is_refused_at_create(tmp_path, on_ray):
+    blind = on_ray.add_node(env={STORAGE_VIEW_ENV: str(tmp_path / "elsewhere")})
+    try:
+        proc = cli("experiment", "create", write_config(tmp_path), LINEAR, timeout=200)
+    finally:
+        on_ray.remove_node(blind)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "does not see the experiment's storage" in line and "Ray node" in line
+    assert json.loads(cli("experiment", "list", "--json", check=True).stdout) == []
