@@ -63,6 +63,7 @@ OutputFn = Callable[[str], None]
 TAKE_WAIT_S = 0.5
 LOST_EXIT_CODE = 1
 TOTAL_REFRESH_S = 2.0
+PLACE_WAIT_S = 60.0
 
 
 class RayRun(TrialRun):
@@ -87,14 +88,11 @@ class RayRun(TrialRun):
         self._rendezvous: Optional[HorovodRendezvous] = None
         self._code: Optional[int] = None
         self._done = threading.Event()
+        self.placed = threading.Event()  # set once the ranks have their nodes (or the run ended)
         self._stopping = threading.Event()
         self._last_line: Dict[int, str] = {}
         self._thread = threading.Thread(target=self._main, name="ray-trial", daemon=True)
         self._thread.start()
-
-    @property
-    def pid(self) -> int:
-        return os.getpid()  # the driver: the runner lock's holder
 
     def poll(self) -> Optional[int]:
         return self._code if self._done.is_set() else None
@@ -127,6 +125,7 @@ class RayRun(TrialRun):
             self._cleanup()
             self._code = code
             self._done.set()
+            self.placed.set()
 
     def _run(self) -> int:
         import ray
@@ -147,7 +146,10 @@ class RayRun(TrialRun):
             self._actors.append(actor_cls.options(**options).remote())
         self.slots = assign_ranks(ray.get([a.node.remote() for a in self._actors]))
         where = ", ".join(f"rank {r} on {s.ip} (node {s.node_id[:12]})" for r, s in enumerate(self.slots))
-        self.placement = Placement(host=f"ray: {where}", slots=n)
+        nodes = list(dict.fromkeys(f"{s.ip} ({s.node_id[:12]})" for s in self.slots))
+        host = f"ray node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)}"
+        self.placement = Placement(host=host, slots=n)
+        self.placed.set()
         self._say(f"det-lite: trial {self.spec.trial_id} placed on the Ray cluster: {where}")
         if self._stopping.is_set():
             return stopped_exit_code(signal.SIGTERM)
@@ -321,6 +323,10 @@ class RayExecutor(Executor):
         with self._lock:
             run = RayRun(spec, spec_path, self.options, env, on_output, self._release)
             self._used[id(run)] = spec.slots
+        # The runner records where the run is: wait for the placement (the runner starts a run
+        # only when capacity() holds its gang); on a cluster busy with others' work the run is
+        # recorded as still placing after PLACE_WAIT_S and goes on waiting for its slots.
+        run.placed.wait(PLACE_WAIT_S)
         return run
 
     def _release(self, run: RayRun) -> None:

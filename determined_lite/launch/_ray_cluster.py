@@ -13,11 +13,15 @@ import dataclasses
 import logging
 import os
 import secrets
+import signal
+import socket
+import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from determined_lite.launch._ray_slot import probe_storage
 
 PROBE_TIMEOUT_S = 60.0
+REACH_TIMEOUT_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,18 +57,35 @@ class RayOptions:
 
 def connect(options: RayOptions) -> None:
     """Join the Ray cluster (once per process): ``resources.ray.address``, ``$RAY_ADDRESS`` or
-    ``auto``. Ray's log lines stay in Ray's log files."""
+    ``auto``. Ray's log lines stay in Ray's log files; the process keeps its SIGTERM handler."""
     import ray
 
     if ray.is_initialized():
         return
     address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
+    _check_reachable(address)
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
     ray.init(
         address=address,
         logging_level=logging.WARNING,
         log_to_driver=False,
         configure_logging=False,
     )
+    if main:  # ray.init makes SIGTERM exit at once: the runner's own handler pauses instead
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _check_reachable(address: str) -> None:
+    """A ``HOST:PORT`` where nothing listens is a ConnectionError within seconds (Ray itself
+    retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return  # auto, local, ray://...: Ray's own answer
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as e:
+        raise ConnectionError(f"nothing answers at {address} ({e.strerror or e})") from None
 
 
 def alive_nodes() -> List[Dict[str, Any]]:
@@ -78,6 +99,8 @@ def cluster_problem(options: RayOptions, slots: int, paths: Sequence[str]) -> Op
     no cluster, too few slots in it, or a node that does not see the experiment's storage."""
     try:
         connect(options)
+    except ImportError:
+        return "resources.executor: ray needs Ray: pip install 'determined-lite[ray]'"
     except Exception as e:  # noqa: BLE001 -- Ray's own errors vary; one line says it
         return f"resources.executor: ray: cannot connect to a Ray cluster: {_first_line(e)}"
     capacity = cluster_slots(options)

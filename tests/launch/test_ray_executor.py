@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -191,10 +192,16 @@ def _workers_left(home: str) -> list:
     return left
 
 
-def test_pause_then_activate_equals_uninterrupted(tmp_path, on_ray, _det_lite_home):
+@pytest.mark.parametrize("how", ["pause", "ctrl-c"])
+def test_pause_then_activate_equals_uninterrupted(tmp_path, on_ray, _det_lite_home, how):
     proc = _start(_slow_two_slot_config(tmp_path))
     wait_for_batches(1, 6, proc, timeout=200)
-    pause_foreground(1, proc)
+    if how == "pause":
+        pause_foreground(1, proc)
+    else:  # the first Ctrl-C pauses at the next checkpoint, as locally
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=budget(90))
+        assert proc.returncode == 1, out
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "PAUSED" and 6 <= trial["total_batches"] < 24
     assert _workers_left(str(_det_lite_home)) == []
