@@ -41,6 +41,7 @@ TRIAL_HEADERS = [
     "Latest Checkpoint",
     "Start Time",
     "End Time",
+    "Where",
 ]
 
 
@@ -74,14 +75,24 @@ def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
             t["latest_checkpoint"] or "",
             format_time(t.get("started_at") or t["created_at"]),  # when it first ran, not was asked for
             format_time(t["ended_at"]),
+            _where(t.get("runs") or []),
         ]
         for t in trials
     ]
     fit = Fit(
         cut={"Latest Checkpoint": Cut.END, "H-Params": Cut.ITEMS},
-        drop=("Start Time", "End Time", "Seed", "Restarts", "Latest Checkpoint"),
+        drop=("Where", "Start Time", "End Time", "Seed", "Restarts", "Latest Checkpoint"),
     )
     return Table("Trials", "trials.csv", list(TRIAL_HEADERS), rows, fit)
+
+
+def _where(runs: Sequence[Dict[str, Any]]) -> str:
+    """Where the trial's latest run was placed: its host, and its GPUs when it held some."""
+    if not runs:
+        return ""
+    run = runs[-1]
+    devices = ",".join(run.get("devices") or [])
+    return f"{run['host']} gpu {devices}" if devices else str(run["host"])
 
 
 def _is_scalar(value: Any) -> bool:

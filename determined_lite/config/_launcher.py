@@ -19,34 +19,27 @@ import dataclasses
 import os
 import re
 import shlex
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from determined_lite.config._errors import FieldError, describe
+from determined_lite.config._plugins import ENGINES, EngineRecord
 
 TRIAL_CLASS = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
-# Determined's launcher module -> det-lite's resources.distributed_backend.
-LAUNCHER_BACKENDS: Dict[str, str] = {
-    "determined.launch.torch_distributed": "torch",
-    "determined.launch.horovod": "horovod",
-}
-# Options of a launcher that matter only on a Determined cluster: accepted and dropped.
-_CLUSTER_ONLY_FLAGS: Dict[str, FrozenSet[str]] = {
-    "determined.launch.torch_distributed": frozenset(),
-    "determined.launch.horovod": frozenset({"--autohorovod"}),
-}
-_OVERRIDDEN_TOOL = {
-    "determined.launch.torch_distributed": "torchrun",
-    "determined.launch.horovod": "horovodrun",
-}
+# Determined's launcher module -> det-lite's engine record (resources.distributed_backend).
+_LAUNCHERS: Dict[str, EngineRecord] = {e.determined_launcher: e for e in ENGINES.values()}
 _UNSUPPORTED_LAUNCHERS = {
     "determined.launch.deepspeed": "DeepSpeed trials",
     "determined.launch.autodeepspeed": "DeepSpeed trials",
     "determined.launch.tensorflow": "TensorFlow/Keras trials",
 }
+_LAUNCHER_FORMS = " or ".join(
+    f"'python3 -m {e.determined_launcher}{''.join(f' [{f}]' for f in sorted(e.determined_flags))}' "
+    f"({e.name} backend)"
+    for e in sorted(ENGINES.values(), key=lambda e: e.name, reverse=True)
+)
 SUPPORTED_ENTRYPOINTS = (
     "expected 'package.module:TrialClass', a script ('python3 train.py [ARGS]' or 'python3 -m "
-    "package.module [ARGS]'), or either after 'python3 -m determined.launch.torch_distributed' "
-    "(torch backend) or 'python3 -m determined.launch.horovod [--autohorovod]' (horovod backend), "
+    f"package.module [ARGS]'), or either after {_LAUNCHER_FORMS}, "
     "a class as '--trial package.module:TrialClass'"
 )
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
@@ -126,14 +119,14 @@ def normalize_launcher(raw: Dict[str, Any]) -> Dict[str, Any]:
     out["entrypoint"] = trial
     if launcher is None:
         return out
-    backend = LAUNCHER_BACKENDS[launcher]
+    backend = _LAUNCHERS[launcher].name
     resources = out.get("resources")
     if resources is None:
         resources = {}
     if not isinstance(resources, dict):
         return out  # the schema reports the bad section
     explicit = resources.get("distributed_backend")
-    if explicit in LAUNCHER_BACKENDS.values() and explicit != backend:
+    if explicit in ENGINES and explicit != backend:
         raise FieldError(
             ("entrypoint",),
             f"{launcher} runs the {backend!r} backend, but resources.distributed_backend is "
@@ -180,7 +173,7 @@ def parse_launcher(argv: Sequence[str]) -> Tuple[str, Optional[str]]:
             ("entrypoint",), f"{command!r} is not a trial det-lite can run; {SUPPORTED_ENTRYPOINTS}"
         )
     module = argv[2] if len(argv) > 2 else ""
-    if module not in LAUNCHER_BACKENDS:
+    if module not in _LAUNCHERS:
         if module in _UNSUPPORTED_LAUNCHERS:
             what = f"{module} launches {_UNSUPPORTED_LAUNCHERS[module]}, which det-lite does not run"
         elif module.startswith("determined."):
@@ -195,7 +188,7 @@ def _launcher_trial(module: str, args: List[str]) -> str:
     """The ``--trial`` class (or the script's stored command) of ``python3 -m MODULE ARGS``,
     with Determined's argument rules."""
     args = _without_overrides(module, args)
-    allowed = sorted({"--trial"} | _CLUSTER_ONLY_FLAGS[module])
+    allowed = sorted({"--trial"} | _LAUNCHERS[module].determined_flags)
     trial: Optional[str] = None
     i = 0
     while i < len(args):
@@ -204,7 +197,7 @@ def _launcher_trial(module: str, args: List[str]) -> str:
             if trial is not None:
                 raise FieldError(("entrypoint",), f"{module}: --trial is given twice")
             trial, i = _trial_option(module, args, i)
-        elif arg in _CLUSTER_ONLY_FLAGS[module]:
+        elif arg in _LAUNCHERS[module].determined_flags:
             pass  # only changes how Determined's cluster starts the workers
         elif arg.startswith("-"):
             raise FieldError(
@@ -228,7 +221,7 @@ def _without_overrides(module: str, args: List[str]) -> List[str]:
     if overrides:
         raise FieldError(
             ("entrypoint",),
-            f"{' '.join(overrides)!r} before '--' overrides {_OVERRIDDEN_TOOL[module]}'s arguments on a "
+            f"{' '.join(overrides)!r} before '--' overrides {_LAUNCHERS[module].tool}'s arguments on a "
             f"Determined cluster; det-lite starts the workers itself from resources.* "
             "(slots_per_trial, hosts, ddp_options): remove the overrides",
         )

@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Final, FrozenSet, Mapping, Tuple
 
+from determined_lite.config._errors import describe
+
 
 @dataclasses.dataclass(frozen=True)
 class EngineRecord:
@@ -77,7 +79,10 @@ DEFAULT_EXECUTOR: Final = "local"
 
 
 def check_name(name: object, names: Mapping[str, object]) -> str:
-    """``name`` when it is registered in ``names``, else ValueError listing the choices."""
-    if not isinstance(name, str) or name not in names:
-        raise ValueError(f"expected one of {', '.join(repr(n) for n in names)}, got {name!r}")
-    return name
+    """``name`` when it is registered in ``names``, else ValueError listing the choices (worded
+    as the config's other choices: ``expected 'horovod' or 'torch', got 'nccl'``)."""
+    if isinstance(name, str) and name in names:
+        return name
+    choices = [repr(n) for n in names]
+    expected = " or ".join(choices) if len(choices) < 3 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+    raise ValueError(f"expected {expected}, got {describe(name)}")

@@ -3,16 +3,15 @@ beside Determined's ``slots_per_trial``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Dict, List, Literal, Mapping, Optional, Tuple
+from typing import Annotated, Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 from pydantic import Field, StrictBool, StrictStr, field_validator, model_validator
 
 from determined_lite.config._base import NonNegativeInt, Section
 from determined_lite.config._determined import determined_only_fields
 from determined_lite.config._errors import FieldError, describe
-from determined_lite.config._plugins import DEFAULT_EXECUTOR, EXECUTORS, check_name
+from determined_lite.config._plugins import DEFAULT_ENGINE, DEFAULT_EXECUTOR, ENGINES, EXECUTORS, check_name
 from determined_lite.config._ray import RayConfig
-from determined_lite.config._settings import DEFAULT_DISTRIBUTED_BACKEND
 
 
 def parse_host(entry: Any) -> Tuple[str, int]:
@@ -69,11 +68,16 @@ class ResourcesConfig(Section):
     determined_only: ClassVar[Tuple[str, ...]] = tuple(determined_only_fields(("resources",)))
 
     slots_per_trial: NonNegativeInt = 1
-    distributed_backend: Literal["horovod", "torch"] = DEFAULT_DISTRIBUTED_BACKEND
+    distributed_backend: StrictStr = DEFAULT_ENGINE  # a name in config._plugins.ENGINES
     hosts: Optional[List[StrictStr]] = None
     executor: StrictStr = DEFAULT_EXECUTOR  # where trials run: a name in config._plugins.EXECUTORS
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
     ray: RayConfig = Field(default_factory=RayConfig)
+
+    @field_validator("distributed_backend")
+    @classmethod
+    def _engine(cls, name: str) -> str:
+        return check_name(name, ENGINES)
 
     @field_validator("executor")
     @classmethod

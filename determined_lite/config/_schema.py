@@ -28,8 +28,9 @@ Decisions where det-lite differs from (or has to choose within) Determined:
   ``$DET_LITE_HOME/checkpoints``), ``~`` is expanded and the result must be absolute. Remote
   types are accepted with a warning, see ``_determined.py``.
 - ``resources``: ``slots_per_trial: 0`` (Determined: one process without a GPU) is read as 1.
-  ``distributed_backend`` (``horovod``|``torch``), ``hosts`` (``"host:slots"``, slots adding up
-  to ``slots_per_trial``) and ``ddp_options`` (torch's DistributedDataParallel defaults) are
+  ``distributed_backend`` (an engine of ``_plugins.ENGINES``), ``executor`` (an executor of
+  ``_plugins.EXECUTORS``, default ``local``), ``hosts`` (``"host:slots"``, slots adding up to
+  ``slots_per_trial``) and ``ddp_options`` (torch's DistributedDataParallel defaults) are
   det-lite's own.
 - ``optimizations.average_training_metrics`` defaults to true (current Determined docs).
 - ``environment.environment_variables``: a list (all devices) or ``{cpu, cuda, rocm, gpu}``

@@ -15,6 +15,7 @@ import dataclasses
 import enum
 from typing import Any, Dict, Final, Mapping, Optional, Tuple
 
+from determined_lite.config._plugins import DEFAULT_ENGINE, DEFAULT_EXECUTOR
 from determined_lite.config.units import Batch, TrainUnit, length_from_config, length_to_config
 
 # Determined's defaults, owned here; the schema and the loop read them from this module.
@@ -22,7 +23,6 @@ DEFAULT_SCHEDULING_UNIT = 100
 DEFAULT_SMALLER_IS_BETTER = True
 DEFAULT_REPORTING_PERIOD: TrainUnit = Batch(DEFAULT_SCHEDULING_UNIT)
 DEFAULT_MAX_RESTARTS = 5
-DEFAULT_DISTRIBUTED_BACKEND: Final = "horovod"
 # Searchers: max_concurrent_trials of grid and random; adaptive_asha's (its 0: the searcher chooses).
 DEFAULT_MAX_CONCURRENT_TRIALS = 16
 DEFAULT_ASHA_MAX_CONCURRENT_TRIALS = 0
@@ -283,9 +283,9 @@ class ExperimentSettings:
     """The fields the experiment runner reads from a validated config, besides the searcher's."""
 
     slots_per_trial: int = 1  # resources.slots_per_trial (the schema reads Determined's 0 as 1)
-    distributed_backend: str = DEFAULT_DISTRIBUTED_BACKEND  # resources.distributed_backend
+    distributed_backend: str = DEFAULT_ENGINE  # resources.distributed_backend
     hosts: Tuple[str, ...] = ()  # resources.hosts (det-lite's own): "host:slots"
-    executor: str = "local"  # resources.executor (det-lite's own): config._plugins.EXECUTORS
+    executor: str = DEFAULT_EXECUTOR  # resources.executor (det-lite's own): config._plugins.EXECUTORS
     max_restarts: int = DEFAULT_MAX_RESTARTS
     experiment_seed: int = 0  # reproducibility.experiment_seed (the schema draws one when unset)
 

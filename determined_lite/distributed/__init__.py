@@ -3,21 +3,21 @@
 The training loop only ever calls a :class:`DistributedContext`. Backends: ``single`` (one
 process), ``horovod`` (Horovod over Gloo/MPI/NCCL) and ``torch`` (torch.distributed, gloo on
 CPU, nccl on CUDA). ``initialize(backend)`` joins the engine from the environment its launcher
-set up (``horovodrun`` or ``torch.distributed.run``). Importing the package defines every
-engine's class (each registers its backend with ``_base``; Horovod itself is imported only
-when its context is made).
+set up (``horovodrun`` or ``torch.distributed.run``). Each engine's module is named by its
+record in ``config._plugins.ENGINES`` and imported by ``engine(backend)`` on first use (its
+class registers its backend with ``_base``; Horovod itself is imported only when its context
+is made).
 """
 
 from __future__ import annotations
 
 from determined_lite._timeouts import DEFAULT_TIMEOUT_S
-from determined_lite.distributed import _horovod, _torch  # noqa: F401 -- they register their backends
 from determined_lite.distributed._base import DistributedContext, PeerFailure, engine
 from determined_lite.distributed._single import SingleProcessContext
 
 
 def initialize(backend: str) -> DistributedContext:
-    """The context of this worker for ``backend`` (``single``, ``horovod`` or ``torch``)."""
+    """The context of this worker for ``backend`` (``single`` or an engine's name)."""
     return engine(backend).from_environment()
 
 

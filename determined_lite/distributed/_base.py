@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import importlib
 from typing import Any, ContextManager, Dict, Iterable, List, Sequence, Type
 
 import torch
 
+from determined_lite.config._plugins import ENGINES, SINGLE_CONTEXT_MODULE, SINGLE_ENGINE
+
 _NULL = contextlib.nullcontext()  # reusable: nullcontext keeps no state
 
-# backend name -> its context class, filled as the engines' modules define them.
+# backend name -> its context class, filled as the engines' modules define them (each imported
+# by engine() on first use, from its record in config._plugins.ENGINES).
 _ENGINES: Dict[str, Type["DistributedContext"]] = {}
 
 
@@ -216,10 +220,14 @@ def _joined(backend: str) -> "DistributedContext | None":
 
 
 def engine(backend: str) -> Type[DistributedContext]:
-    """The context class of ``backend`` (``single``, ``horovod`` or ``torch``)."""
-    try:
-        return _ENGINES[backend]
-    except KeyError:
-        raise ValueError(
-            f"unknown distributed backend {backend!r}; expected one of {', '.join(sorted(_ENGINES))}"
-        ) from None
+    """The context class of ``backend`` (``single`` or a name in ``config._plugins.ENGINES``),
+    its module imported now when it was not."""
+    if backend not in _ENGINES:
+        module = SINGLE_CONTEXT_MODULE if backend == SINGLE_ENGINE else None
+        if backend in ENGINES:
+            module = ENGINES[backend].context_module
+        if module is None:
+            names = ", ".join([SINGLE_ENGINE, *ENGINES])
+            raise ValueError(f"unknown distributed backend {backend!r}; expected one of {names}")
+        importlib.import_module(module)
+    return _ENGINES[backend]

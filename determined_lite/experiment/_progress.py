@@ -63,8 +63,9 @@ class Progress:
     def enabled(self) -> bool:
         return self.board.enabled
 
-    def start(self, trial_id: int, hparams: Dict[str, Any]) -> None:
-        label = " ".join(filter(None, [f"trial {trial_id}", hparam_text(hparams, self.varying)]))
+    def start(self, trial_id: int, hparams: Dict[str, Any], where: str = "") -> None:
+        """A bar for ``trial_id``; ``where``: its devices (``where_text``), shown after its id."""
+        label = " ".join(filter(None, [f"trial {trial_id}", where, hparam_text(hparams, self.varying)]))
         self._bars[trial_id] = (label, time.monotonic())
         self._progress.pop(trial_id, None)
         self.board.update(trial_id, lambda width: self._line(trial_id, width))
@@ -158,6 +159,23 @@ def _best_line(best: Dict[str, Any], metric: str, varying: Sequence[Path], width
     return line
 
 
+def where_text(run: Dict[str, Any], host: bool = False) -> str:
+    """Where a trial run (a ``describe`` ``runs`` entry) was placed: ``gpu 0,1``, with its host
+    first when ``host``; empty on CPU slots of this machine."""
+    devices = ",".join(run.get("devices") or [])
+    where = f"gpu {devices}" if devices else ""
+    return " ".join(filter(None, [run.get("host", "") if host else "", where]))
+
+
+def _where_column(trials: Sequence[Dict[str, Any]]) -> Optional[List[str]]:
+    """Each trial's latest placement, or None when no run held devices on one host (CPU)."""
+    runs = [t["runs"][-1] if t.get("runs") else {} for t in trials]
+    hosts = {r["host"] for r in runs if r}
+    if len(hosts) <= 1 and not any(r.get("devices") for r in runs):
+        return None
+    return [where_text(r, host=len(hosts) > 1) if r else "" for r in runs]
+
+
 def summary(
     description: Dict[str, Any],
     *,
@@ -191,7 +209,14 @@ def summary(
                 *[format_number(_lookup(t["hparams"], p)) for p in varying],
             ]
         )
-    dropped = _fit_columns(headers, rows, numeric, width, ["checkpoint", "batches", *names[::-1], "state"])
+    where = _where_column(trials)
+    if where is not None:  # where each trial ran, when its trials hold GPUs or span hosts
+        headers.insert(2, "where")
+        numeric.insert(2, False)
+        for row, text in zip(rows, where):
+            row.insert(2, text)
+    drop = ["checkpoint", "batches", *names[::-1], "where", "state"]
+    dropped = _fit_columns(headers, rows, numeric, width, drop)
     lines = _table(headers, rows, numeric) if rows else ["no trials"]
     if dropped and rows:
         lines += textwrap.wrap(f"(left out to fit {width} columns: {', '.join(dropped)})", width or 80)

@@ -30,7 +30,7 @@ from determined_lite.config import (
 from determined_lite.experiment._endings import RunnerEndings
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock
-from determined_lite.experiment._progress import SHORT_UUID, Progress, summary
+from determined_lite.experiment._progress import SHORT_UUID, Progress, summary, where_text
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
 from determined_lite.experiment._shared_machine import oversubscription
 from determined_lite.experiment._trial_launch import TrialLauncher
@@ -319,11 +319,13 @@ class ExperimentRunner(RunnerEndings):
         self.running[request.request_id] = _Run(request, process, process.spec, request.pending)
         self._warn_shared_machine()
         self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
+        self.store.add_trial_run(trial_id, executor=self.settings.executor, **process.placement.to_json())
         resumed = ""
         if latest:
             resumed = f" from checkpoint {latest['uuid'][:SHORT_UUID]} (batch {latest['total_batches']})"
-        self._log(trial_id, f"trial {trial_id} starts: {self.launcher.goal(request.pending)}{resumed}")
-        self.progress.start(trial_id, request.hparams)
+        where = f" on {process.placement.describe()}" if process.placement.devices else ""
+        self._log(trial_id, f"trial {trial_id} starts: {self.launcher.goal(request.pending)}{resumed}{where}")
+        self.progress.start(trial_id, request.hparams, where=where_text(process.placement.to_json()))
 
     def _at_target(self, request: TrialRequest, total_batches: int) -> bool:
         """Whether the trial's checkpoint at ``total_batches`` is at its pending length already:

@@ -21,6 +21,7 @@ from determined_lite.config import (
     TrainingSettings,
     environment_variables,
 )
+from determined_lite.config._plugins import SINGLE_ENGINE
 from determined_lite.experiment._warm_start import warm_start_checkpoint
 from determined_lite.launch import WorkerSpec
 from determined_lite.launch._executor import Executor, TrialRun, make_executor
@@ -133,7 +134,7 @@ class TrialLauncher:
     def backend(self) -> str:
         """The launcher's engine: one process for one slot without hosts, else the config's."""
         if self.settings.slots_per_trial == 1 and not self.settings.hosts:
-            return "single"
+            return SINGLE_ENGINE
         return self.settings.distributed_backend
 
     def worker_env(self) -> Dict[str, str]:

@@ -1,20 +1,26 @@
-"""Whether a distributed engine can start a trial's workers on this machine, asked before anything
-is recorded (``experiment create`` exits 2 with the reason) and again by the engine's launcher."""
+"""The launcher half of each engine's record (``config._plugins.ENGINES``): its launcher module
+(``command(spec, spec_path, hosts)`` -> ``(argv, env)``, ``problem(slots)``), imported when an
+engine is used. ``experiment create`` asks :func:`engine_problem` before anything is recorded
+(exit 2 with the reason); the engine's launcher asks again."""
 
 from __future__ import annotations
 
-import importlib.util
-from typing import Optional
+import importlib
+from types import ModuleType
+from typing import Dict, List, Optional, Sequence, Tuple
 
-HOROVOD_MISSING = (
-    "resources.distributed_backend is 'horovod' but Horovod is not installed; install it "
-    "with scripts/install-horovod.sh or set resources.distributed_backend: torch"
-)
+from determined_lite.config._plugins import ENGINES, SINGLE_ENGINE
+from determined_lite.launch._failures import worker_command
+from determined_lite.runtime._spec import WorkerSpec
 
 
-def horovod_installed() -> bool:
-    """Whether Horovod can be imported, looked up without importing it (that costs ~1 s)."""
-    return importlib.util.find_spec("horovod") is not None
+def launcher(backend: str) -> ModuleType:
+    """The launcher module of ``backend`` (a name in ``ENGINES``)."""
+    try:
+        return importlib.import_module(ENGINES[backend].launcher_module)
+    except KeyError:
+        expected = ", ".join(ENGINES)
+        raise ValueError(f"unknown distributed backend {backend!r}; expected one of {expected}") from None
 
 
 def engine_problem(backend: str, slots: int) -> Optional[str]:
@@ -23,6 +29,20 @@ def engine_problem(backend: str, slots: int) -> Optional[str]:
     One slot runs in a plain process whatever the backend, so only multi-slot runs need the
     engine.
     """
-    if slots > 1 and backend == "horovod" and not horovod_installed():
-        return HOROVOD_MISSING
-    return None
+    if slots <= 1:
+        return None
+    problem: Optional[str] = launcher(backend).problem(slots)
+    return problem
+
+
+def engine_command(
+    spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
+) -> Tuple[List[str], Dict[str, str]]:
+    """``(argv, extra env)`` that starts ``spec``'s workers: one plain worker process for the
+    ``single`` backend (one slot, no hosts), else the engine's launcher."""
+    if spec.backend == SINGLE_ENGINE or (spec.slots == 1 and not hosts):
+        if spec.slots != 1:
+            raise ValueError(f"the single-process backend runs 1 slot, got slots={spec.slots}")
+        return worker_command(spec_path), {}
+    command: Tuple[List[str], Dict[str, str]] = launcher(spec.backend).command(spec, spec_path, hosts)
+    return command

@@ -40,6 +40,7 @@ The command runs horovodrun through :func:`main` (``python -m determined_lite.la
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -49,9 +50,8 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from determined_lite.launch._engines import engine_problem
+from determined_lite.config._plugins import ENGINES
 from determined_lite.launch._failures import (
-    STOP_SIGNALS,
     primary_failure,
     signal_name,
     stopped_exit_code,
@@ -116,13 +116,30 @@ def timeout_seconds() -> int:
     return max(1, math.ceil(DEFAULT_TIMEOUT_S))
 
 
+HOROVOD_MISSING = (
+    "resources.distributed_backend is 'horovod' but Horovod is not installed; install it "
+    "with scripts/install-horovod.sh or set resources.distributed_backend: torch"
+)
+_RECORD = ENGINES["horovod"]
+
+
+def horovod_installed() -> bool:
+    """Whether Horovod can be imported, looked up without importing it (that costs ~1 s)."""
+    return importlib.util.find_spec("horovod") is not None
+
+
+def problem(slots: int) -> Optional[str]:
+    """Why ``slots`` (> 1) Horovod workers cannot start here: Horovod is not installed."""
+    return None if horovod_installed() else HOROVOD_MISSING
+
+
 def horovodrun_command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
 ) -> Tuple[List[str], Dict[str, str]]:
     """The command line (and extra environment) that starts ``spec.slots`` workers via horovodrun."""
-    problem = engine_problem("horovod", spec.slots)
-    if problem:
-        raise ValueError(problem)
+    missing = problem(spec.slots)
+    if missing:
+        raise ValueError(missing)
 
     placed = parse_hosts(hosts, spec.slots) if hosts else [("localhost", spec.slots)]
     all_local = all(_is_local(h) for h, _ in placed)
@@ -228,8 +245,9 @@ def first_failure(
     else the exits horovodrun reported, where the SIGTERM it sends while stopping the others,
     and a SIGINT, come after any other end (see :func:`primary_failure`).
     """
-    return primary_failure(records, stop_signals=STOP_SIGNALS, stopped_last=True) or primary_failure(
-        _exit_failures(exits, horovodrun_error), stop_signals=STOP_SIGNALS, stopped_last=True
+    signals, last = _RECORD.stop_signals, _RECORD.stopped_last
+    return primary_failure(records, stop_signals=signals, stopped_last=last) or primary_failure(
+        _exit_failures(exits, horovodrun_error), stop_signals=signals, stopped_last=last
     )
 
 
@@ -294,7 +312,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             error = f"horovodrun: {type(e).__name__}: {first}"
             print(f"det-lite: {error}", file=sys.stderr)
-        elif not failure.error and failure.signal in STOP_SIGNALS:
+        elif not failure.error and failure.signal in _RECORD.stop_signals:
             # Asked to stop (the launcher's SIGTERM): horovodrun passed it on to every worker.
             print(f"det-lite: workers stopped by {failure.signal}", file=sys.stderr)
             return stopped_exit_code(signal.Signals[failure.signal])
@@ -311,3 +329,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+command = horovodrun_command  # the engine record's launcher command (launch/_engines.py)

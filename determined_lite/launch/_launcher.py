@@ -19,30 +19,13 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import determined_lite
-from determined_lite.launch._failures import STOP_GRACE_S, worker_command
+from determined_lite.launch._engines import engine_command
+from determined_lite.launch._failures import STOP_GRACE_S
 from determined_lite.runtime._cluster import SPEC_ENV
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec
 from determined_lite.store._paths import private_umask
 
 OutputFn = Callable[[str], None]
-
-
-def _command(
-    spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
-) -> Tuple[List[str], Dict[str, str]]:
-    if spec.backend == "single" or (spec.slots == 1 and not hosts):
-        if spec.slots != 1:
-            raise ValueError(f"the single-process backend runs 1 slot, got slots={spec.slots}")
-        return worker_command(spec_path), {}
-    if spec.backend == "horovod":
-        from determined_lite.launch._horovodrun import horovodrun_command
-
-        return horovodrun_command(spec, spec_path, hosts)
-    if spec.backend == "torch":
-        from determined_lite.launch._torchrun import torchrun_command
-
-        return torchrun_command(spec, spec_path, hosts)
-    raise ValueError(f"unknown distributed backend {spec.backend!r}")
 
 
 class TrialProcess:
@@ -129,7 +112,7 @@ def launch(
     lock, held until that process exits).
     """
     spec.save(spec_path)
-    argv, engine_env = _command(spec, spec_path, hosts)
+    argv, engine_env = engine_command(spec, spec_path, hosts)
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env.update(engine_env)

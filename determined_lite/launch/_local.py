@@ -137,7 +137,7 @@ class LocalExecutor(Executor):
             # A trial larger than the machine runs alone: with resources.hosts (its workers
             # are elsewhere), or for an experiment created before $DET_LITE_SLOTS changed.
             return max(self.total(), self.slots_per_trial)
-        return self.total() - self._used
+        return max(0, self.total() - self._used)
 
     def _place(self, slots: int) -> Placement:
         with self._lock:

@@ -49,6 +49,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from determined_lite.config._plugins import ENGINES
 from determined_lite.launch._exit import exit_now
 from determined_lite.launch._failures import (
     WORKER_MODULE,
@@ -141,6 +142,11 @@ def agent_command(extra: Sequence[str], torchrun_args: Sequence[str], spec_path:
     )
 
 
+def problem(slots: int) -> Optional[str]:
+    """torch.distributed comes with torch: any number of workers can start."""
+    return None
+
+
 def torchrun_command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
 ) -> Tuple[List[str], Dict[str, str]]:
@@ -206,7 +212,8 @@ def first_failure(failures: Sequence[WorkerFailure]) -> Optional[WorkerFailure]:
     torchrun stops the survivors with SIGTERM; failures carry torch's timestamps, so a worker
     that SIGTERM stopped ranks with those that exited, by time (see :func:`primary_failure`).
     """
-    return primary_failure(failures, stop_signals=("SIGTERM",), stopped_last=False)
+    record = ENGINES["torch"]
+    return primary_failure(failures, stop_signals=record.stop_signals, stopped_last=record.stopped_last)
 
 
 def _failures_of(error: Any) -> List[WorkerFailure]:
@@ -359,3 +366,6 @@ def _report(args: argparse.Namespace, failure: WorkerFailure) -> None:
 
 if __name__ == "__main__":
     exit_now(main())  # skips the slow teardown of torch and Gloo (see _exit.py)
+
+
+command = torchrun_command  # the engine record's launcher command (launch/_engines.py)

@@ -10,9 +10,10 @@ from typing import Any, Dict, List, Optional
 
 from determined_lite._enums import TextEnum
 from determined_lite.config import TrainingSettings
+from determined_lite.config._plugins import ENGINES, SINGLE_ENGINE
 from determined_lite.store._paths import make_private_dirs
 
-BACKENDS = ("single", "horovod", "torch")
+BACKENDS = (SINGLE_ENGINE, *ENGINES)  # a worker spec's backend: one process, or an engine
 
 
 @dataclasses.dataclass
@@ -44,7 +45,7 @@ class WorkerSpec:
     store_path: Optional[str] = None
     checkpoint_root: Optional[str] = None
     tensorboard_path: Optional[str] = None
-    backend: str = "single"
+    backend: str = SINGLE_ENGINE
     slots: int = 1
 
     def __post_init__(self) -> None:

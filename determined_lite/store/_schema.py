@@ -145,4 +145,21 @@ def _v5(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE trials SET started_at = created_at WHERE state != 'ACTIVE' OR total_batches > 0")
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(conn: sqlite3.Connection) -> None:
+    """``trial_runs``: where each run of a trial was placed (its executor, host, slots and the
+    GPU ids it held, a JSON list, empty on CPU slots). Runs before this version: none known."""
+    conn.execute(
+        """CREATE TABLE trial_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+        started_at REAL NOT NULL,
+        executor TEXT NOT NULL,
+        host TEXT NOT NULL,
+        slots INTEGER NOT NULL,
+        devices TEXT NOT NULL
+    )"""
+    )
+    conn.execute("CREATE INDEX trial_runs_trial ON trial_runs (trial_id)")
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from determined_lite.store._actions import EXPERIMENT_COLUMNS, ExperimentRequests, check_member
 from determined_lite.store._db import NotFoundError, dumps_json, loads_json
@@ -222,7 +222,7 @@ class Store(ExperimentRequests):
             checkpoints = checkpoint_rows(conn, "t.experiment_id = ?", (experiment_id,))
             trial_ids = "(SELECT id FROM trials WHERE experiment_id = ?)"
             conn.execute("DELETE FROM logs WHERE experiment_id = ?", (experiment_id,))
-            for table in ("training_metrics", "validation_metrics", "checkpoints"):
+            for table in ("training_metrics", "validation_metrics", "checkpoints", "trial_runs"):
                 conn.execute(f"DELETE FROM {table} WHERE trial_id IN {trial_ids}", (experiment_id,))
             conn.execute("DELETE FROM trials WHERE experiment_id = ?", (experiment_id,))
             conn.execute("DELETE FROM experiments WHERE id = ?", (experiment_id,))
@@ -335,6 +335,21 @@ class Store(ExperimentRequests):
 
         self._write(body)
 
+    def add_trial_run(
+        self, trial_id: int, *, executor: str, host: str, slots: int, devices: Sequence[str] = ()
+    ) -> None:
+        """Record that a run of the trial started now on ``host`` (``devices``: the GPU ids it
+        holds; none on CPU slots), placed by ``executor``."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO trial_runs (trial_id, started_at, executor, host, slots, devices)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (trial_id, time.time(), executor, host, slots, dumps_json(list(devices), "devices")),
+            )
+
+        self._write(body)
+
     # --- describe -----------------------------------------------------------------------------
 
     def describe_experiment(self, experiment_id: int) -> Optional[Dict[str, Any]]:
@@ -346,7 +361,9 @@ class Store(ExperimentRequests):
         "metrics"}], "best_validation"}]}`` plus ``name``, ``context_dir``, ``config_path``,
         ``pid``, ``running``, ``requested_action``, ``created_at``, ``ended_at``; trials also carry
         ``experiment_id``, ``request_id``, ``latest_checkpoint``, ``created_at``, ``started_at``
-        (None until it first runs), ``ended_at``, ``stopped_early``. Read in one snapshot.
+        (None until it first runs), ``ended_at``, ``stopped_early`` and ``runs`` (where each run
+        was placed, oldest first: ``{"started_at", "executor", "host", "slots", "devices"}``).
+        Read in one snapshot.
         """
 
         def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
@@ -399,7 +416,15 @@ class Store(ExperimentRequests):
                 "started_at": trial["started_at"],
                 "ended_at": trial["ended_at"],
                 "stopped_early": trial["stopped_early"],
+                "runs": [],
             }
+        for trial_id, started, executor, host, slots, devices in conn.execute(
+            "SELECT r.trial_id, r.started_at, r.executor, r.host, r.slots, r.devices FROM trial_runs r"
+            f" JOIN trials t ON t.id = r.trial_id WHERE {where} ORDER BY r.id",
+            params,
+        ):
+            run = {"started_at": started, "executor": executor, "host": host, "slots": slots}
+            trials[trial_id]["runs"].append({**run, "devices": loads_json(devices)})
         for table in ("training_metrics", "validation_metrics"):
             for trial_id, batches, metrics in conn.execute(
                 f"SELECT m.trial_id, m.total_batches, m.metrics FROM {table} m JOIN trials t"

@@ -105,10 +105,10 @@ def test_a_fifo_as_the_config_file_exits_2_without_waiting(tmp_path) -> None:
 
 def test_horovod_missing_for_two_slots_exits_2_before_recording(tmp_path, monkeypatch, capsys) -> None:
     from determined_lite.experiment import create_experiment
-    from determined_lite.launch import _engines
+    from determined_lite.launch import _horovodrun
     from determined_lite.store import Store
 
-    monkeypatch.setattr(_engines, "horovod_installed", lambda: False)
+    monkeypatch.setattr(_horovodrun, "horovod_installed", lambda: False)
     path = _write_config(
         os.path.join(LINEAR, "const.yaml"),
         tmp_path,
@@ -116,5 +116,5 @@ def test_horovod_missing_for_two_slots_exits_2_before_recording(tmp_path, monkey
     )
     assert create_experiment(path, LINEAR) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"det-lite: error: {path}: {_engines.HOROVOD_MISSING}"]
+    assert err == [f"det-lite: error: {path}: {_horovodrun.HOROVOD_MISSING}"]
     assert Store().count_experiments() == 0  # nothing left ACTIVE behind

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from determined_lite.config import TrainingSettings
+from determined_lite.config._plugins import ENGINES
 from determined_lite.launch import WorkerSpec, run_trial, worker_command
 from determined_lite.launch import _horovodrun as hr
 from determined_lite.runtime._failures import (
@@ -251,7 +252,7 @@ def test_a_killed_worker_outranks_peers_that_exited_first_because_of_it():
 def test_workers_stopped_on_request_are_not_a_failure():
     failure = hr.first_failure([], [("1", 143), ("0", 143)], HOROVODRUN_ERROR.format(rank=1, code=143))
     assert (failure.error, failure.signal) == (None, "SIGTERM")
-    assert failure.signal in hr.STOP_SIGNALS
+    assert failure.signal in ENGINES["horovod"].stop_signals  # its record's stop-signal policy
 
 
 @needs_horovod

@@ -70,6 +70,34 @@ def test_summary_is_sorted_by_the_metric_with_best_checkpoints_and_varying_hpara
     ]
 
 
+def _placed(trial: dict, *runs: tuple) -> dict:
+    return {**trial, "runs": [{"host": h, "slots": len(d) or 1, "devices": list(d)} for h, d in runs]}
+
+
+def test_summary_says_where_trials_ran_when_they_held_gpus_or_spanned_hosts():
+    gpus = {
+        "trials": [
+            _placed(DESCRIPTION["trials"][0], ("box", ("0", "1")), ("box", ("2", "3"))),  # latest run
+            _placed(DESCRIPTION["trials"][2], ("box", ("0", "1"))),
+            _placed(DESCRIPTION["trials"][3]),  # never ran
+        ]
+    }
+    assert summary(gpus, metric="val_loss", smaller_is_better=True).splitlines()[:4] == [
+        "trial  state      where    batches  best val_loss  checkpoint",
+        "    3  COMPLETED  gpu 0,1        8      5.108e-05  dddddddd",
+        "    1  COMPLETED  gpu 2,3        2           24.9  aaaaaaaa",
+        "    4  ERROR                     0",
+    ]
+    two = [_placed(DESCRIPTION["trials"][2], ("a", ())), _placed(DESCRIPTION["trials"][0], ("b", ()))]
+    hosts = {"trials": two}
+    lines = summary(hosts, metric="val_loss", smaller_is_better=True).splitlines()
+    assert lines[0].split() == ["trial", "state", "where", "batches", "best", "val_loss", "checkpoint"]
+    assert [line.split()[2] for line in lines[1:3]] == ["a", "b"]
+    # One host, CPU slots only: nothing to say, no column.
+    cpu = {"trials": [_placed(DESCRIPTION["trials"][2], ("box", ()))]}
+    assert "where" not in summary(cpu, metric="val_loss", smaller_is_better=True)
+
+
 def test_summary_larger_is_better_and_nested_hparams():
     text = summary(
         DESCRIPTION,

@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -174,7 +175,12 @@ def _fill(store):
 
 def test_describe_experiment_exact_shape(store):
     exp_id, (t1, t2) = _fill(store)
+    before = time.time()
+    store.add_trial_run(t1, executor="local", host="box", slots=2, devices=["2", "3"])
+    store.add_trial_run(t1, executor="local", host="box", slots=2, devices=["0", "1"])  # a restart
     described = store.describe_experiment(exp_id)
+    runs = described["trials"][0]["runs"]
+    assert before <= runs[0].pop("started_at") <= runs[1].pop("started_at") <= time.time()
     assert described["trials"][0]["ended_at"] >= described["trials"][0]["created_at"]
     assert described["trials"][1]["ended_at"] is None
     assert _strip_times(described) == {
@@ -210,6 +216,11 @@ def test_describe_experiment_exact_shape(store):
                 "latest_checkpoint": "uuid-a",
                 "started_at": None,  # never launched by a runner (schema v5, issue 29.11)
                 "stopped_early": False,
+                # Where each run was placed, oldest first (schema v6, issue 23).
+                "runs": [
+                    {"executor": "local", "host": "box", "slots": 2, "devices": ["2", "3"]},
+                    {"executor": "local", "host": "box", "slots": 2, "devices": ["0", "1"]},
+                ],
             },
             {
                 "id": t2,
@@ -229,6 +240,7 @@ def test_describe_experiment_exact_shape(store):
                 "latest_checkpoint": "uuid-b",
                 "started_at": None,  # never launched by a runner (schema v5, issue 29.11)
                 "stopped_early": False,
+                "runs": [],
             },
         ],
     }
