@@ -56,7 +56,7 @@ from determined_lite.launch._torchrun import FORWARDED_ENV, FORWARDED_ENV_PREFIX
 from determined_lite.reporting._reporter import stop_requested, store_reporter
 from determined_lite.reporting._sink import apply_record
 from determined_lite.runtime._cluster import SPEC_ENV
-from determined_lite.runtime._spec import WorkerSpec
+from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.store._paths import checkpoint_root, det_lite_home
 
 OutputFn = Callable[[str], None]
@@ -136,9 +136,14 @@ class RayRun(TrialRun):
         n = self.spec.slots
         bundles = [dict(self.options.resources_per_slot) for _ in range(n)]
         self._pg = placement_group(bundles, strategy=self.options.placement.upper())
+        reporter = store_reporter(self.spec)
         while not ray.wait([self._pg.ready()], timeout=TAKE_WAIT_S)[0]:
             if self._stopping.is_set():
                 return stopped_exit_code(signal.SIGTERM)
+            if reporter is not None and stop_requested(reporter.store, int(self.spec.experiment_id or 0)):
+                # Paused or killed while waiting for slots: stopped where it was (its checkpoint).
+                WorkerResult(WorkerStatus.STOPPED).save(self.spec.result_path)
+                return 0
         actor_cls = ray.remote(SlotWorker)
         for i in range(n):
             strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)

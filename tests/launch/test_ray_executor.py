@@ -72,6 +72,9 @@ def test_two_slot_torch_trial_spans_both_nodes(tmp_path, on_ray):
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "COMPLETED" and trial["restarts"] == 0
     assert_closed_form(trial)  # 2 slots of batch 1 == 1 slot of batch 2 == the closed form
+    (run,) = trial["runs"]  # where it ran, as describe shows it
+    assert run["executor"] == "ray" and run["slots"] == 2
+    assert run["host"].startswith("ray nodes ") and all(n in run["host"] for n in nodes), run
     (ckpt,) = trial["checkpoints"]
     assert ckpt["total_batches"] == 12 and os.path.isdir(ckpt["path"])
 
