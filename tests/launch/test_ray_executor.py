@@ -225,6 +225,24 @@ def test_kill_cancels_and_leaves_no_worker(tmp_path, on_ray, _det_lite_home):
     assert _workers_left(str(_det_lite_home)) == []
 
 
+def test_one_rank_failing_stops_the_gang_without_a_restart(tmp_path, on_ray, _det_lite_home):
+    """Rank 1 (on the other node) meets a typo before any progress: the gang is stopped, the
+    rank's own record stops the restarts, as with the local executor, and nothing is left."""
+    changes = {
+        "hyperparameters.hparam_typo": "lrr",
+        "hyperparameters.typo_rank": 1,
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+    }
+    proc = cli("experiment", "create", write_config(tmp_path, **changes), LINEAR, timeout=300)
+    assert proc.returncode != 0
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "ERROR" and trial["restarts"] == 0
+    logs = cli("trial", "logs", str(trial["id"]), check=True).stdout
+    assert "not restarted: rank 1: UndefinedHParamError: hyperparameter 'lrr' is not defined" in logs
+    assert _workers_left(str(_det_lite_home)) == []
+
+
 # --- engines ----------------------------------------------------------------------------------
 
 
