@@ -17,6 +17,7 @@ import pytest
 from determined_lite.launch._ray_slot import STORAGE_VIEW_ENV
 from tests.cli_helpers import activate, asha_overrides, cli, describe, pause_foreground, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
+from tests.core.test_core_api_scripts import assert_closed_form as assert_core_closed_form
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 from tests.timing import budget
 
@@ -145,6 +146,22 @@ def test_only_the_driver_opens_the_store(tmp_path, on_ray, executor):
     (ckpt,) = trial["checkpoints"]  # registered once complete, by the driver
     assert ckpt["total_batches"] == 12 and os.path.isfile(os.path.join(ckpt["path"], "metadata.json"))
     assert trial["best_validation"] == pytest.approx(val_loss(closed_form(0.01, 12, 2, 8)[-1], 4), rel=1e-9)
+
+
+def test_a_core_api_script_reports_through_the_driver(tmp_path, on_ray):
+    """Determined's Core API script (``det.core.init()``, its own loop): on Ray its reports and
+    checkpoints reach the store through the driver too (the SQLite audit is on)."""
+    scripts = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
+    path = _write_config(
+        os.path.join(scripts, "core.yaml"), tmp_path, "exp.yaml", **{"resources.executor": "ray"}
+    )
+    proc = cli("experiment", "create", path, scripts, env=_audited_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 8
+    assert_core_closed_form(trial)  # the local executor's test's own check
+    (ckpt,) = trial["checkpoints"]
+    assert ckpt["total_batches"] == 8
 
 
 # --- pause, activate, kill --------------------------------------------------------------------
