@@ -53,6 +53,7 @@ MEASURES = {
     "compile": ("_compile", {}),
     "dashboard": ("_dashboard", {}),
     "checkpoint_code": ("_checkpoint_code", {}),
+    "ray": ("_ray", {}),
 }
 # The measures ``--peers`` also runs with Lightning's Trainer, Fabric and Accelerate.
 PEER_MEASURES = ("single", "ddp", "validation")

@@ -73,6 +73,7 @@ SINGLE_CONTEXT_MODULE: Final = "determined_lite.distributed._single"
 # executor name -> the launch/ module whose ``EXECUTOR`` class runs trials there.
 EXECUTORS: Final[Dict[str, str]] = {
     "local": "determined_lite.launch._local",
+    "ray": "determined_lite.launch._ray",
 }
 DEFAULT_EXECUTOR: Final = "local"
 

@@ -11,6 +11,7 @@ from determined_lite.config._base import NonNegativeInt, Section
 from determined_lite.config._determined import determined_only_fields
 from determined_lite.config._errors import FieldError, describe
 from determined_lite.config._plugins import DEFAULT_ENGINE, DEFAULT_EXECUTOR, ENGINES, EXECUTORS, check_name
+from determined_lite.config._ray import RayConfig
 
 
 def parse_host(entry: Any) -> Tuple[str, int]:
@@ -71,6 +72,7 @@ class ResourcesConfig(Section):
     hosts: Optional[List[StrictStr]] = None
     executor: StrictStr = DEFAULT_EXECUTOR  # where trials run: a name in config._plugins.EXECUTORS
     ddp_options: DDPOptions = Field(default_factory=DDPOptions)
+    ray: RayConfig = Field(default_factory=RayConfig)
     # det-lite's record of the Determined launcher the entrypoint named (set by
     # normalize_launcher): a script without one runs once per trial, seeing all its slots.
     launcher: Optional[StrictStr] = None  # an engine's determined_launcher (config._plugins.ENGINES)

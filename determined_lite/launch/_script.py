@@ -110,7 +110,7 @@ class ScriptTrial:
 
     def forget_checkpoint(self, uuid: str) -> None:
         if self.reporter is not None:
-            self.reporter.store.delete_checkpoint(uuid)
+            self.reporter.forget_checkpoint(uuid)
 
     def checkpoint_identity(self) -> Dict[str, Any]:
         """What a checkpoint's ``metadata.json`` says of its trial and store."""
@@ -163,7 +163,7 @@ class ScriptTrial:
         return float(min(values) if settings.smaller_is_better else max(values))
 
     def _store_reader(self) -> Any:
-        if self.reporter is not None:
+        if self.reporter is not None and self.reporter.store is not None:
             return self.reporter.store
         if self._store is None and self.spec.store_path is not None:
             from determined_lite.store import Store

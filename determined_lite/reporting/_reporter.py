@@ -20,6 +20,7 @@ import numpy as np
 
 from determined_lite.reporting._metric import is_better
 from determined_lite.reporting._retention import RetentionPolicy, register_checkpoint
+from determined_lite.reporting._sink import remote_reporter
 from determined_lite.runtime._spec import WorkerSpec
 from determined_lite.store import Action, Store
 
@@ -84,15 +85,29 @@ class TrialReporter:
         }
         register_checkpoint(self.store, self.experiment_id, self.retention, checkpoint)
 
+    def forget_checkpoint(self, uuid: str) -> None:
+        """A checkpoint the trial deleted itself (a Core API script): out of the store."""
+        self.store.delete_checkpoint(uuid)
+
     def stop_requested(self) -> bool:
         """Whether ``pause`` or ``kill`` was asked of the trial's experiment."""
         return self.experiment_id is not None and stop_requested(self.store, self.experiment_id)
 
 
-def trial_reporter(spec: WorkerSpec, is_chief: bool) -> Optional[TrialReporter]:
+def trial_reporter(spec: WorkerSpec, is_chief: bool) -> Any:
     """The chief's writer of the trial's metrics and checkpoints to the experiment store (None
-    on other ranks and outside experiments)."""
+    on other ranks and outside experiments): a :class:`TrialReporter` on the store, or, when the
+    trial's executor runs it away from the store (Ray), a ``_sink.RemoteReporter`` to the driver."""
     if not is_chief or spec.store_path is None or spec.trial_id is None:
+        return None
+    remote = remote_reporter()
+    return remote if remote is not None else store_reporter(spec)
+
+
+def store_reporter(spec: WorkerSpec) -> Optional[TrialReporter]:
+    """The trial's writer on the experiment store (None outside experiments): the chief's, or
+    the driver's that replays a remote chief's reports (``_sink.apply_record``)."""
+    if spec.store_path is None or spec.trial_id is None:
         return None
     settings = spec.training_settings()
     metric = settings.searcher_metric

@@ -248,7 +248,7 @@ def test_unknown_field_without_a_close_name_still_lists_the_section():
         validate_config(dict(config("m:T"), resources={"zzz": 1}), "const.yaml")
     assert e.value.message == (
         "unknown field; resources fields are: slots_per_trial, distributed_backend, hosts, executor, "
-        "ddp_options, launcher"
+        "ddp_options, ray, launcher"
     )
 
 

@@ -156,7 +156,6 @@ def test_agent_failure_file_is_named_by_node() -> None:
 # --- which failure is reported ---------------------------------------------------------------
 
 
-
 def torch_rule(*failures: WorkerFailure) -> Optional[WorkerFailure]:
     """torchrun's: it stops survivors with SIGTERM, and its failures carry real times."""
     return primary_failure(failures, stop_signals=("SIGTERM",), stopped_last=False)

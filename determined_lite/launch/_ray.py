@@ -1,0 +1,353 @@
+"""``resources.executor: ray``: one run of a trial as a gang on a Ray cluster.
+
+A run is one placement group of ``slots_per_trial`` bundles (``resources.ray.resources_per_slot``
+each; ``pack`` or ``spread``) and one :class:`~determined_lite.launch._ray_slot.SlotWorker`
+actor per bundle, which starts det-lite's unchanged worker process on its node. Ranks go node by
+node; torch.distributed meets at a port chosen on rank 0's node (``MASTER_ADDR`` is that node's
+address), Horovod at a Gloo rendezvous server on the driver (as ``horovod.ray`` does).
+
+Only the driver writes the store: the chief's reports come back through its actor
+(``reporting/_sink.py``) and are replayed here, in order, on the driver's ``TrialReporter``
+before the run is seen to end; a pause or kill request read from the store goes back to the
+chief's node as a flag file. The trial's spec, result, progress and checkpoints are files on the
+storage every node sees (checked at ``create``: ``_ray_cluster.storage_problem``).
+
+:class:`RayRun` is the executor interface's ``TrialRun`` (``poll``,
+``wait``, ``stop``): the placement wait, the actors and the output pump run on a thread, so the
+runner never blocks on the cluster. The first rank that fails stops the others (as torchrun
+does); a lost node or actor ends the gang with an error (a restart, from the latest checkpoint).
+The placement group and the actors are removed when the run ends, whatever ended it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import determined_lite
+from determined_lite.config import check_ddp_options
+from determined_lite.config._resources import DDP_OPTIONS_ENV
+from determined_lite.launch._engines import engine_problem
+from determined_lite.launch._executor import Executor, Placement, TrialRun
+from determined_lite.launch._failures import (
+    STOP_GRACE_S,
+    stopped_exit_code,
+    worker_command,
+    write_failure_result,
+)
+from determined_lite.launch._ray_cluster import (
+    HorovodRendezvous,
+    RayOptions,
+    Slot,
+    assign_ranks,
+    cluster_problem,
+    cluster_slots,
+    connect,
+    horovod_env,
+    torch_env,
+)
+from determined_lite.launch._ray_slot import SlotWorker
+from determined_lite.launch._torchrun import FORWARDED_ENV, FORWARDED_ENV_PREFIXES
+from determined_lite.reporting._reporter import stop_requested, store_reporter
+from determined_lite.reporting._sink import apply_record
+from determined_lite.runtime._cluster import SPEC_ENV
+from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
+from determined_lite.store._paths import checkpoint_root, det_lite_home
+
+OutputFn = Callable[[str], None]
+TAKE_WAIT_S = 0.5
+LOST_EXIT_CODE = 1
+TOTAL_REFRESH_S = 2.0
+PLACE_WAIT_S = 60.0
+
+
+class RayRun(TrialRun):
+    """The workers of one trial run on a Ray cluster (see the module's docstring)."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        spec_path: str,
+        options: RayOptions,
+        env: Dict[str, str],
+        on_output: Optional[OutputFn],
+        release: Callable[["RayRun"], None],
+    ) -> None:
+        self.spec, self.spec_path, self.options = spec, os.path.abspath(spec_path), options
+        self.placement = Placement(host="ray cluster (placing)", slots=spec.slots)
+        self._release = release
+        self._env, self._on_output = env, on_output
+        self.slots: List[Slot] = []  # where each rank runs, once placed
+        self._actors: List[Any] = []
+        self._pg: Any = None
+        self._rendezvous: Optional[HorovodRendezvous] = None
+        self._code: Optional[int] = None
+        self._done = threading.Event()
+        self.placed = threading.Event()  # set once the ranks have their nodes (or the run ended)
+        self._stopping = threading.Event()
+        self._last_line: Dict[int, str] = {}
+        self._thread = threading.Thread(target=self._main, name="ray-trial", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> Optional[int]:
+        return self._code if self._done.is_set() else None
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(["ray trial"], timeout or 0.0)
+        assert self._code is not None
+        self._release(self)
+        return self._code
+
+    def stop(self, grace: float = STOP_GRACE_S) -> int:
+        """SIGTERM every worker, SIGKILL after ``grace`` seconds; the gang is then removed."""
+        self._stopping.set()
+        for actor in list(self._actors):
+            actor.stop.remote(grace)
+        if not self._done.wait(grace + 30.0):
+            self._cleanup()
+        return self.wait()
+
+    # --- the run, on its own thread -----------------------------------------------------
+    def _main(self) -> None:
+        code = LOST_EXIT_CODE
+        try:
+            code = self._run()
+        except Exception as e:  # noqa: BLE001 -- a lost node, Ray's errors: the run failed
+            self._say(f"det-lite: the Ray run of trial {self.spec.trial_id} failed: {_first_line(e)}")
+            write_failure_result(self.spec.result_path, f"Ray executor: {type(e).__name__}: {_first_line(e)}")
+        finally:
+            self._cleanup()
+            self._code = code
+            self._done.set()
+            self.placed.set()
+
+    def _run(self) -> int:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        connect(self.options)
+        n = self.spec.slots
+        bundles = [dict(self.options.resources_per_slot) for _ in range(n)]
+        self._pg = placement_group(bundles, strategy=self.options.placement.upper())
+        reporter = store_reporter(self.spec)
+        while not ray.wait([self._pg.ready()], timeout=TAKE_WAIT_S)[0]:
+            if self._stopping.is_set():
+                return stopped_exit_code(signal.SIGTERM)
+            if reporter is not None and stop_requested(reporter.store, int(self.spec.experiment_id or 0)):
+                # Paused or killed while waiting for slots: stopped where it was (its checkpoint).
+                WorkerResult(WorkerStatus.STOPPED).save(self.spec.result_path)
+                return 0
+        actor_cls = ray.remote(SlotWorker)
+        for i in range(n):
+            strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)
+            options = dict(self.options.actor_options(), scheduling_strategy=strategy)
+            self._actors.append(actor_cls.options(**options).remote())
+        self.slots = assign_ranks(ray.get([a.node.remote() for a in self._actors]))
+        where = ", ".join(f"rank {r} on {s.ip} (node {s.node_id[:12]})" for r, s in enumerate(self.slots))
+        nodes = list(dict.fromkeys(f"{s.ip} ({s.node_id[:12]})" for s in self.slots))
+        host = f"ray node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)}"
+        self.placement = Placement(host=host, slots=n)
+        self.placed.set()
+        self._say(f"det-lite: trial {self.spec.trial_id} placed on the Ray cluster: {where}")
+        if self._stopping.is_set():
+            return stopped_exit_code(signal.SIGTERM)
+        envs = self._rank_envs()
+        argv, cwd = worker_command(self.spec_path), self.spec.context_dir
+        ray.get([self._actor(r).start.remote(argv, envs[r], cwd) for r in range(n)])
+        return self._pump()
+
+    def _actor(self, rank: int) -> Any:
+        return self._actors[self.slots[rank].actor]
+
+    def _rank_envs(self) -> List[Dict[str, str]]:
+        forwarded = (k for k in os.environ if k in FORWARDED_ENV or k.startswith(FORWARDED_ENV_PREFIXES))
+        # Ray gives each actor the GPUs of its bundle: the driver's CUDA_VISIBLE_DEVICES is not theirs.
+        base = {k: os.environ[k] for k in forwarded if k != "CUDA_VISIBLE_DEVICES"}
+        base.update(self._env)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(determined_lite.__file__)))
+        paths = [p for p in base.get("PYTHONPATH", os.environ.get("PYTHONPATH", "")).split(os.pathsep) if p]
+        base["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p != root])
+        base.setdefault("PYTHONUNBUFFERED", "1")
+        base.setdefault("OMP_NUM_THREADS", str(max(1, int(self.options.resources_per_slot.get("CPU", 1)))))
+        base[SPEC_ENV] = self.spec_path
+        n = self.spec.slots
+        if self.spec.backend == "horovod":
+            self._rendezvous = HorovodRendezvous(self.slots)
+            base.update(self._rendezvous.env())
+            return [dict(base, **horovod_env(self.slots, r)) for r in range(n)]
+        if self.spec.backend == "torch":
+            options = check_ddp_options((self.spec.exp_conf.get("resources") or {}).get("ddp_options"))
+            if options:
+                base[DDP_OPTIONS_ENV] = json.dumps(options, sort_keys=True)
+            return [dict(base, **torch_env(self.slots, r)) for r in range(n)]
+        return [base]
+
+    def _pump(self) -> int:
+        """Output and reports until every worker exited; the code of the first that failed."""
+        import ray
+
+        reporter = store_reporter(self.spec)
+        pending = {r: self._actor(r).take.remote(TAKE_WAIT_S) for r in range(self.spec.slots)}
+        codes: Dict[int, int] = {}
+        failed: Optional[int] = None
+        asked_stop, next_poll = False, 0.0
+        while pending:
+            ready, _ = ray.wait(list(pending.values()), num_returns=1, timeout=TAKE_WAIT_S)
+            for ref in ready:
+                rank = next(r for r, x in pending.items() if x == ref)
+                del pending[rank]
+                code = self._take(ref, rank, reporter)
+                if code is None:
+                    pending[rank] = self._actor(rank).take.remote(TAKE_WAIT_S)
+                    continue
+                codes[rank] = code
+                if code != 0 and failed is None:
+                    failed = rank
+                    for other in pending:  # fail fast, as torchrun does
+                        self._actor(other).stop.remote(STOP_GRACE_S)
+            if reporter is not None and not asked_stop and time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + TAKE_WAIT_S
+                if stop_requested(reporter.store, int(self.spec.experiment_id or 0)):
+                    self._actor(0).request_stop.remote()
+                    asked_stop = True
+        if failed is None:
+            return 0
+        if failed != 0 and not self._stopping.is_set():
+            where = f"rank {failed} on {self.slots[failed].host} ({self.slots[failed].ip})"
+            write_failure_result(self.spec.result_path, f"{where}: {self._last_line.get(failed, '')}")
+        return codes[failed]
+
+    def _take(self, ref: Any, rank: int, reporter: Any) -> Optional[int]:
+        """One answer of a slot's ``take``: its lines to the output, the chief's reports to the
+        store; the worker's exit code once it exited (a lost actor or node: an error)."""
+        import ray
+
+        try:
+            out = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            slot = self.slots[rank]
+            why = f"Ray node {slot.ip} ({slot.host}) or its actor was lost: {_first_line(e)}"
+            self._say(f"[rank={rank}] det-lite: {why}")
+            if not self._stopping.is_set():
+                write_failure_result(self.spec.result_path, f"rank {rank}: {why}")
+            self._last_line[rank] = why
+            return LOST_EXIT_CODE
+        for line in out["lines"]:
+            self._say(line)
+            if line.strip():
+                self._last_line[rank] = line
+        if rank == 0 and reporter is not None:
+            for record in out["records"]:
+                apply_record(reporter, record)
+        return None if out["exit"] is None else int(out["exit"])
+
+    def _say(self, line: str) -> None:
+        if self._on_output is not None:
+            self._on_output(line)
+        else:
+            print(line, flush=True)
+
+    def _cleanup(self) -> None:
+        import ray
+
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 -- already gone with its node
+                pass
+        self._actors = []
+        if self._pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(self._pg)
+            except Exception:  # noqa: BLE001 -- the cluster may be gone
+                pass
+            self._pg = None
+        if self._rendezvous is not None:
+            self._rendezvous.close()
+            self._rendezvous = None
+
+
+class RayExecutor(Executor):
+    """A Ray cluster's slots (``resources.ray.resources_per_slot`` each) as a pool."""
+
+    name = "ray"
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self.options = RayOptions.from_config(config)
+        self._lock = threading.Lock()
+        self._used: Dict[int, int] = {}  # id(run) -> its slots, until it ended
+        self._total: Optional[int] = None
+        self._total_at = 0.0
+
+    @classmethod
+    def problem(cls, config: Mapping[str, Any]) -> Optional[str]:
+        """No cluster, too few slots in it, a node that does not see the storage, or an engine
+        that cannot start here."""
+        resources = config.get("resources") or {}
+        slots = int(resources.get("slots_per_trial") or 1)
+        paths = [det_lite_home(), checkpoint_root(config)]
+        return cluster_problem(RayOptions.from_config(config), slots, paths) or engine_problem(
+            str(resources.get("distributed_backend") or ""), slots
+        )
+
+    def total(self) -> int:
+        """The cluster's slots (read again every few seconds: nodes come and go)."""
+        now = time.monotonic()
+        if self._total is None or now - self._total_at > TOTAL_REFRESH_S:
+            connect(self.options)
+            self._total, self._total_at = cluster_slots(self.options), now
+        return self._total
+
+    def capacity(self) -> int:
+        total = self.total()
+        with self._lock:
+            return total - sum(self._used.values())
+
+    def start(
+        self,
+        spec: WorkerSpec,
+        spec_path: str,
+        *,
+        on_output: OutputFn,
+        env: Dict[str, str],
+        pass_fds: Sequence[int] = (),
+    ) -> TrialRun:
+        """Start the run on the cluster (``pass_fds`` stay with the driver, which holds the
+        runner lock itself: processes on other nodes cannot)."""
+        spec.save(spec_path)  # on the storage every node sees
+        with self._lock:
+            run = RayRun(spec, spec_path, self.options, env, on_output, self._release)
+            self._used[id(run)] = spec.slots
+        # The runner records where the run is: wait for the placement (the runner starts a run
+        # only when capacity() holds its gang); on a cluster busy with others' work the run is
+        # recorded as still placing after PLACE_WAIT_S and goes on waiting for its slots.
+        run.placed.wait(PLACE_WAIT_S)
+        return run
+
+    def _release(self, run: RayRun) -> None:
+        with self._lock:
+            self._used.pop(id(run), None)
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+EXECUTOR = RayExecutor
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,275 @@
+"""The driver's side of a Ray cluster: connecting, the storage probe, ranks and rendezvous.
+
+``resources.ray`` (``config/_ray.py``) says where the cluster is (``address``, else
+``$RAY_ADDRESS``, else Ray's ``auto``), how a trial's slots are placed (``pack``: one node when
+it fits, as Determined's scheduler does; ``spread``) and what one slot holds
+(``resources_per_slot``, ``{CPU: 1}`` by default). Everything Ray-specific that is not the run of
+one trial (``_ray.py``) lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from determined_lite.launch._ray_slot import probe_storage
+
+PROBE_TIMEOUT_S = 60.0
+REACH_TIMEOUT_S = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+    """``resources.ray`` of a validated config (defaults when absent)."""
+
+    address: Optional[str] = None
+    placement: str = "pack"
+    resources_per_slot: Mapping[str, float] = dataclasses.field(default_factory=lambda: {"CPU": 1.0})
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "RayOptions":
+        section = dict((config.get("resources") or {}).get("ray") or {})
+        per_slot = section.get("resources_per_slot") or {"CPU": 1.0}
+        return cls(
+            address=section.get("address"),
+            placement=str(section.get("placement") or "pack"),
+            resources_per_slot={str(k): float(v) for k, v in per_slot.items()},
+        )
+
+    def actor_options(self) -> Dict[str, Any]:
+        """``ray.remote`` options that make a slot's actor hold its whole bundle."""
+        rest = {k: v for k, v in self.resources_per_slot.items() if k not in ("CPU", "GPU")}
+        options: Dict[str, Any] = {
+            "num_cpus": self.resources_per_slot.get("CPU", 0.0),
+            "num_gpus": self.resources_per_slot.get("GPU", 0.0),
+            "max_concurrency": 4,  # take() waits while stop() / request_stop() may come
+        }
+        if rest:
+            options["resources"] = rest
+        return options
+
+
+def connect(options: RayOptions) -> None:
+    """Join the Ray cluster (once per process): ``resources.ray.address``, ``$RAY_ADDRESS`` or
+    ``auto``. Ray's log lines stay in Ray's log files; the process keeps its SIGTERM handler."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
+    _check_reachable(address)
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    ray.init(
+        address=address,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    if main:  # ray.init makes SIGTERM exit at once: the runner's own handler pauses instead
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _check_reachable(address: str) -> None:
+    """A ``HOST:PORT`` where nothing listens is a ConnectionError within seconds (Ray itself
+    retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return  # auto, local, ray://...: Ray's own answer
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as e:
+        raise ConnectionError(f"nothing answers at {address} ({e.strerror or e})") from None
+
+
+def alive_nodes() -> List[Dict[str, Any]]:
+    import ray
+
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def cluster_problem(options: RayOptions, slots: int, paths: Sequence[str]) -> Optional[str]:
+    """What keeps a trial of ``slots`` slots from running on the cluster (None when nothing):
+    no cluster, too few slots in it, or a node that does not see the experiment's storage."""
+    try:
+        connect(options)
+    except ImportError:
+        return "resources.executor: ray needs Ray: pip install 'determined-lite[ray]'"
+    except Exception as e:  # noqa: BLE001 -- Ray's own errors vary; one line says it
+        return f"resources.executor: ray: cannot connect to a Ray cluster: {_first_line(e)}"
+    capacity = cluster_slots(options)
+    if slots > capacity:
+        return (
+            f"resources.slots_per_trial is {slots}, but the Ray cluster has {capacity} slots of "
+            f"{dict(options.resources_per_slot)}"
+        )
+    return storage_problem(paths)
+
+
+def cluster_slots(options: RayOptions) -> int:
+    """How many slots of ``resources_per_slot`` the alive nodes hold in all."""
+    total = 0
+    for node in alive_nodes():
+        have = node.get("Resources") or {}
+        counts = [int(have.get(k, 0.0) // v) for k, v in options.resources_per_slot.items() if v > 0]
+        total += min(counts) if counts else 0
+    return total
+
+
+def storage_problem(paths: Sequence[str]) -> Optional[str]:
+    """Whether every alive node sees ``paths`` as the driver does: a file with a random token is
+    written into each, and a probe task pinned to each node reads them back."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    files: Dict[str, str] = {}
+    try:
+        for directory in paths:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            path = os.path.join(directory, f".det-lite-probe-{secrets.token_hex(8)}")
+            token = secrets.token_hex(16)
+            with open(path, "w") as f:
+                f.write(token)
+            files[path] = token
+        probe = ray.remote(num_cpus=0)(probe_storage)
+        nodes = alive_nodes()
+        refs = [
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                files
+            )
+            for n in nodes
+        ]
+        for node, seen in zip(nodes, ray.get(refs, timeout=PROBE_TIMEOUT_S)):
+            if seen["unseen"]:
+                where = os.path.dirname(seen["unseen"][0])
+                return (
+                    f"Ray node {node['NodeManagerAddress']} ({seen['host']}, node id "
+                    f"{node['NodeID'][:12]}) does not see the experiment's storage {where}: "
+                    "checkpoints and the context must be on a file system every node mounts at the same path"
+                )
+    finally:
+        for path in files:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """Where one rank runs: its actor's index, node and local rank there."""
+
+    actor: int
+    node_id: str
+    ip: str
+    host: str
+    port: int
+    node_index: int  # the node's order among the trial's nodes (rank 0's node is 0)
+    local_rank: int
+    local_size: int
+
+
+def assign_ranks(infos: Sequence[Mapping[str, Any]]) -> List[Slot]:
+    """Ranks node by node (in bundle order), so that each node's ranks are contiguous."""
+    order: List[str] = []
+    members: Dict[str, List[int]] = {}
+    for i, info in enumerate(infos):
+        if info["node_id"] not in members:
+            order.append(info["node_id"])
+            members[info["node_id"]] = []
+        members[info["node_id"]].append(i)
+    slots = []
+    for node_index, node_id in enumerate(order):
+        for local_rank, actor in enumerate(members[node_id]):
+            info = infos[actor]
+            slots.append(
+                Slot(
+                    actor,
+                    node_id,
+                    info["ip"],
+                    info["host"],
+                    info["port"],
+                    node_index,
+                    local_rank,
+                    len(members[node_id]),
+                )
+            )
+    return slots
+
+
+def torch_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
+    """torchrun's environment for ``rank``; the rendezvous store is on rank 0's node."""
+    me, nodes = slots[rank], len({s.node_id for s in slots})
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(len(slots)),
+        "LOCAL_RANK": str(me.local_rank),
+        "LOCAL_WORLD_SIZE": str(me.local_size),
+        "GROUP_RANK": str(me.node_index),
+        "GROUP_WORLD_SIZE": str(nodes),
+        "MASTER_ADDR": slots[0].ip,
+        "MASTER_PORT": str(slots[0].port),
+    }
+
+
+def horovod_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
+    """horovodrun's per-rank environment (host names are the trial's node labels)."""
+    me = slots[rank]
+    peers = [s for s in slots if s.local_rank == me.local_rank]  # one per node, in node order
+    return {
+        "HOROVOD_HOSTNAME": f"node{me.node_index}",
+        "HOROVOD_RANK": str(rank),
+        "HOROVOD_SIZE": str(len(slots)),
+        "HOROVOD_LOCAL_RANK": str(me.local_rank),
+        "HOROVOD_LOCAL_SIZE": str(me.local_size),
+        "HOROVOD_CROSS_RANK": str(peers.index(me)),
+        "HOROVOD_CROSS_SIZE": str(len(peers)),
+    }
+
+
+class HorovodRendezvous:
+    """Horovod's Gloo rendezvous server on the driver (as ``horovod.ray`` runs it), listening on
+    the driver's node address only."""
+
+    def __init__(self, slots: Sequence[Slot]) -> None:
+        import threading
+
+        import ray
+        from horovod.runner.common.util import hosts
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+        self.address = ray.util.get_node_ip_address()
+        self._server = RendezvousHTTPServer((self.address, 0), RendezvousHandler, 0)
+        self.port = int(self._server.server_address[1])
+        counts: Dict[int, int] = {}
+        for s in slots:
+            counts[s.node_index] = counts.get(s.node_index, 0) + 1
+        plan = ",".join(f"node{i}:{n}" for i, n in sorted(counts.items()))
+        self._server.init(hosts.get_host_assignments(hosts.parse_hosts(plan), len(slots)))
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def env(self) -> Dict[str, str]:
+        return {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": self.address,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.port),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+        }
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,83 @@
+"""Where a chief's reports go when the store is on another machine (``resources.executor: ray``).
+
+Only the driver writes the store: SQLite is never opened from another node. A chief started by
+the Ray executor finds ``$DET_LITE_REPORT_FD`` (a pipe to its slot's actor) and reports through a
+:class:`RemoteReporter`: each call of the :class:`TrialReporter` interface becomes one JSON line
+on that pipe, in call order; the driver takes the lines through Ray and replays them, in the same
+order, on its own ``TrialReporter`` (:func:`apply_record`). A checkpoint line is written only
+once the checkpoint is flushed (the loop's ``on_checkpoint_upload_end``), so the driver never
+registers one that is not complete. The pause/kill poll reads ``$DET_LITE_STOP_FILE``, a file on
+the chief's node that the driver has the actor create when it sees a request in the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Dict, Optional
+
+REPORT_FD_ENV = "DET_LITE_REPORT_FD"
+STOP_FILE_ENV = "DET_LITE_STOP_FILE"
+CALLS = ("restart_at", "training", "validation", "checkpoint", "forget_checkpoint")
+
+
+def _plain(value: Any) -> Any:
+    """numpy values (what callbacks get) as JSON values, as the store writes them."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+class RemoteReporter:
+    """A chief's ``TrialReporter`` calls as JSON lines on a pipe (see the module's docstring)."""
+
+    store = None  # no store on this node
+
+    def __init__(self, fd: int, stop_file: Optional[str]) -> None:
+        self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+        self._stop_file = stop_file
+        self._lock = threading.Lock()  # the background checkpoint flush reports from its thread
+
+    def _send(self, call: str, *args: Any) -> None:
+        line = json.dumps({"call": call, "args": list(args)}, default=_plain, allow_nan=True)
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+    def restart_at(self, batches: int) -> None:
+        self._send("restart_at", batches)
+
+    def training(self, batches: int, metrics: Dict[str, Any]) -> None:
+        self._send("training", batches, metrics)
+
+    def validation(self, batches: int, metrics: Dict[str, Any]) -> None:
+        self._send("validation", batches, metrics)
+
+    def checkpoint(
+        self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
+    ) -> None:
+        self._send("checkpoint", uuid, checkpoint_dir, total_batches, metrics)
+
+    def forget_checkpoint(self, uuid: str) -> None:
+        self._send("forget_checkpoint", uuid)
+
+    def stop_requested(self) -> bool:
+        return bool(self._stop_file) and os.path.exists(str(self._stop_file))
+
+
+def remote_reporter() -> Optional[RemoteReporter]:
+    """The chief's remote reporter when its executor gave it a pipe (else None: the store)."""
+    fd = os.environ.get(REPORT_FD_ENV)
+    if not fd:
+        return None
+    return RemoteReporter(int(fd), os.environ.get(STOP_FILE_ENV))
+
+
+def apply_record(reporter: Any, line: str) -> None:
+    """Replay one :class:`RemoteReporter` line on the driver's ``TrialReporter``."""
+    record = json.loads(line)
+    call = record.get("call")
+    if call not in CALLS:
+        raise ValueError(f"unknown report from a worker: {call!r}")
+    getattr(reporter, call)(*record["args"])

@@ -1,0 +1,322 @@
+"""``resources.executor: ray`` on a real 2-node Ray cluster started in this process (head + 1
+node, 1 CPU each): trials run through ``det-lite experiment create`` as a user runs them, and
+every number the store holds is compared with the linear fixture's closed form."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from determined_lite.launch._ray_slot import STORAGE_VIEW_ENV
+from tests.cli_helpers import activate, asha_overrides, cli, describe, pause_foreground, wait_for_batches
+from tests.cli_helpers import write_config as _write_config
+from tests.core.test_core_api_scripts import assert_closed_form as assert_core_closed_form
+from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
+from tests.timing import budget
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    from tests.ray_cluster import TestCluster
+
+    cluster = TestCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture
+def on_ray(ray_cluster, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
+    return ray_cluster
+
+
+def write_config(tmp_path, **changes) -> str:
+    changes.setdefault("resources.executor", "ray")
+    return _write_config(os.path.join(LINEAR, "const.yaml"), tmp_path, "exp.yaml", **changes)
+
+
+def assert_closed_form(trial: dict, lr: float = 0.01, batches=(4, 8, 12)) -> None:
+    assert [v["total_batches"] for v in trial["validation_metrics"]] == list(batches)
+    for v in trial["validation_metrics"]:
+        w = closed_form(lr, v["total_batches"], batch_size=2, n=8)[-1]
+        assert v["metrics"]["weight"] == pytest.approx(w, rel=1e-12, abs=1e-12)
+        assert v["metrics"]["val_loss"] == pytest.approx(val_loss(w, 4), rel=1e-9, abs=1e-15)
+
+
+def placed_nodes(output: str) -> list:
+    """The Ray nodes each run's ranks were placed on, from the runner's placement lines."""
+    lines = [line for line in output.splitlines() if "placed on the Ray cluster" in line]
+    return [re.findall(r"rank \d+ on \S+ \(node (\w+)\)", line) for line in lines]
+
+
+def test_two_slot_torch_trial_spans_both_nodes(tmp_path, on_ray):
+    two_slots = {"resources.slots_per_trial": 2, "resources.distributed_backend": "torch"}
+    path = write_config(tmp_path, **two_slots)
+    proc = cli("experiment", "create", path, LINEAR, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (nodes,) = placed_nodes(proc.stdout + proc.stderr)
+    assert len(nodes) == 2 and len(set(nodes)) == 2, nodes  # 1 CPU per node: only both fit it
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 0
+    assert_closed_form(trial)  # 2 slots of batch 1 == 1 slot of batch 2 == the closed form
+    (run,) = trial["runs"]  # where it ran, as describe shows it
+    assert run["executor"] == "ray" and run["slots"] == 2
+    assert run["host"].startswith("ray nodes ") and all(n in run["host"] for n in nodes), run
+    (ckpt,) = trial["checkpoints"]
+    assert ckpt["total_batches"] == 12 and os.path.isdir(ckpt["path"])
+
+
+def test_grid_of_two_trials(tmp_path, on_ray):
+    path = write_config(
+        tmp_path,
+        **{
+            "searcher": {
+                "name": "grid",
+                "metric": "val_loss",
+                "max_length": {"batches": 12},
+                "max_concurrent_trials": 2,
+            },
+            "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02]},
+        },
+    )
+    proc = cli("experiment", "create", path, LINEAR, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = describe(1)["trials"]
+    assert sorted(t["hparams"]["lr"] for t in trials) == [0.01, 0.02]
+    for t in trials:
+        assert t["state"] == "COMPLETED"
+        assert_closed_form(t, t["hparams"]["lr"])
+
+
+# --- only the driver writes the store ---------------------------------------------------------
+
+AUDIT_SQLITE = """
+import sys
+
+def _no_sqlite_in_workers(event, args):
+    if event == "sqlite3.connect":
+        with open("/proc/self/cmdline", "rb") as f:
+            if b"determined_lite.launch.worker" in f.read():
+                raise RuntimeError(f"a trial worker opened SQLite: {args[0]}")
+
+sys.addaudithook(_no_sqlite_in_workers)
+"""
+
+
+def _audited_env(tmp_path) -> dict:
+    """The environment with a ``sitecustomize`` that fails any worker process opening SQLite."""
+    site = tmp_path / "audit"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(AUDIT_SQLITE)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.parametrize("executor", ["ray", "local"])
+def test_only_the_driver_opens_the_store(tmp_path, on_ray, executor):
+    """Workers under the Ray executor never open SQLite: their chief reports through its actor
+    to the driver. The local executor's chief writes the store itself, so the same audit fails
+    its trial (the audit is real)."""
+    path = write_config(tmp_path, **{"resources.executor": executor, "max_restarts": 0})
+    proc = cli("experiment", "create", path, LINEAR, env=_audited_env(tmp_path), timeout=400)
+    (trial,) = describe(1)["trials"]
+    if executor == "local":
+        assert proc.returncode != 0 and trial["state"] == "ERROR"
+        assert "a trial worker opened SQLite" in proc.stdout + proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert trial["state"] == "COMPLETED"
+    assert_closed_form(trial)
+    assert [t["total_batches"] for t in trial["training_metrics"]] == [2, 4, 6, 8, 10, 12]
+    (ckpt,) = trial["checkpoints"]  # registered once complete, by the driver
+    assert ckpt["total_batches"] == 12 and os.path.isfile(os.path.join(ckpt["path"], "metadata.json"))
+    assert trial["best_validation"] == pytest.approx(val_loss(closed_form(0.01, 12, 2, 8)[-1], 4), rel=1e-9)
+
+
+def test_a_core_api_script_reports_through_the_driver(tmp_path, on_ray):
+    """Determined's Core API script (``det.core.init()``, its own loop): on Ray its reports and
+    checkpoints reach the store through the driver too (the SQLite audit is on)."""
+    scripts = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
+    path = _write_config(
+        os.path.join(scripts, "core.yaml"), tmp_path, "exp.yaml", **{"resources.executor": "ray"}
+    )
+    proc = cli("experiment", "create", path, scripts, env=_audited_env(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 8
+    assert_core_closed_form(trial)  # the local executor's test's own check
+    (ckpt,) = trial["checkpoints"]
+    assert ckpt["total_batches"] == 8
+
+
+# --- pause, activate, kill --------------------------------------------------------------------
+
+
+def _start(path: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "determined_lite.cli", "experiment", "create", path, LINEAR],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def _slow_two_slot_config(tmp_path, **changes) -> str:
+    return write_config(
+        tmp_path,
+        **{
+            "resources.slots_per_trial": 2,
+            "resources.distributed_backend": "torch",
+            "hyperparameters.sleep_s": 0.2,
+            "searcher.max_length": {"batches": 24},
+            "min_checkpoint_period": {"batches": 4},
+            **changes,
+        },
+    )
+
+
+def _assert_uninterrupted(trial: dict) -> None:
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 24
+    assert_closed_form(trial, batches=(4, 8, 12, 16, 20, 24))
+    assert [t["total_batches"] for t in trial["training_metrics"]] == list(range(2, 25, 2))
+    ws = closed_form(0.01, 24, 2, 8)
+    for t in trial["training_metrics"]:
+        b = t["total_batches"]
+        assert t["metrics"]["weight"] == pytest.approx((ws[b - 2] + ws[b - 1]) / 2, rel=1e-12)
+
+
+def _workers_left(home: str) -> list:
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if "determined_lite.launch.worker" in cmdline and home in cmdline:
+            left.append(cmdline)
+    return left
+
+
+@pytest.mark.parametrize("how", ["pause", "ctrl-c"])
+def test_pause_then_activate_equals_uninterrupted(tmp_path, on_ray, _det_lite_home, how):
+    proc = _start(_slow_two_slot_config(tmp_path))
+    wait_for_batches(1, 6, proc, timeout=200)
+    if how == "pause":
+        pause_foreground(1, proc)
+    else:  # the first Ctrl-C pauses at the next checkpoint, as locally
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=budget(90))
+        assert proc.returncode == 1, out
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "PAUSED" and 6 <= trial["total_batches"] < 24
+    assert _workers_left(str(_det_lite_home)) == []
+    activate(1)
+    exp = describe(1)
+    assert exp["state"] == "COMPLETED"
+    _assert_uninterrupted(exp["trials"][0])
+
+
+def test_kill_cancels_and_leaves_no_worker(tmp_path, on_ray, _det_lite_home):
+    proc = _start(_slow_two_slot_config(tmp_path))
+    wait_for_batches(1, 2, proc, timeout=200)
+    cli("experiment", "kill", "1", check=True)
+    out, _ = proc.communicate(timeout=budget(90))
+    assert proc.returncode == 1, out
+    exp = describe(1)
+    assert exp["state"] == "CANCELED" and exp["trials"][0]["state"] == "CANCELED"
+    assert _workers_left(str(_det_lite_home)) == []
+
+
+def test_one_rank_failing_stops_the_gang_without_a_restart(tmp_path, on_ray, _det_lite_home):
+    """Rank 1 (on the other node) meets a typo before any progress: the gang is stopped, the
+    rank's own record stops the restarts, as with the local executor, and nothing is left."""
+    changes = {
+        "hyperparameters.hparam_typo": "lrr",
+        "hyperparameters.typo_rank": 1,
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+    }
+    proc = cli("experiment", "create", write_config(tmp_path, **changes), LINEAR, timeout=300)
+    assert proc.returncode != 0
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "ERROR" and trial["restarts"] == 0
+    logs = cli("trial", "logs", str(trial["id"]), check=True).stdout
+    assert "not restarted: rank 1: UndefinedHParamError: hyperparameter 'lrr' is not defined" in logs
+    assert _workers_left(str(_det_lite_home)) == []
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def test_two_slot_horovod_trial_spans_both_nodes(tmp_path, on_ray):
+    two_slots = {"resources.slots_per_trial": 2, "resources.distributed_backend": "horovod"}
+    proc = cli("experiment", "create", write_config(tmp_path, **two_slots), LINEAR, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (nodes,) = placed_nodes(proc.stdout + proc.stderr)
+    assert len(set(nodes)) == 2, nodes
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED"
+    assert_closed_form(trial)
+
+
+def test_asha_promotions_resume_exactly(tmp_path, on_ray):
+    overrides = asha_overrides(
+        **{"hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]}}
+    )
+    proc = cli("experiment", "create", write_config(tmp_path, **overrides), LINEAR, timeout=500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = describe(1)["trials"]
+    assert len(trials) == 4
+    lengths = sorted(t["total_batches"] for t in trials)
+    assert lengths[-1] == 8 and set(lengths) <= {2, 4, 8}
+    for t in trials:
+        reached = [v["total_batches"] for v in t["validation_metrics"]]
+        assert reached == sorted(set(reached)) and reached[-1] == t["total_batches"]
+        assert_closed_form(t, t["hparams"]["lr"], batches=reached)  # promoted runs resumed exactly
+    assert min(trials, key=lambda t: t["best_validation"])["total_batches"] == 8
+
+
+# --- nodes come and go (these change the module's cluster: they run last) -----------------------
+
+
+def test_losing_a_node_restarts_from_the_latest_checkpoint(tmp_path, on_ray, _det_lite_home):
+    proc = _start(_slow_two_slot_config(tmp_path))
+    wait_for_batches(1, 8, proc, timeout=200)  # a checkpoint at batch 4 or 8 is registered
+    on_ray.remove_node(on_ray.worker_node)
+    time.sleep(3)  # the gang ends; the trial waits for 2 slots again
+    assert proc.poll() is None
+    on_ray.worker_node = on_ray.add_node()
+    out, _ = proc.communicate(timeout=budget(300))
+    assert proc.returncode == 0, out
+    assert "was lost" in out
+    (trial,) = describe(1)["trials"]
+    assert trial["restarts"] == 1
+    _assert_uninterrupted(trial)
+    assert _workers_left(str(_det_lite_home)) == []
+
+
+def test_a_node_that_does_not_see_the_storage_is_refused_at_create(tmp_path, on_ray):
+    blind = on_ray.add_node(env={STORAGE_VIEW_ENV: str(tmp_path / "elsewhere")})
+    try:
+        proc = cli("experiment", "create", write_config(tmp_path), LINEAR, timeout=200)
+    finally:
+        on_ray.remove_node(blind)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "does not see the experiment's storage" in line and "Ray node" in line
+    assert json.loads(cli("experiment", "list", "--json", check=True).stdout) == []

@@ -1,0 +1,76 @@
+"""The Ray executor's pure parts (no cluster): ``resources.ray`` read from a config, ranks node by
+node, the engines' environments, and ``create`` refusing a cluster it cannot reach."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+from determined_lite.launch._ray_cluster import RayOptions, assign_ranks, horovod_env, torch_env
+from tests.cli_helpers import cli, write_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
+
+
+def test_options_from_config_and_actor_options():
+    section = {"placement": "spread", "resources_per_slot": {"CPU": 2, "GPU": 1, "pool_a": 1}}
+    options = RayOptions.from_config({"resources": {"ray": section}})
+    assert options.placement == "spread" and options.address is None
+    assert options.actor_options() == {
+        "num_cpus": 2.0,
+        "num_gpus": 1.0,
+        "max_concurrency": 4,
+        "resources": {"pool_a": 1.0},
+    }
+    assert RayOptions.from_config({}).resources_per_slot == {"CPU": 1.0}
+
+
+def _info(node: str, port: int) -> dict:
+    return {"node_id": node, "ip": f"10.0.0.{ord(node[-1]) - 96}", "host": node, "port": port}
+
+
+def test_ranks_go_node_by_node_and_rank_0_hosts_the_torch_store():
+    # bundles 0..3 landed on nodes a, b, a, b: ranks 0, 1 on a and 2, 3 on b
+    infos = [_info("node-a", 1000), _info("node-b", 2000), _info("node-a", 1001), _info("node-b", 2001)]
+    slots = assign_ranks(infos)
+    assert [(s.actor, s.node_id, s.local_rank, s.node_index) for s in slots] == [
+        (0, "node-a", 0, 0),
+        (2, "node-a", 1, 0),
+        (1, "node-b", 0, 1),
+        (3, "node-b", 1, 1),
+    ]
+    env = torch_env(slots, 3)
+    assert env == {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "1000",
+    }
+    assert horovod_env(slots, 2) == {
+        "HOROVOD_HOSTNAME": "node1",
+        "HOROVOD_RANK": "2",
+        "HOROVOD_SIZE": "4",
+        "HOROVOD_LOCAL_RANK": "0",
+        "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "1",
+        "HOROVOD_CROSS_SIZE": "2",
+    }
+
+
+def test_create_refuses_a_cluster_it_cannot_reach(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = write_config(os.path.join(LINEAR, "const.yaml"), tmp_path, **{"resources.executor": "ray"})
+    env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}")
+    proc = cli("experiment", "create", path, LINEAR, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "cannot connect to a Ray cluster: nothing answers at 127.0.0.1:" in line
+    assert json.loads(cli("experiment", "list", "--json", check=True).stdout) == []
