@@ -16,9 +16,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import determined_lite
+from determined_lite.launch import _forkserver
 from determined_lite.launch._failures import STOP_GRACE_S, worker_command
 from determined_lite.runtime._cluster import SPEC_ENV
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec
@@ -55,9 +56,11 @@ class TrialProcess:
         on_output: Optional[OutputFn],
         cwd: str,
         pass_fds: Sequence[int] = (),
+        forked: Optional[_forkserver.ForkedChild] = None,
     ) -> None:
         self.argv = argv
-        self._proc = subprocess.Popen(
+        self._proc: Union["subprocess.Popen[str]", _forkserver.ForkedChild]
+        self._proc = forked or subprocess.Popen(
             argv,
             env=env,
             cwd=cwd,
@@ -142,7 +145,10 @@ def launch(
     full_env[SPEC_ENV] = os.path.abspath(spec_path)  # det.get_cluster_info() reads it
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
-    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds)
+    # A 1-slot worker is forked from a warm server when it can be (launch/_forkserver.py).
+    one_worker = argv == worker_command(spec_path)
+    forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds) if one_worker else None
+    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked)
 
 
 def run_trial(
