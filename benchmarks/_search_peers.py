@@ -2,7 +2,7 @@
 
 ``SIDE`` is ``limit`` (det-lite's runs back to back in this warm process: the seconds of training
 and validation, imports and data set-up excluded), ``ray_tune`` (Ray Tune running the same
-hyperparameters, one CPU per trial, as many at a time as cores, its ``ASHAScheduler`` for an
+hyperparameters, one CPU per trial, as many at a time as cores, actors reused, its ``ASHAScheduler`` for an
 ASHA search) or ``optuna`` (an in-process study over the same hyperparameters, ``n_jobs`` = cores,
 its ``SuccessiveHalvingPruner`` for an ASHA search). ``JOB.json``: ``data_path``, ``cores``,
 ``runs`` (``[hparams, validation points]`` per trial), ``points`` (the rungs of an ASHA search)
@@ -55,7 +55,11 @@ def ray_tune(job: Dict[str, Any]) -> float:
             tune.with_resources(trainable, {"cpu": 1}),
             param_space={"i": tune.grid_search(list(range(len(runs))))},
             tune_config=tune.TuneConfig(
-                metric="validation_loss", mode="min", scheduler=scheduler, max_concurrent_trials=job["cores"]
+                metric="validation_loss",
+                mode="min",
+                scheduler=scheduler,
+                max_concurrent_trials=job["cores"],
+                reuse_actors=True,  # Ray Tune at its fastest: a trial runs in the last one's process
             ),
             run_config=tune.RunConfig(storage_path=storage, verbose=0),
         )
