@@ -138,6 +138,7 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
     stamps = tempfile.mkdtemp(prefix="stamps-", dir=tmp)
     ours, described = _det_lite(tmp, _config(kind, mode, cores, data, stamps), forkserver=True)
     fresh, resumed = _startups(stamps)
+    log(f"search {kind}: det-lite {ours:.2f} s (load {os.getloadavg()[0]:.1f})")
     plain = None
     if mode != "quick":  # the lever's gain: ~1.5 min more per search on 2 cores
         config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
@@ -155,8 +156,10 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
         "trials": len(runs),
         "batches": sum(max(p) for _, p in runs),
     }
+    log(f"search {kind}: limit {result['limit']:.2f} s")
     for side in PEERS if peers else ():
         result[side] = _side(side, job, tmp)
+        log(f"search {kind}: {side} {result[side]:.2f} s")
     log(f"search {kind}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if isinstance(v, float)))
     log(f"   {os.getloadavg()[0]:.1f} load average (1 min)")
     return result

@@ -46,7 +46,14 @@ def ray_tune(job: Dict[str, Any]) -> float:
         for n in points:
             tune.report({"validation_loss": run.train_to(n)})
 
-    ray.init(num_cpus=job["cores"], include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # address="local": a cluster of its own, never one another program started on this machine
+    ray.init(
+        address="local",
+        num_cpus=job["cores"],
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     scheduler = None
     if len(points) > 1:
         scheduler = ASHAScheduler(max_t=len(points), grace_period=1, reduction_factor=job["divisor"])
