@@ -28,19 +28,28 @@ import importlib.util
 import os
 import tempfile
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 FRAMEWORKS = ("lightning", "fabric", "accelerate")
 # framework -> the module its install provides (the ``bench`` extra installs both)
 PACKAGES = {"lightning": "lightning", "fabric": "lightning", "accelerate": "accelerate"}
+# The search measure's peers (``_search_peers.py``), also in the ``bench`` extra.
+SEARCH_PACKAGES = {"ray_tune": "ray", "optuna": "optuna"}
 INSTALL_HINT = "pip install -c constraints.txt '.[bench]'"
 
 Steps = Tuple[List[float], List[float]]
 
 
-def missing() -> List[str]:
-    """The peers' packages that are not installed (empty when ``--peers`` can run)."""
-    return sorted({pkg for pkg in PACKAGES.values() if importlib.util.find_spec(pkg) is None})
+def missing(measures: Optional[Sequence[str]] = None) -> List[str]:
+    """The peers' packages ``measures`` need (default: all) that are not installed (empty when
+    ``--peers`` can run): ``search`` needs Ray Tune and Optuna, the others Lightning and Accelerate."""
+    wanted = set()
+    for measure in ("single", "ddp", "validation", "search") if measures is None else measures:
+        if measure == "search":
+            wanted.update(SEARCH_PACKAGES.values())
+        elif measure in ("single", "ddp", "validation"):
+            wanted.update(PACKAGES.values())
+    return sorted({pkg for pkg in wanted if importlib.util.find_spec(pkg) is None})
 
 
 def quiet() -> None:

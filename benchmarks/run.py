@@ -54,9 +54,10 @@ MEASURES = {
     "dashboard": ("_dashboard", {}),
     "checkpoint_code": ("_checkpoint_code", {}),
     "ray": ("_ray", {}),
+    "search": ("_search", {}),
 }
 # The measures ``--peers`` also runs with Lightning's Trainer, Fabric and Accelerate.
-PEER_MEASURES = ("single", "ddp", "validation")
+PEER_MEASURES = ("single", "ddp", "validation", "search")
 
 
 def machine() -> str:
@@ -107,9 +108,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         parser.error("--repeats must be >= 1")
     if args.threads < 1:
         parser.error("--threads must be >= 1")
-    if args.peers and missing():
-        parser.error(f"--peers needs {', '.join(missing())}; install the bench extra: {INSTALL_HINT}")
     args.measures = only or list(MEASURES)
+    if args.peers and missing(args.measures):
+        needed = ", ".join(missing(args.measures))
+        parser.error(f"--peers needs {needed}; install the bench extra: {INSTALL_HINT}")
     args.mode = "smoke" if args.smoke else ("quick" if args.quick else "full")
     return args
 

@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import determined_lite
+from determined_lite.launch import _forkserver
 from determined_lite.launch._engines import engine_command
-from determined_lite.launch._failures import STOP_GRACE_S
+from determined_lite.launch._failures import STOP_GRACE_S, worker_command
 from determined_lite.launch._startup_hook import with_startup_hook
 from determined_lite.runtime._cluster import SPEC_ENV
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec
@@ -39,9 +40,11 @@ class TrialProcess:
         on_output: Optional[OutputFn],
         cwd: str,
         pass_fds: Sequence[int] = (),
+        forked: Optional[_forkserver.ForkedChild] = None,
     ) -> None:
         self.argv = argv
-        self._proc = subprocess.Popen(
+        self._proc: Union["subprocess.Popen[str]", _forkserver.ForkedChild]
+        self._proc = forked or subprocess.Popen(
             argv,
             env=env,
             cwd=cwd,
@@ -127,7 +130,11 @@ def launch(
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
     argv = with_startup_hook(argv, spec.context_dir)  # Determined sources it before the trial
-    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds)
+    # A 1-slot CPU worker is forked from a warm server when it can be (launch/_forkserver.py); a
+    # worker given GPUs starts plainly (a fork of a process that may have touched CUDA cannot use it).
+    one_worker = argv == worker_command(spec_path) and not full_env.get("CUDA_VISIBLE_DEVICES")
+    forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds) if one_worker else None
+    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked)
 
 
 def run_trial(

@@ -221,7 +221,7 @@ def peer_rows():
     try:
         import _peers
 
-        absent = _peers.missing()
+        absent = _peers.missing(["single", "ddp", "validation"])
     finally:
         sys.path.remove(os.path.join(REPO, "benchmarks"))
     if absent:
@@ -257,15 +257,18 @@ def test_peers_run_every_case_beside_det_lite(peer_rows):
 def test_peers_without_the_extra_is_a_usage_error(monkeypatch, capsys):
     peers = _peers_module(monkeypatch)
     monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name: None)
-    assert peers.missing() == ["accelerate", "lightning"]
+    assert peers.missing(["single", "cli"]) == ["accelerate", "lightning"]
+    assert peers.missing(["search"]) == ["optuna", "ray"]  # the search measure's peers
+    assert peers.missing() == ["accelerate", "lightning", "optuna", "ray"]
     import run
 
     monkeypatch.setattr(run, "missing", peers.missing)
-    with pytest.raises(SystemExit) as exc:
-        run.parse_args(["--peers"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "--peers needs accelerate, lightning; install the bench extra: pip install" in err
+    for only, needed in (("single", "accelerate, lightning"), ("search", "optuna, ray")):
+        with pytest.raises(SystemExit) as exc:
+            run.parse_args(["--only", only, "--peers"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--peers needs {needed}; install the bench extra: pip install" in err
 
 
 def test_peer_rows_are_compared_with_det_lite(common):

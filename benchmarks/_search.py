@@ -1,0 +1,273 @@
+"""Measure 11 (issue 27): a search of many small trials, det-lite against the machine's limit and peers.
+
+A random search and an adaptive ASHA search of ``TRIALS`` trials of the digits MLP
+(``_search_model``: ~1 s of training each), ``max_concurrent_trials`` = cores, through
+``det-lite experiment create`` (the console script, in the foreground, a fresh
+``$DET_LITE_HOME``): its wall time against
+
+- the **limit** (``baseline_s``): the runs det-lite made (each trial's hyperparameters, trained
+  to each batch it validated at) back to back in one warm process, divided by the cores;
+- with ``--peers``, **Ray Tune** (``ray_tune``) and **Optuna** (``optuna``, in-process) over the
+  same hyperparameters (``_search_peers.py``), each as a whole process like det-lite's command;
+- det-lite with ``DET_LITE_FORKSERVER=0`` (``no_forkserver_s``): every worker a fresh interpreter.
+
+Goal: <= 1.25x the limit, and below Ray Tune and Optuna. From the same runs, the trials' start-up
+(``search_trial_startup``: the runner writing a run's spec, just before it starts it, to the end
+of its first batch) and the ASHA promotions' (``search_asha_promotion``: the same for runs that
+resume from a checkpoint) against ``python -c "import torch"`` measured beside them: goal 0.3 s
+above it. Then the store and the CLI at scale: ``det-lite experiment list`` and ``describe`` with
+1,000 experiments, one of them of 100 trials and 10^6 training rows (goal 0.5 s), and the metric
+write path per report (``store_write_report``, as in the dashboard measure).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+from _cli import det_lite_command
+from _common import HERE, Row, absolute_row, child_env, log, peer_row, ratio_row, run_child
+
+TRIALS = {"smoke": 4, "quick": 32, "full": 32}
+BATCHES = {"smoke": 16, "quick": 320, "full": 320}
+RUNG_DIVISOR = 2
+STARTUP_ABOVE_TORCH_S = 0.3
+GOAL = 1.25
+PEERS = ("ray_tune", "optuna")
+
+MODEL_DEF = "from _search_model import SearchTrial  # noqa: F401\n"
+
+
+def _config(kind: str, mode: str, cores: int, data: str, stamps: str) -> Dict[str, Any]:
+    searcher: Dict[str, Any] = {
+        "name": kind,
+        "metric": "validation_loss",
+        "max_length": {"batches": BATCHES[mode]},
+        "max_trials": TRIALS[mode],
+        "max_concurrent_trials": cores,
+    }
+    if kind == "adaptive_asha":
+        searcher.update(mode="aggressive", divisor=RUNG_DIVISOR, max_rungs=3)
+    return {
+        "name": f"search-bench-{kind}",
+        "entrypoint": "model_def:SearchTrial",
+        "hyperparameters": {
+            "global_batch_size": 64,
+            "hidden": {"type": "int", "minval": 32, "maxval": 256},
+            "lr": {"type": "log", "base": 10, "minval": -3.5, "maxval": -1.5},
+            "dropout": {"type": "double", "minval": 0.0, "maxval": 0.4},
+            "data_path": data,
+            "stamp_dir": stamps,
+        },
+        "searcher": searcher,
+        "max_restarts": 0,
+        "reproducibility": {"experiment_seed": 7},
+    }
+
+
+def _det_lite(tmp: str, config: Dict[str, Any], forkserver: bool) -> Tuple[float, Dict[str, Any]]:
+    """Run the search; (wall seconds, ``experiment describe --json``)."""
+    home = tempfile.mkdtemp(prefix="home-", dir=tmp)
+    context = os.path.join(tmp, "context")
+    path = os.path.join(home, "search.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f)
+    env = child_env(threads=1, DET_LITE_HOME=home, DET_LITE_FORKSERVER="1" if forkserver else "0")
+    start = time.perf_counter()
+    run_child(det_lite_command() + ["experiment", "create", path, context], "det-lite search", 1800, env=env)
+    seconds = time.perf_counter() - start
+    out = run_child(det_lite_command() + ["experiment", "describe", "1", "--json"], "describe", 120, env=env)
+    return seconds, json.loads(out.stdout)
+
+
+def _runs(described: Dict[str, Any]) -> List[Tuple[Dict[str, Any], List[int]]]:
+    """Each trial's hyperparameters and the batches it validated at."""
+    out = []
+    for trial in described["trials"]:
+        points = sorted({int(v["total_batches"]) for v in trial["validation_metrics"]})
+        hp = {k: trial["hparams"][k] for k in ("hidden", "lr", "dropout")}
+        out.append((hp, points or [int(trial["total_batches"])]))
+    return out
+
+
+def _side(side: str, job: Dict[str, Any], tmp: str) -> float:
+    path = os.path.join(tmp, f"job-{side}.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    start = time.perf_counter()
+    out = run_child(
+        [sys.executable, os.path.join(HERE, "_search_peers.py"), side, path],
+        side,
+        1800,
+        env=child_env(threads=1),
+    )
+    whole = time.perf_counter() - start
+    reported = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    return reported if side == "limit" else whole
+
+
+def _bare_torch() -> float:
+    start = time.perf_counter()
+    run_child([sys.executable, "-c", "import torch"], "import torch", 120, env=child_env(threads=1))
+    return time.perf_counter() - start
+
+
+def _startups(stamps: str) -> Tuple[List[float], List[float]]:
+    """(fresh runs', resumed runs') seconds from the spec's write to the first batch's end."""
+    fresh: List[float] = []
+    resumed: List[float] = []
+    for path in glob.glob(os.path.join(stamps, "*.jsonl")):
+        with open(path) as f:
+            for line in f:
+                s = json.loads(line)
+                (resumed if s["resumed"] else fresh).append(s["first_batch"] - s["spec"])
+    return fresh, resumed
+
+
+def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
+    cores = os.cpu_count() or 1
+    data = os.path.join(tmp, "digits.npz")
+    stamps = tempfile.mkdtemp(prefix="stamps-", dir=tmp)
+    ours, described = _det_lite(tmp, _config(kind, mode, cores, data, stamps), forkserver=True)
+    fresh, resumed = _startups(stamps)
+    log(f"search {kind}: det-lite {ours:.2f} s (load {os.getloadavg()[0]:.1f})")
+    plain = None
+    if mode != "quick":  # the lever's gain: ~1.5 min more per search on 2 cores
+        config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
+        plain, _ = _det_lite(tmp, config, forkserver=False)
+    runs = _runs(described)
+    points = sorted({p for _, pts in runs for p in pts}) if kind == "adaptive_asha" else [BATCHES[mode]]
+    job = {"data_path": data, "cores": cores, "runs": runs, "points": points, "divisor": RUNG_DIVISOR}
+    result: Dict[str, Any] = {
+        "det_lite": ours,
+        "no_forkserver": plain,
+        "limit": _side("limit", job, tmp) / cores,
+        "fresh": fresh,
+        "resumed": resumed,
+        "torch": _bare_torch(),
+        "trials": len(runs),
+        "batches": sum(max(p) for _, p in runs),
+    }
+    log(f"search {kind}: limit {result['limit']:.2f} s")
+    for side in PEERS if peers else ():
+        result[side] = _side(side, job, tmp)
+        log(f"search {kind}: {side} {result[side]:.2f} s")
+    log(f"search {kind}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if isinstance(v, float)))
+    log(f"   {os.getloadavg()[0]:.1f} load average (1 min)")
+    return result
+
+
+def run(mode: str, repeats: Optional[int] = None, peers: Any = ()) -> List[Row]:
+    repeats = repeats or 1
+    rows: List[Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
+        os.makedirs(os.path.join(tmp, "context"))
+        with open(os.path.join(tmp, "context", "model_def.py"), "w") as f:
+            f.write(MODEL_DEF)
+        run_child(
+            [
+                sys.executable,
+                "-c",
+                f"import _search_model as m; m.write_digits({os.path.join(tmp, 'digits.npz')!r})",
+            ],
+            "digits",
+            120,
+            env=child_env(threads=1),
+        )
+        starts: Dict[str, List[float]] = {"fresh": [], "resumed": [], "torch": []}
+        for kind, name in (("random", "search_random"), ("adaptive_asha", "search_asha")):
+            results = [_one_search(kind, mode, tmp, bool(peers)) for _ in range(repeats)]
+            rows.extend(_search_rows(f"{name}_{TRIALS[mode]}_trials", results, bool(peers)))
+            for r in results:
+                for k in starts:
+                    starts[k].extend(r[k] if isinstance(r[k], list) else [r[k]])
+        rows.extend(_startup_rows(starts))
+    rows.extend(store_rows(mode))
+    return rows
+
+
+def _search_rows(name: str, results: List[Dict[str, Any]], peers: bool) -> List[Row]:
+    row = ratio_row(
+        name,
+        [r["det_lite"] for r in results],
+        [r["limit"] for r in results],
+        GOAL,
+        trials=results[0]["trials"],
+        batches=results[0]["batches"],
+        lead_peers=peers,
+        load_average=os.getloadavg()[0],
+    )
+    row["note"] = f"load {row['load_average']:.1f}"
+    if results[0]["no_forkserver"] is not None:
+        row["no_forkserver_s"] = statistics.median(r["no_forkserver"] for r in results)
+        row["note"] += f"; without the fork server {row['no_forkserver_s']:.1f} s"
+    rows = [row]
+    for side in PEERS if peers else ():
+        peer = ratio_row(name, [r[side] for r in results], [r["limit"] for r in results], GOAL)
+        rows.append(peer_row(peer, side))
+    if peers:
+        row["note"] += "; " + ", ".join(
+            f"{p} {statistics.median(r[p] for r in results):.1f} s" for p in PEERS
+        )
+    return rows
+
+
+def _startup_rows(starts: Dict[str, List[float]]) -> List[Row]:
+    torch_s = statistics.median(starts["torch"])
+    goal = torch_s + STARTUP_ABOVE_TORCH_S
+    rows = []
+    for key, name in (("fresh", "search_trial_startup"), ("resumed", "search_asha_promotion")):
+        if starts[key]:
+            rows.append(
+                absolute_row(
+                    name,
+                    starts[key],
+                    goal,
+                    bare_import_torch_s=torch_s,
+                    note=f"runner's start -> first batch, {len(starts[key])} runs; "
+                    f"python -c 'import torch' {torch_s:.2f} s (goal: +{STARTUP_ABOVE_TORCH_S} s)",
+                )
+            )
+    return rows
+
+
+# --- the store and the CLI at scale -----------------------------------------------------------
+
+STORE_GOAL_S = 0.5
+# mode -> (experiments, trials of the big one, training rows per trial, runs)
+STORE_SIZES = {"smoke": (50, 10, 1000, 2), "quick": (1000, 100, 10000, 5), "full": (1000, 100, 10000, 9)}
+
+
+def store_rows(mode: str) -> List[Row]:
+    """``experiment list`` and ``describe`` on 1,000 experiments, one of 100 trials with 10^6
+    training rows (and 10^4 validation rows); the write path per report (``store_write_report``)."""
+    import _cli
+    import _dashboard
+
+    experiments, trials, rows, runs = STORE_SIZES[mode]
+    out: List[Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-search-store-") as home:
+        _cli.build_store(home, experiments - 1)
+        exp = _dashboard.build_store(home, trials, rows, rows // 100)
+        env = dict(os.environ, DET_LITE_HOME=home)
+        scale = f"{experiments} experiments, {trials} trials x {rows} rows"
+        listed = _cli.time_command(_cli.det_lite_command() + ["experiment", "list"], env, runs)
+        name = f"search_cli_experiment_list_{experiments}"
+        out.append(absolute_row(name, listed, STORE_GOAL_S, note=scale))
+        # describe prints every training row (Determined's workloads table): a minute at 10^6
+        start = time.perf_counter()
+        argv = _cli.det_lite_command() + ["experiment", "describe", str(exp)]
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True, timeout=900)
+        name = f"search_cli_experiment_describe_{trials}_trials_{trials * rows}_rows"
+        seconds = [time.perf_counter() - start]
+        out.append(absolute_row(name, seconds, STORE_GOAL_S, note=scale + "; every row printed"))
+    out.append(_dashboard.write_row(runs, _dashboard.WRITE_REPORTS[mode]))
+    return out
