@@ -8,9 +8,11 @@ address), Horovod at a Gloo rendezvous server on the driver (as ``horovod.ray`` 
 
 Only the driver writes the store: the chief's reports come back through its actor
 (``reporting/_sink.py``) and are replayed here, in order, on the driver's ``TrialReporter``
-before the run is seen to end; a pause or kill request read from the store goes back to the
-chief's node as a flag file. The trial's spec, result, progress and checkpoints are files on the
-storage every node sees (checked at ``create``: ``_ray_cluster.storage_problem``).
+before the run is seen to end, and its store questions (``experiment_best_validation``) are
+answered from the driver's store; a pause or kill request read from the store goes back to every
+rank's node as a flag file. No worker opens SQLite. The trial's spec, result, progress and
+checkpoints are files on the storage every node sees (checked at ``create``:
+``_ray_cluster.storage_problem``).
 
 :class:`RayRun` is the executor interface's ``TrialRun`` (``poll``,
 ``wait``, ``stop``): the placement wait, the actors and the output pump run on a thread, so the
@@ -215,7 +217,8 @@ class RayRun(TrialRun):
             if reporter is not None and not asked_stop and time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + TAKE_WAIT_S
                 if stop_requested(reporter.store, int(self.spec.experiment_id or 0)):
-                    self._actor(0).request_stop.remote()
+                    for rank in range(self.spec.slots):  # every rank's poll reads its node's flag
+                        self._actor(rank).request_stop.remote()
                     asked_stop = True
         if failed is None:
             return 0
@@ -245,7 +248,9 @@ class RayRun(TrialRun):
                 self._last_line[rank] = line
         if rank == 0 and reporter is not None:
             for record in out["records"]:
-                apply_record(reporter, record)
+                answer = apply_record(reporter, record)  # in order: after the reports before it
+                if answer is not None:
+                    self._actor(rank).answer.remote(answer)
         return None if out["exit"] is None else int(out["exit"])
 
     def _say(self, line: str) -> None:

@@ -5,8 +5,10 @@ bundle of the trial's placement group. It starts det-lite's unchanged worker pro
 (``python -m determined_lite.launch.worker SPEC``) as a subprocess in its own process group, so
 resume, the stall watchdog, fail-fast and checkpoints behave as with the local launcher. The
 worker's output lines and its store records (JSON lines on a pipe, ``reporting/_sink.py``) are
-buffered here until the driver takes them (:meth:`SlotWorker.take`), in order. The pause/kill
-flag flows back as a file on this node the chief's sink reads (:meth:`SlotWorker.request_stop`).
+buffered here until the driver takes them (:meth:`SlotWorker.take`), in order; the driver's
+answers to the chief's store questions go back on a second pipe (:meth:`SlotWorker.answer`). The
+pause/kill flag flows back as a file on this node every rank's poll reads
+(:meth:`SlotWorker.request_stop`).
 
 No worker outlives its slot: the worker gets SIGKILL when this actor's process dies
 (``PR_SET_PDEATHSIG``, e.g. ``ray.kill`` or a lost node), and it watches this actor's pid as the
@@ -30,7 +32,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence
 
-from determined_lite.reporting._sink import REPORT_FD_ENV, STOP_FILE_ENV
+from determined_lite.reporting._sink import ANSWER_FD_ENV, REPORT_FD_ENV, STOP_FILE_ENV
 
 STORAGE_VIEW_ENV = "DET_LITE_TEST_STORAGE_VIEW"  # tests: this node sees storage under another root
 
@@ -74,6 +76,7 @@ class SlotWorker:
         self._readers: List[threading.Thread] = []
         self._dir = tempfile.mkdtemp(prefix="det-lite-slot-")
         self._stop_file = os.path.join(self._dir, "stop")
+        self._answers: Any = None  # the write end of the worker's answer pipe
 
     def node(self) -> Dict[str, Any]:
         """Where this slot is: node id, IP address, host name, and a free port on this node."""
@@ -89,9 +92,11 @@ class SlotWorker:
     def start(self, argv: Sequence[str], env: Dict[str, str], cwd: str) -> int:
         """Start the worker process with ``env`` on top of this node's environment."""
         read_fd, write_fd = os.pipe()
+        answer_read, answer_write = os.pipe()
         full_env = dict(os.environ)
         full_env.update(env)
         full_env[REPORT_FD_ENV] = str(write_fd)
+        full_env[ANSWER_FD_ENV] = str(answer_read)
         full_env[STOP_FILE_ENV] = self._stop_file
         full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
         full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
@@ -100,7 +105,7 @@ class SlotWorker:
             env=full_env,
             cwd=cwd,
             umask=0o077,
-            pass_fds=(write_fd,),
+            pass_fds=(write_fd, answer_read),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -108,6 +113,8 @@ class SlotWorker:
             preexec_fn=_die_with_parent,
         )
         os.close(write_fd)
+        os.close(answer_read)
+        self._answers = os.fdopen(answer_write, "w", buffering=1, encoding="utf-8")
         records = os.fdopen(read_fd, "rb")
         assert self._proc.stdout is not None
         for stream, sink in ((self._proc.stdout, self._lines), (records, self._records)):
@@ -147,6 +154,14 @@ class SlotWorker:
             self._records.clear()
         code = self._exit_code() if not lines and not records else None
         return {"lines": lines, "records": records, "exit": code}
+
+    def answer(self, line: str) -> None:
+        """The driver's answer to the worker's latest question (``reporting/_sink.py``)."""
+        try:
+            self._answers.write(line + "\n")
+            self._answers.flush()
+        except (BrokenPipeError, ValueError, AttributeError):
+            pass  # the worker is gone (or never started): nobody waits for it
 
     def request_stop(self) -> None:
         """The experiment was paused or killed: the chief's sink sees it at its next poll."""

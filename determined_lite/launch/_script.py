@@ -151,20 +151,10 @@ class ScriptTrial:
         return records / per_epoch if isinstance(per_epoch, int) and per_epoch > 0 else None
 
     def experiment_best_validation(self) -> Optional[float]:
-        settings = self.spec.training_settings()
-        store, eid = self._store_reader(), self.spec.experiment_id
-        if store is None or eid is None:
-            return None
-        values = [
-            t["best_validation"] for t in store.list_trials(eid) if t.get("best_validation") is not None
-        ]
-        if not values:
-            return None
-        return float(min(values) if settings.smaller_is_better else max(values))
+        """The chief's reporter answers (from the store, or the driver's under a remote executor)."""
+        return None if self.reporter is None else self.reporter.experiment_best_validation()
 
     def _store_reader(self) -> Any:
-        if self.reporter is not None and self.reporter.store is not None:
-            return self.reporter.store
         if self._store is None and self.spec.store_path is not None:
             from determined_lite.store import Store
 
@@ -190,6 +180,11 @@ class ScriptTrial:
         """Whether ``pause`` or ``kill`` was asked of the experiment (from any rank)."""
         if self.reporter is not None:
             return bool(self.reporter.stop_requested())
+        from determined_lite.reporting._sink import remote_stop_requested
+
+        remote = remote_stop_requested()  # the driver's flag on this node: no store here
+        if remote is not None:
+            return remote
         store, eid = self._store_reader(), self.spec.experiment_id
         if store is None or eid is None:
             return False

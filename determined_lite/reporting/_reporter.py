@@ -89,6 +89,16 @@ class TrialReporter:
         """A checkpoint the trial deleted itself (a Core API script): out of the store."""
         self.store.delete_checkpoint(uuid)
 
+    def experiment_best_validation(self) -> Optional[float]:
+        """The best searcher metric any trial of the experiment reported so far (None: none)."""
+        if self.experiment_id is None:
+            return None
+        trials = self.store.list_trials(self.experiment_id)
+        values = [t["best_validation"] for t in trials if t.get("best_validation") is not None]
+        if not values:
+            return None
+        return float(min(values) if self.smaller_is_better else max(values))
+
     def stop_requested(self) -> bool:
         """Whether ``pause`` or ``kill`` was asked of the trial's experiment."""
         return self.experiment_id is not None and stop_requested(self.store, self.experiment_id)

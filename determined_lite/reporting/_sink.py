@@ -6,8 +6,11 @@ the Ray executor finds ``$DET_LITE_REPORT_FD`` (a pipe to its slot's actor) and 
 on that pipe, in call order; the driver takes the lines through Ray and replays them, in the same
 order, on its own ``TrialReporter`` (:func:`apply_record`). A checkpoint line is written only
 once the checkpoint is flushed (the loop's ``on_checkpoint_upload_end``), so the driver never
-registers one that is not complete. The pause/kill poll reads ``$DET_LITE_STOP_FILE``, a file on
-the chief's node that the driver has the actor create when it sees a request in the store.
+registers one that is not complete. What a worker reads from the store is a question on the same
+pipe (``experiment_best_validation``): the driver answers it from its store after replaying every
+line before it, on a second pipe (``$DET_LITE_ANSWER_FD``), so the answer counts the chief's own
+reports as a local read would. The pause/kill poll of every rank reads ``$DET_LITE_STOP_FILE``, a
+file on its node that the driver has each actor create when it sees a request in the store.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Any, Dict, Optional
 
 REPORT_FD_ENV = "DET_LITE_REPORT_FD"
 STOP_FILE_ENV = "DET_LITE_STOP_FILE"
+ANSWER_FD_ENV = "DET_LITE_ANSWER_FD"
 CALLS = ("restart_at", "training", "validation", "checkpoint", "forget_checkpoint")
+QUESTIONS = ("experiment_best_validation",)
 
 
 def _plain(value: Any) -> Any:
@@ -34,10 +39,12 @@ class RemoteReporter:
 
     store = None  # no store on this node
 
-    def __init__(self, fd: int, stop_file: Optional[str]) -> None:
+    def __init__(self, fd: int, stop_file: Optional[str], answer_fd: Optional[int] = None) -> None:
         self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
         self._stop_file = stop_file
+        self._answers = None if answer_fd is None else os.fdopen(answer_fd, "r", encoding="utf-8")
         self._lock = threading.Lock()  # the background checkpoint flush reports from its thread
+        self._ask_lock = threading.Lock()  # one question at a time: answers come back in order
 
     def _send(self, call: str, *args: Any) -> None:
         line = json.dumps({"call": call, "args": list(args)}, default=_plain, allow_nan=True)
@@ -62,6 +69,21 @@ class RemoteReporter:
     def forget_checkpoint(self, uuid: str) -> None:
         self._send("forget_checkpoint", uuid)
 
+    def experiment_best_validation(self) -> Optional[float]:
+        """The driver's answer from its store (see the module's docstring)."""
+        answer = self._ask("experiment_best_validation")
+        return None if answer is None else float(answer)
+
+    def _ask(self, question: str) -> Any:
+        if self._answers is None:
+            raise RuntimeError(f"{question}: this worker has no answer pipe from the driver")
+        with self._ask_lock:
+            self._send(question)
+            line = self._answers.readline()
+        if not line:
+            raise RuntimeError(f"{question}: the driver closed the answer pipe without answering")
+        return json.loads(line)["answer"]
+
     def stop_requested(self) -> bool:
         return bool(self._stop_file) and os.path.exists(str(self._stop_file))
 
@@ -71,13 +93,27 @@ def remote_reporter() -> Optional[RemoteReporter]:
     fd = os.environ.get(REPORT_FD_ENV)
     if not fd:
         return None
-    return RemoteReporter(int(fd), os.environ.get(STOP_FILE_ENV))
+    answer_fd = os.environ.get(ANSWER_FD_ENV)
+    return RemoteReporter(int(fd), os.environ.get(STOP_FILE_ENV), int(answer_fd) if answer_fd else None)
 
 
-def apply_record(reporter: Any, line: str) -> None:
-    """Replay one :class:`RemoteReporter` line on the driver's ``TrialReporter``."""
+def remote_stop_requested() -> Optional[bool]:
+    """Any rank's pause/kill poll under a remote executor: whether the driver raised this node's
+    stop flag (None when the executor gave no flag: the store is on this machine, ask it)."""
+    stop_file = os.environ.get(STOP_FILE_ENV)
+    if not stop_file:
+        return None
+    return os.path.exists(stop_file)
+
+
+def apply_record(reporter: Any, line: str) -> Optional[str]:
+    """Replay one :class:`RemoteReporter` line on the driver's ``TrialReporter``; a question's
+    answer, from the driver's store, as the line to send back (None for a report)."""
     record = json.loads(line)
     call = record.get("call")
+    if call in QUESTIONS:
+        return json.dumps({"answer": getattr(reporter, call)()}, allow_nan=True)
     if call not in CALLS:
         raise ValueError(f"unknown report from a worker: {call!r}")
     getattr(reporter, call)(*record["args"])
+    return None

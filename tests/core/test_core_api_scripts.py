@@ -45,6 +45,32 @@ def assert_closed_form(trial: Dict[str, Any], lr: float = 0.01) -> None:
         assert v["metrics"] == {"val_loss": pytest.approx(val_loss(w), rel=1e-12), "weight": pytest.approx(w)}
 
 
+def printed_best(output: str) -> list:
+    """The script's ``print_best`` lines: (before|after, get_experiment_best_validation())."""
+    found = re.findall(r"core: best (before|after) (None|[-+0-9.e]+)", output)
+    return [(when, None if value == "None" else float(value)) for when, value in found]
+
+
+def test_get_experiment_best_validation_reads_every_trial(tmp_path, _det_lite_home):
+    """Two trials one after the other: the second reads the first's best before training, and
+    after its own validation report the better of both (the local executor's chief reads the
+    store itself)."""
+    changes = {
+        "hyperparameters.print_best": True,
+        "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02]},
+        "searcher.name": "grid",
+        "searcher.max_concurrent_trials": 1,
+    }
+    proc = cli("experiment", "create", write_config(tmp_path, **changes), SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first, second = sorted(describe(1)["trials"], key=lambda t: t["id"])
+    best = [val_loss(weights(8, lr=t["hparams"]["lr"], gamma=1.0)[-1]) for t in (first, second)]
+    assert [first["best_validation"], second["best_validation"]] == pytest.approx(best, rel=1e-12)
+    assert printed_best(logs(first["id"])) == [("before", None), ("after", pytest.approx(best[0], rel=1e-12))]
+    expected = [("before", pytest.approx(best[0], rel=1e-12)), ("after", pytest.approx(min(best), rel=1e-12))]
+    assert printed_best(logs(second["id"])) == expected
+
+
 def logs(trial_id: int) -> str:
     return cli("trial", "logs", str(trial_id)).stdout
 

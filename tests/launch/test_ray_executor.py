@@ -17,7 +17,10 @@ import pytest
 from determined_lite.launch._ray_slot import STORAGE_VIEW_ENV
 from tests.cli_helpers import activate, asha_overrides, cli, describe, pause_foreground, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
+from tests.compat.test_determined_trial import weights as core_weights
 from tests.core.test_core_api_scripts import assert_closed_form as assert_core_closed_form
+from tests.core.test_core_api_scripts import printed_best
+from tests.core.test_core_api_scripts import val_loss as core_val_loss
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 from tests.timing import budget
 
@@ -150,16 +153,20 @@ def test_only_the_driver_opens_the_store(tmp_path, on_ray, executor):
 
 def test_a_core_api_script_reports_through_the_driver(tmp_path, on_ray):
     """Determined's Core API script (``det.core.init()``, its own loop): on Ray its reports and
-    checkpoints reach the store through the driver too (the SQLite audit is on)."""
+    checkpoints reach the store through the driver too, and its store read
+    (``get_experiment_best_validation()``) is answered by the driver after the chief's own
+    validation report (the SQLite audit is on: no worker opens the store, even read-only)."""
     scripts = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
-    path = _write_config(
-        os.path.join(scripts, "core.yaml"), tmp_path, "exp.yaml", **{"resources.executor": "ray"}
-    )
+    changes = {"resources.executor": "ray", "hyperparameters.print_best": True}
+    path = _write_config(os.path.join(scripts, "core.yaml"), tmp_path, "exp.yaml", **changes)
     proc = cli("experiment", "create", path, scripts, env=_audited_env(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "opened SQLite" not in proc.stdout + proc.stderr
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "COMPLETED" and trial["total_batches"] == 8
     assert_core_closed_form(trial)  # the local executor's test's own check
+    assert printed_best(proc.stdout) == [("before", None), ("after", trial["best_validation"])]
+    assert trial["best_validation"] == pytest.approx(core_val_loss(core_weights(8, gamma=1.0)[-1]), rel=1e-12)
     (ckpt,) = trial["checkpoints"]
     assert ckpt["total_batches"] == 8
 

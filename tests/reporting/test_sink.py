@@ -4,15 +4,17 @@ checkpoints registered with retention; and the pause/kill flag file is read back
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import threading
 
 import numpy as np
 import pytest
 
 from determined_lite.reporting._reporter import TrialReporter
 from determined_lite.reporting._retention import RetentionPolicy
-from determined_lite.reporting._sink import RemoteReporter, apply_record
+from determined_lite.reporting._sink import STOP_FILE_ENV, RemoteReporter, apply_record, remote_stop_requested
 from determined_lite.store import Store
 
 
@@ -94,3 +96,58 @@ def test_stop_flag_and_unknown_calls(tmp_path):
     os.close(read_fd)
     with pytest.raises(ValueError, match="unknown report"):
         apply_record(object(), '{"call": "__init__", "args": []}')
+
+
+def _driver(store, exp: int, trial: int, report_fd: int, answer_fd: int) -> threading.Thread:
+    """The driver's side: replay each line in order, write each question's answer back."""
+
+    def run() -> None:
+        reporter = _reporter(store, exp, trial)
+        with os.fdopen(report_fd) as lines, os.fdopen(answer_fd, "w") as answers:
+            for line in lines:
+                answer = apply_record(reporter, line)
+                if answer is not None:
+                    answers.write(answer + "\n")
+                    answers.flush()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_store_question_is_answered_after_the_reports_before_it(tmp_path):
+    """``experiment_best_validation`` on a remote chief: the driver's store answers, counting
+    the chief's own validation sent just before the question, and the other trials'."""
+    store, exp, other = _store_with_trial(str(tmp_path / "s.db"))
+    trial = store.create_trial(exp, 2, {}, 0)
+    report_r, report_w = os.pipe()
+    answer_r, answer_w = os.pipe()
+    driver = _driver(Store(str(tmp_path / "s.db")), exp, trial, report_r, answer_w)
+    remote = RemoteReporter(report_w, None, answer_r)
+    assert remote.experiment_best_validation() is None
+    _reporter(store, exp, other).validation(4, {"val_loss": 0.5})
+    assert remote.experiment_best_validation() == 0.5
+    remote.validation(4, {"val_loss": np.float64(0.25)})
+    assert remote.experiment_best_validation() == 0.25  # its own report, replayed first
+    remote.validation(8, {"val_loss": 0.75})
+    assert remote.experiment_best_validation() == 0.25
+    remote._out.close()
+    driver.join(10)
+    assert not driver.is_alive() and store.get_trial(trial)["best_validation"] == 0.25
+    gone_r, gone_w = os.pipe()
+    os.close(gone_w)  # a driver that is gone: EOF, not a hang
+    lost = RemoteReporter(os.open(os.devnull, os.O_WRONLY), None, gone_r)
+    with pytest.raises(RuntimeError, match="closed the answer pipe"):
+        lost.experiment_best_validation()
+    assert json.loads(
+        apply_record(_reporter(store, exp, trial), '{"call": "experiment_best_validation", "args": []}')
+    ) == {"answer": 0.25}
+
+
+def test_every_rank_reads_the_stop_flag_of_its_node(tmp_path, monkeypatch):
+    monkeypatch.delenv(STOP_FILE_ENV, raising=False)
+    assert remote_stop_requested() is None  # no remote executor: the rank asks the store
+    monkeypatch.setenv(STOP_FILE_ENV, str(tmp_path / "stop"))
+    assert remote_stop_requested() is False
+    (tmp_path / "stop").touch()
+    assert remote_stop_requested() is True
