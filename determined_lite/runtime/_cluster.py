@@ -18,6 +18,9 @@ import socket
 from typing import Any, Dict, List, Optional
 
 SPEC_ENV = "DET_LITE_TRIAL_SPEC"
+# ``host:port`` of the TCPStore that workers a trial's script starts itself join
+# (``det.core.DistributedContext(rank=...)``: distributed/_ranks.py, launch/_script_workers.py).
+CORE_STORE_ENV = "DET_LITE_CORE_STORE"
 
 
 class ClusterTrialInfo:
