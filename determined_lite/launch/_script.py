@@ -75,7 +75,7 @@ class ScriptTrial:
         self.checkpoints: List[Dict[str, Any]] = []
         self.stopped = False  # the script stopped for a pause/kill (should_preempt said so)
         self.early_exit: Any = None  # the core.EarlyExitReason the script reported
-        self.progressed = False  # it reported training after the checkpoint it started from
+        self.progressed = False  # it reported training or a checkpoint after the one it started from
         self.start_steps = checkpoint_batches(spec.latest_checkpoint)
         self._validation_steps: Optional[int] = None
         self._store: Any = None
@@ -114,6 +114,8 @@ class ScriptTrial:
     def note_checkpoint(self, uuid: str, path: str, metadata: Dict[str, Any]) -> None:
         """A checkpoint the script stored: registered in the store (retention applied)."""
         total = int(metadata["total_batches"])
+        if total > self.start_steps:  # a restart resumes past where this run started
+            self.progressed = True
         metrics = self.validation if self._validation_steps == total else None
         self.checkpoints.append({"uuid": uuid, "path": path, "total_batches": total})
         if self.reporter is not None:

@@ -64,3 +64,57 @@ def test_batch_inference_example_on_two_slots(_det_lite_home: Any) -> None:
     assert torch.equal(x[order], torch.tensor(digits.data[expected], dtype=torch.float64))
     with torch.no_grad():
         assert torch.equal(p, model(x))  # the seeded model's exact output
+
+
+RESUMING = """import os, pathlib, torch
+from sklearn.datasets import load_digits
+from determined.pytorch import experimental
+
+class Processor(experimental.TorchBatchProcessor):
+    def __init__(self, context):
+        self.context = context
+
+    def process_batch(self, batch, batch_idx):
+        marker = pathlib.Path(os.environ["MARKER"])
+        if batch_idx == 5 and not marker.exists():
+            marker.touch()
+            raise RuntimeError("failing once at batch 5")
+        with self.context.upload_path() as path:
+            torch.save(batch[1], pathlib.Path(path, f"labels_{batch_idx}"))
+        print(f"processed batch {batch_idx}", flush=True)
+
+digits = load_digits()
+data = torch.utils.data.TensorDataset(torch.tensor(digits.data), torch.tensor(digits.target))
+experimental.torch_batch_process(Processor, data, batch_size=100, checkpoint_interval=2)
+"""
+
+
+def test_a_restarted_trial_skips_the_batches_its_checkpoint_recorded(
+    tmp_path: Any, _det_lite_home: Any
+) -> None:
+    from sklearn.datasets import load_digits
+
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "bp.py").write_text(RESUMING)
+    config = context / "exp.yaml"
+    config.write_text(
+        "entrypoint: python3 bp.py\nsearcher:\n  name: single\n  metric: x\nmax_restarts: 1\n"
+        f"environment:\n  environment_variables:\n    - MARKER={tmp_path / 'failed-once'}\n"
+    )
+    proc = cli("experiment", "create", str(config), str(context))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1
+    logs = cli("trial", "logs", str(trial["id"])).stdout
+    processed = [int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if "processed batch" in line]
+    # 18 batches of 100 (the last 97): 0-4, the failure at 5 (checkpoint at 4), then 4-17.
+    assert processed == list(range(0, 5)) + list(range(4, 18))
+    assert "Previous run completed 4 steps" in logs
+    latest = max(trial["checkpoints"], key=lambda c: c["total_batches"])
+    with open(os.path.join(latest["path"], "metadata.json")) as f:
+        metadata = json.load(f)
+    assert metadata["steps_completed"] == 18
+    out = os.path.join(os.path.dirname(latest["path"]), metadata["default_output_uuid"], "rank_0")
+    labels = torch.cat([torch.load(os.path.join(out, f"labels_{i}"), weights_only=True) for i in range(18)])
+    assert labels.tolist() == load_digits().target.tolist()
