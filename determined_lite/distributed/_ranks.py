@@ -1,7 +1,7 @@
 """``det.core.DistributedContext(rank=..., size=..., ..., chief_ip=...)``, as Determined's scripts
 build it for workers they start themselves: the workers join one torch.distributed group (gloo
-on CPU, nccl with a GPU per local worker) through a torch ``TCPStore``: the one at ``$DET_LITE_CORE_STORE``
-(``host:port``, hosted by the det-lite worker that runs the script, see
+on CPU, nccl with a GPU per local worker) through a torch ``TCPStore``: the one at
+``$DET_LITE_CORE_STORE`` (``host:port``, hosted by the det-lite worker that runs the script, see
 ``launch._script_workers``), or else one that rank 0 hosts at ``chief_ip`` and ``$MASTER_PORT``
 (default 29500). Determined's own ports (``pub_port``, ``pull_port``) are not used.
 """

@@ -278,7 +278,7 @@ def run_script(
     ``heartbeat``: the stall watchdog's, which the script's Core API calls keep current."""
     trial = ScriptTrial(spec, distributed, extra_callbacks, heartbeat)
     set_active_trial(trial)
-    with _process_group_joined(distributed), hosting(spec) as own_workers:
+    with _process_group_joined(distributed), hosting(spec, distributed.size) as own_workers:
         run_as_main(script, spec.context_dir)
         reported = own_workers()  # what workers the script started itself reported
     return reported if reported is not None and not trial.reported() else trial.result()
