@@ -72,6 +72,12 @@ class Trial(FromRecord):
             raise NotFoundError(f"experiment {self.experiment_id} not found")
         return found
 
+    def kill(self) -> None:
+        """Kill this trial alone, as Determined's ``Trial.kill()``: its experiment's runner stops
+        it within a poll (it ends CANCELED) and the search goes on with the other trials; a trial
+        of an experiment that runs no process is CANCELED now. An ended trial stays as it is."""
+        self._session.store().request_trial_kill(self.id)
+
     def list_checkpoints(
         self,
         sort_by: Optional[SortBy] = None,

@@ -21,7 +21,7 @@ from determined_lite.core._checkpoint import CheckpointContext
 from determined_lite.core._preempt import PreemptContext, PreemptMode
 from determined_lite.core._searcher import SearcherContext, Unit
 from determined_lite.core._train import EarlyExitReason, TrainContext
-from determined_lite.runtime._cluster import active_trial, get_cluster_info
+from determined_lite.runtime._cluster import adopt_trial, get_cluster_info
 
 logger = logging.getLogger("determined_lite")
 
@@ -122,7 +122,7 @@ def init(
     tensorboard_mode: Any = TensorboardMode.AUTO,
 ) -> Context:
     """The Core API context of this process (use it as a context manager)."""
-    trial = active_trial()
+    trial = adopt_trial(distributed)
     info = get_cluster_info()
     if trial is None:
         from determined_lite.distributed import SingleProcessContext

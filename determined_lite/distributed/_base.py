@@ -25,7 +25,17 @@ class PeerFailure(RuntimeError):
     """
 
 
-class DistributedContext(abc.ABC):
+class _Constructible(abc.ABCMeta):
+    """``DistributedContext(rank=..., size=..., ..., chief_ip=...)`` itself, as Determined's
+    scripts call it, joins the torch engine's group (``TorchDistributedContext.from_ranks``)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is DistributedContext:
+            return engine("torch").from_ranks(*args, **kwargs)  # type: ignore[attr-defined]
+        return super().__call__(*args, **kwargs)
+
+
+class DistributedContext(abc.ABC, metaclass=_Constructible):
     """Rank information, object collectives and the gradient engine of one worker.
 
     Object collectives (``allgather``, ``broadcast``) carry picklable Python objects through the

@@ -218,6 +218,17 @@ class TorchDistributedContext(DistributedContext, engine=True):
             cross_size=cross_size,
         )
 
+    @classmethod
+    def from_ranks(cls, **ranks: Any) -> "TorchDistributedContext":
+        """Determined's ``det.core.DistributedContext(rank=..., ..., chief_ip=...)``: see
+        ``distributed._ranks``."""
+        from determined_lite.distributed._ranks import join_group
+
+        device = join_group(**ranks)
+        names = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")
+        r = {k: int(ranks[k]) for k in names}
+        return cls(device=device, ddp_options=None, **r)
+
     def is_peer_failure(self, error: BaseException) -> bool:
         """Whether ``error`` only reflects another worker's failure (see :func:`is_peer_failure`)."""
         return is_peer_failure(error)

@@ -33,6 +33,7 @@ from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary, where_text
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
 from determined_lite.experiment._shared_machine import oversubscription
+from determined_lite.experiment._trial_kills import apply_trial_kills
 from determined_lite.experiment._trial_launch import TrialLauncher
 from determined_lite.experiment._trial_logs import TrialLogs
 from determined_lite.launch import WorkerResult, WorkerSpec, WorkerStatus
@@ -254,6 +255,7 @@ class ExperimentRunner(RunnerEndings):
                 return 1
             if action == Action.PAUSE:
                 self.pausing = True
+            apply_trial_kills(self)
             if not self.pausing:
                 self._start_queued()
             self._poll_running(self.pausing)

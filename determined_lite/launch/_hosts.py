@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 _HOSTNAME = re.compile(r"^[\w.-]+$")  # names and addresses both launchers accept
 # Names of this machine that need no ssh (a launcher starts their workers directly).
@@ -64,3 +64,36 @@ def parse_hosts(hosts: Sequence[str], slots: int, allow_repeats: bool = False) -
             f"is {slots}; the slot counts must add up to slots_per_trial"
         )
     return parsed
+
+
+def listening_store(address: str, port: int, timeout_s: float) -> Tuple[Any, int]:
+    """A torch ``TCPStore`` server listening on ``address`` only, at ``port`` (0: a free port).
+
+    torch's TCPStore server binds every interface whatever host it is given; one created on a
+    socket of our own (``master_listen_fd``) listens where that socket does. Returns
+    ``(store, port)``.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(socket.SOMAXCONN)
+        port = int(sock.getsockname()[1])
+    except BaseException:
+        sock.close()
+        raise
+    store = dist.TCPStore(
+        address,
+        port,
+        is_master=True,
+        multi_tenant=True,
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),  # the server owns the socket from now on
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    return store, port

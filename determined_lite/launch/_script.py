@@ -12,6 +12,7 @@ context, ``Trainer.fit`` its searcher length, checkpoint and store hooks, and
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
@@ -25,8 +26,14 @@ from determined_lite.config import OWN_LENGTH
 from determined_lite.config._launcher import ScriptCommand
 from determined_lite.config.units import length_from_config
 from determined_lite.launch._fit import fit_plan, result_of, trial_info
+from determined_lite.launch._script_workers import RESULT_ENV, hosting
 from determined_lite.launch._watchdog import Heartbeat
-from determined_lite.runtime._cluster import checkpoint_batches, set_active_trial
+from determined_lite.runtime._cluster import (
+    active_trial,
+    checkpoint_batches,
+    get_cluster_info,
+    set_active_trial,
+)
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
 if TYPE_CHECKING:  # torch: imported when the script fits, not by `det-lite run`'s CLI process
@@ -68,7 +75,7 @@ class ScriptTrial:
         self.checkpoints: List[Dict[str, Any]] = []
         self.stopped = False  # the script stopped for a pause/kill (should_preempt said so)
         self.early_exit: Any = None  # the core.EarlyExitReason the script reported
-        self.progressed = False  # it reported training after the checkpoint it started from
+        self.progressed = False  # it reported training or a checkpoint after the one it started from
         self.start_steps = checkpoint_batches(spec.latest_checkpoint)
         self._validation_steps: Optional[int] = None
         self._store: Any = None
@@ -80,6 +87,10 @@ class ScriptTrial:
         return int(next(iter(self.spec.max_length.values())))
 
     # --- what det.core reports --------------------------------------------------------------
+    def reported(self) -> bool:
+        """Whether the script reported anything in this process (metrics, checkpoints, a fit)."""
+        return bool(self._core_started or self._fit_result is not None or self.checkpoints)
+
     def note_call(self, call: str, every_rank: bool = False) -> None:
         """A Core API call of the script (``core/_calls.py``): progress for the stall watchdog,
         whose message names the last one (``the script after core_context.train...``)."""
@@ -103,6 +114,8 @@ class ScriptTrial:
     def note_checkpoint(self, uuid: str, path: str, metadata: Dict[str, Any]) -> None:
         """A checkpoint the script stored: registered in the store (retention applied)."""
         total = int(metadata["total_batches"])
+        if total > self.start_steps:  # a restart resumes past where this run started
+            self.progressed = True
         metrics = self.validation if self._validation_steps == total else None
         self.checkpoints.append({"uuid": uuid, "path": path, "total_batches": total})
         if self.reporter is not None:
@@ -260,10 +273,26 @@ def run_script(
     ``heartbeat``: the stall watchdog's, which the script's Core API calls keep current."""
     trial = ScriptTrial(spec, distributed, extra_callbacks, heartbeat)
     set_active_trial(trial)
-    with _process_group_joined(distributed):
+    with _process_group_joined(distributed), hosting(spec, distributed.size) as own_workers:
         run_as_main(script, spec.context_dir)
-    return trial.result()
+        reported = own_workers()  # what workers the script started itself reported
+    return reported if reported is not None and not trial.reported() else trial.result()
 
+
+
+def adopt(distributed: Any) -> None:
+    """``det.core.init()`` in a process a trial's script started itself (no live trial here,
+    ``det.get_cluster_info()`` set): the trial becomes this process's; its chief writes what it
+    reported to ``$DET_LITE_SCRIPT_RESULT`` at exit (see ``launch._script_workers``)."""
+    path, info = os.environ.get(RESULT_ENV), get_cluster_info()
+    if active_trial() is not None or not path or info is None:
+        return
+    from determined_lite.distributed import SingleProcessContext
+
+    trial = ScriptTrial(info.spec, distributed or SingleProcessContext(), [])
+    set_active_trial(trial)
+    if trial.distributed.is_chief:
+        atexit.register(lambda: trial.result().save(path))
 
 @contextlib.contextmanager
 def _process_group_joined(distributed: Any) -> Iterator[None]:

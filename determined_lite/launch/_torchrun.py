@@ -62,6 +62,7 @@ from determined_lite.launch._hosts import (
     LOOPBACK,
     SOCKET_IFNAME_ENV,
     is_local,
+    listening_store,
     loopback_interface,
     parse_hosts,
 )
@@ -312,36 +313,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _rendezvous_store(address: str, torchrun_args: argparse.Namespace) -> Tuple[Any, int]:
-    """A TCPStore server listening on ``address`` only, at ``--master-port`` (0: a free port).
-
-    torch's TCPStore server binds every interface whatever host it is given; one created on a
-    socket of our own (``master_listen_fd``) with ``multi_tenant`` is the server that torchrun's
-    static rendezvous then finds and shares with the workers. Returns ``(store, port)``.
-    """
-    import datetime
-
-    import torch.distributed as dist
-
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((address, int(torchrun_args.master_port or 0)))
-        sock.listen(socket.SOMAXCONN)
-        port = int(sock.getsockname()[1])
-    except BaseException:
-        sock.close()
-        raise
-    store = dist.TCPStore(
-        address,
-        port,
-        is_master=True,
-        multi_tenant=True,
-        wait_for_workers=False,
-        master_listen_fd=sock.detach(),  # the server owns the socket from now on
-        timeout=datetime.timedelta(seconds=_rdzv_timeout(torchrun_args)),
-    )
-    return store, port
+    """A TCPStore server listening on ``address`` only, at ``--master-port`` (0: a free port),
+    which torchrun's static rendezvous then finds and shares with the workers (``multi_tenant``).
+    Returns ``(store, port)``."""
+    return listening_store(address, int(torchrun_args.master_port or 0), _rdzv_timeout(torchrun_args))
 
 
 def _rdzv_timeout(torchrun_args: argparse.Namespace) -> float:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 SPEC_ENV = "DET_LITE_TRIAL_SPEC"
+# ``host:port`` of the TCPStore that workers a trial's script starts itself join
+# (``det.core.DistributedContext(rank=...)``: distributed/_ranks.py, launch/_script_workers.py).
+CORE_STORE_ENV = "DET_LITE_CORE_STORE"
 
 
 class ClusterTrialInfo:
@@ -149,4 +152,22 @@ def set_active_trial(trial: Optional[Any]) -> None:
 
 def active_trial() -> Optional[Any]:
     """The script trial this worker runs, or None (a class trial, plain Python)."""
+    return _active
+
+
+_adopter: Optional[Callable[[Any], Any]] = None
+
+
+def set_trial_adopter(adopter: Optional[Callable[[Any], Any]]) -> None:
+    """Register how ``det.core.init(distributed=...)`` adopts the trial in a process that a
+    trial's script started itself (``launch._script.adopt``; the ``determined`` alias registers it)."""
+    global _adopter
+    _adopter = adopter
+
+
+def adopt_trial(distributed: Any) -> Optional[Any]:
+    """The live trial of this process, adopted when none is registered yet (None: not a
+    process of a trial, or no adopter registered)."""
+    if _active is None and _adopter is not None:
+        _adopter(distributed)
     return _active

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Optional, Tuple, Type
+from typing import List, Optional, Tuple, Type
 
 from determined_lite.store._db import NotFoundError
 from determined_lite.store._paths import process_alive
@@ -112,6 +112,45 @@ class ExperimentRequests(TrialRecords):
             return ActionOutcome.PAUSED if pause else ActionOutcome.CANCELED
 
         return self._write(body)
+
+    def request_trial_kill(self, trial_id: int) -> bool:
+        """Kill one trial (Determined's ``Trial.kill()``): its experiment's runner stops it and
+        ends it CANCELED, the search goes on (``trial_kill_requests``); with no live runner the
+        trial is CANCELED now and the runner that resumes the experiment tells its searcher.
+        False: the trial had ended already (nothing to do)."""
+
+        def body(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT state, experiment_id FROM trials WHERE id = ?", (int(trial_id),)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"trial {trial_id} not found")
+            if row["state"] in TERMINAL_STATES:
+                return False
+            experiment = self._experiment_row(conn, row["experiment_id"])
+            conn.execute("UPDATE trials SET kill_requested = 1 WHERE id = ?", (int(trial_id),))
+            if not process_alive(experiment["pid"], experiment["pid_token"]):
+                conn.execute(
+                    "UPDATE trials SET state = ?, ended_at = ? WHERE id = ?",
+                    (TrialState.CANCELED, time.time(), int(trial_id)),
+                )
+            return True
+
+        return self._write(body)
+
+    def trial_kill_requests(self, experiment_id: int) -> List[int]:
+        """The trials of ``experiment_id`` whose kill the runner has not handled yet."""
+        rows = self._read(
+            lambda conn: conn.execute(
+                "SELECT id FROM trials WHERE experiment_id = ? AND kill_requested = 1", (int(experiment_id),)
+            ).fetchall()
+        )
+        return [int(r[0]) for r in rows]
+
+    def clear_trial_kill(self, trial_id: int) -> None:
+        """The runner handled the kill of ``trial_id``."""
+        sql = "UPDATE trials SET kill_requested = 0 WHERE id = ?"
+        self._write(lambda conn: conn.execute(sql, (int(trial_id),)))
 
     @staticmethod
     def _stop(conn: sqlite3.Connection, experiment_id: int, state: ExperimentState) -> None:

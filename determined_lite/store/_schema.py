@@ -169,4 +169,10 @@ def _v7(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE experiments ADD COLUMN notes TEXT NOT NULL DEFAULT ''")
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(conn: sqlite3.Connection) -> None:
+    """``trials.kill_requested``: the SDK's ``Trial.kill()`` asked the runner to end this trial
+    alone (CANCELED), the search going on."""
+    conn.execute("ALTER TABLE trials ADD COLUMN kill_requested INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]

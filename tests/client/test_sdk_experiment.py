@@ -145,3 +145,33 @@ def test_pause_activate_and_kill_through_the_sdk(tmp_path):
     assert exp.wait(interval=0.2) == ExperimentState.CANCELED
     assert store.get_experiment(exp.id)["state"] == "CANCELED"
     assert [t["state"] for t in store.list_trials(exp.id)] == ["CANCELED"]
+
+
+def test_trial_kill_ends_one_trial_and_the_search_goes_on(tmp_path):
+    # Determined's Trial.kill(): the killed trial ends CANCELED, the grid's other trial still
+    # trains to its full length (closed-form weight), the experiment COMPLETES.
+    config = dict(GRID, name="sdk-trial-kill")
+    config["searcher"] = dict(GRID["searcher"], max_length={"batches": 12}, max_concurrent_trials=1)
+    config["hyperparameters"] = dict(GRID["hyperparameters"], sleep_s=0.3)
+    exp = client.create_experiment(config, LINEAR)
+    store = Store()
+
+    def first_trial_batches() -> int:
+        trials = store.list_trials(exp.id)
+        return trials[0]["total_batches"] if trials else 0
+
+    _wait_for(lambda: first_trial_batches() >= 2, "the first trial to train")
+    killed = exp.list_trials()[0]
+    killed.kill()
+    assert exp.wait(interval=0.2) == ExperimentState.COMPLETED
+    first, second = exp.list_trials()
+    assert first.id == killed.id and first.state == client.TrialState.CANCELED
+    assert second.state == client.TrialState.COMPLETED
+    rows = {t["id"]: t for t in store.list_trials(exp.id)}
+    assert rows[first.id]["total_batches"] < 12 and rows[second.id]["total_batches"] == 12
+    w12 = closed_form(second.hparams["lr"], 12, batch_size=2, n=8)[-1]
+    last = list(second.iter_metrics("validation"))[-1]
+    assert last.steps_completed == 12
+    assert last.metrics["val_loss"] == pytest.approx(val_loss(w12, 4), rel=1e-9)
+    killed.kill()  # an ended trial: nothing to do
+    assert store.list_trials(exp.id)[0]["state"] == "CANCELED"

@@ -1,4 +1,4 @@
-"""Determined's own e2e fixtures and Core API tutorial (stages 0-3), as shipped
+"""Determined's own e2e fixtures and Core API tutorial (stages 0-4), as shipped
 (tests/fixtures/determined_e2e/), through ``det-lite experiment create`` (issue 30, "Done
 when"), and a context's ``startup-hook.sh``.
 
@@ -139,6 +139,26 @@ def test_core_api_tutorial_stage_3_asha_search(_det_lite_home: Any) -> None:
         for m in t["validation_metrics"]:
             assert m["metrics"] == {"x": inc * m["total_batches"], "batches": m["total_batches"]}
 
+
+
+@pytest.mark.timeout(600)
+def test_core_api_tutorial_stage_4_on_two_slots(_det_lite_home: Any) -> None:
+    # 4_distributed.py launches its own worker per slot (wrap_rank), each building
+    # det.core.DistributedContext(rank=..., chief_ip=...) and calling det.core.init() in a process
+    # det-lite did not start; every batch adds allgather(increment_by) summed over both workers.
+    exp = _stage("4_distributed", 1)
+    (trial,) = exp["trials"]
+    assert trial["state"] == "COMPLETED"
+    step = 2 * trial["hparams"]["increment_by"]  # both workers' increment_by
+    assert [(m["total_batches"], m["metrics"]) for m in trial["validation_metrics"]] == [
+        (b, {"x": step * b}) for b in range(10, 101, 10)
+    ]
+    latest = max(trial["checkpoints"], key=lambda c: c["total_batches"])
+    with open(os.path.join(latest["path"], "state")) as f:
+        assert f.read() == f"{step * 100},100,{trial['id']}"
+    logs = trial_logs(trial["id"])
+    assert "[rank 0] INFO" in logs and "[rank 1] INFO" in logs and "worker starting" in logs
+    assert f"x is now {step * 100}" in logs
 
 ONCE = """import determined as det
 

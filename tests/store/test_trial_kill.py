@@ -1,0 +1,25 @@
+"""``Store.request_trial_kill`` (the SDK's ``Trial.kill()``): a request the live runner answers
+(tests/client/test_sdk_experiment.py), or the trial CANCELED now when no process runs its
+experiment, the request kept for the runner that resumes it; an ended trial stays as it is."""
+
+import pytest
+
+from determined_lite.store import ExperimentState, NotFoundError, Store, TrialState
+
+
+def test_a_trial_of_a_paused_experiment_is_canceled_now_and_the_request_kept(tmp_path):
+    store = Store(str(tmp_path / "det-lite.db"))
+    exp_id = store.create_experiment({"name": "x"}, "/ctx", "/ctx/e.yaml", state=ExperimentState.PAUSED)
+    paused = store.create_trial(exp_id, 0, {}, 1, state=TrialState.PAUSED)
+    done = store.create_trial(exp_id, 1, {}, 2, state=TrialState.COMPLETED)
+    assert store.request_trial_kill(paused) is True
+    assert store.request_trial_kill(done) is False
+    states = {t["id"]: t["state"] for t in store.list_trials(exp_id)}
+    assert states == {paused: "CANCELED", done: "COMPLETED"}
+    assert store.get_experiment(exp_id)["state"] == "PAUSED"  # the experiment goes on
+    assert store.trial_kill_requests(exp_id) == [paused]
+    store.clear_trial_kill(paused)
+    assert store.trial_kill_requests(exp_id) == []
+    with pytest.raises(NotFoundError, match="trial 99 not found"):
+        store.request_trial_kill(99)
+    store.close()
