@@ -7,7 +7,8 @@ layout), so uploading is nothing and a checkpoint is its directory. ``s3``, ``gc
 in ``<home>/checkpoints/<uuid>/`` (the local copy), uploaded to ``<bucket>/<prefix>/<uuid>/``
 and only then registered; reading one downloads it into the local copy when that is gone.
 Credentials not in the config come from each cloud SDK's own places (environment, config files,
-instance roles). Secrets (``SECRET_FIELDS``) are kept out of the store (``redact``) in a private
+instance roles); ``gcs`` honours ``STORAGE_EMULATOR_HOST`` as Google's SDK does (that endpoint,
+anonymous credentials). Secrets (``SECRET_FIELDS``) are kept out of the store (``redact``) in a private
 file of the experiment (``save_secrets``), and never appear in a message.
 
 Errors: a permission error or a missing bucket / container is permanent (no retry); anything
@@ -106,6 +107,11 @@ def _filesystem_options(storage: Mapping[str, Any]) -> Dict[str, Any]:
         if storage.get("credential"):
             options["credential"] = storage["credential"]
         return options
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if kind == "gcs" and emulator not in ("", "default"):
+        # Google's SDK: an emulator there, anonymous credentials (Determined's GCS storage too).
+        url = emulator if "://" in emulator else f"http://{emulator}"
+        return {"endpoint_url": url, "token": "anon"}
     return {}
 
 
@@ -124,6 +130,12 @@ def _new_filesystem(kind: str, options: Mapping[str, Any]) -> Any:
             raise StorageError(
                 f"checkpoint_storage.type {kind!r} needs {package}: pip install 'determined-lite[{extra}]'"
             ) from None
+    if kind == "gcs" and options.get("endpoint_url"):
+        # gcsfs's default class asks a gRPC control plane for each bucket's layout, which an
+        # emulator lacks (a minute of retries per bucket); its JSON-API class is what they serve.
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(skip_instance_cache=True, **options)
     return fsspec.filesystem(_protocol(kind), skip_instance_cache=True, **options)
 
 

@@ -56,8 +56,15 @@ def test_remote_root_is_bucket_and_prefix():
     assert _remote_root({"type": "azure", "container": "c"}) == "c"
 
 
-def test_filesystem_options_are_only_what_the_config_gives():
+def test_filesystem_options_are_only_what_the_config_gives(monkeypatch):
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     assert _filesystem_options({"type": "gcs", "bucket": "b"}) == {}
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:9023")  # as Google's SDK reads it
+    assert _filesystem_options({"type": "gcs", "bucket": "b"}) == {
+        "endpoint_url": "http://127.0.0.1:9023",
+        "token": "anon",
+    }
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
     s3 = _filesystem_options(
         {"type": "s3", "bucket": "b", "access_key": "A", "secret_key": "S", "endpoint_url": "http://h"}
     )
