@@ -205,10 +205,21 @@ class CheckpointStorage:
     # --- the operations ----------------------------------------------------------------------
 
     def probe(self) -> None:
-        """Write and delete a small object: the store is reachable and writable."""
-        if self.is_local:
-            os.makedirs(self.local_root, exist_ok=True)
+        """Write and delete a small object: the store is reachable and writable. A local root
+        that cannot be created or written is an error naming its field (not retried)."""
         key = f"{self.root}/{PROBE_PREFIX}{uuid_module.uuid4().hex}"
+        if self.is_local:
+            field = "container_path" if self.kind == "directory" else "host_path"
+            try:
+                os.makedirs(self.local_root, exist_ok=True)
+                self.fs.pipe_file(key, b"det-lite")
+                self.fs.rm_file(key)
+            except OSError as e:
+                raise StorageError(
+                    f"checkpoint_storage.{field}: cannot write checkpoints in {self.local_root}: "
+                    f"{e.strerror or e}"
+                ) from None
+            return
         self._call("writing a test object", lambda: self.fs.pipe_file(key, b"det-lite"))
         self._call("deleting a test object", lambda: self.fs.rm_file(key))
 

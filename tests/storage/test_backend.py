@@ -227,6 +227,21 @@ def test_local_types_are_the_local_disk(tmp_path):
     assert sorted(os.listdir(root)) == [UUID]
 
 
+def test_a_local_root_that_cannot_be_written_names_its_field(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for storage, field in [
+        ({"type": "shared_fs", "host_path": str(blocker), "storage_path": "ck"}, "host_path"),
+        ({"type": "directory", "container_path": str(blocker / "sub")}, "container_path"),
+    ]:
+        local = checkpoint_storage({"checkpoint_storage": storage})
+        local.sleep = lambda s: pytest.fail("a local error was retried")
+        with pytest.raises(StorageError) as e:
+            local.probe()
+        assert str(e.value).startswith(f"checkpoint_storage.{field}: cannot write checkpoints in {blocker}/")
+        assert str(e.value).endswith(": Not a directory"), str(e.value)
+
+
 def test_a_missing_backend_package_is_one_line(monkeypatch):
     import builtins
 
