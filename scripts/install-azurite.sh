@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install Azurite, Azure's blob-storage emulator, for the `checkpoint_storage: {type: azure}`
-# tests (tests/storage/test_azurite.py starts it on loopback).
+# tests (tests/cloud_storage.py starts it on loopback).
 #
 #     bash scripts/install-azurite.sh
 #

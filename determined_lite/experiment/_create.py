@@ -165,14 +165,12 @@ def _record(config_path: str, context_dir: str, raw: Dict[str, Any]) -> int:
 
 
 def _probe_storage(config_path: str, raw: Dict[str, Any]) -> Any:
-    """Write and delete a test object in the checkpoint storage (:class:`_Refused` when that
-    fails); the config to record (secrets redacted) and its secrets."""
+    """Write and delete a test object in the checkpoint storage, a local one too
+    (:class:`_Refused` when that fails); the config to record (secrets redacted) and its secrets."""
     from determined_lite.storage import StorageError, checkpoint_storage, redact
 
     try:
-        storage = checkpoint_storage(raw)
-        if not storage.is_local:
-            storage.probe()
+        checkpoint_storage(raw).probe()
     except StorageError as e:
         raise _Refused(f"{config_path}: {e}") from None
     return redact(raw)

@@ -7,7 +7,8 @@ layout), so uploading is nothing and a checkpoint is its directory. ``s3``, ``gc
 in ``<home>/checkpoints/<uuid>/`` (the local copy), uploaded to ``<bucket>/<prefix>/<uuid>/``
 and only then registered; reading one downloads it into the local copy when that is gone.
 Credentials not in the config come from each cloud SDK's own places (environment, config files,
-instance roles). Secrets (``SECRET_FIELDS``) are kept out of the store (``redact``) in a private
+instance roles); ``gcs`` honours ``STORAGE_EMULATOR_HOST`` as Google's SDK does (that endpoint,
+anonymous credentials). Secrets (``SECRET_FIELDS``) are kept out of the store (``redact``) in a private
 file of the experiment (``save_secrets``), and never appear in a message.
 
 Errors: a permission error or a missing bucket / container is permanent (no retry); anything
@@ -106,6 +107,11 @@ def _filesystem_options(storage: Mapping[str, Any]) -> Dict[str, Any]:
         if storage.get("credential"):
             options["credential"] = storage["credential"]
         return options
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if kind == "gcs" and emulator not in ("", "default"):
+        # Google's SDK: an emulator there, anonymous credentials (Determined's GCS storage too).
+        url = emulator if "://" in emulator else f"http://{emulator}"
+        return {"endpoint_url": url, "token": "anon"}
     return {}
 
 
@@ -124,6 +130,12 @@ def _new_filesystem(kind: str, options: Mapping[str, Any]) -> Any:
             raise StorageError(
                 f"checkpoint_storage.type {kind!r} needs {package}: pip install 'determined-lite[{extra}]'"
             ) from None
+    if kind == "gcs" and options.get("endpoint_url"):
+        # gcsfs's default class asks a gRPC control plane for each bucket's layout, which an
+        # emulator lacks (a minute of retries per bucket); its JSON-API class is what they serve.
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(skip_instance_cache=True, **options)
     return fsspec.filesystem(_protocol(kind), skip_instance_cache=True, **options)
 
 
@@ -193,10 +205,21 @@ class CheckpointStorage:
     # --- the operations ----------------------------------------------------------------------
 
     def probe(self) -> None:
-        """Write and delete a small object: the store is reachable and writable."""
-        if self.is_local:
-            os.makedirs(self.local_root, exist_ok=True)
+        """Write and delete a small object: the store is reachable and writable. A local root
+        that cannot be created or written is an error naming its field (not retried)."""
         key = f"{self.root}/{PROBE_PREFIX}{uuid_module.uuid4().hex}"
+        if self.is_local:
+            field = "container_path" if self.kind == "directory" else "host_path"
+            try:
+                os.makedirs(self.local_root, exist_ok=True)
+                self.fs.pipe_file(key, b"det-lite")
+                self.fs.rm_file(key)
+            except OSError as e:
+                raise StorageError(
+                    f"checkpoint_storage.{field}: cannot write checkpoints in {self.local_root}: "
+                    f"{e.strerror or e}"
+                ) from None
+            return
         self._call("writing a test object", lambda: self.fs.pipe_file(key, b"det-lite"))
         self._call("deleting a test object", lambda: self.fs.rm_file(key))
 

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,21 @@ import pytest
 
 from tests.cli_helpers import cli, describe, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
-from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
+from tests.cloud_storage import (
+    LINEAR,
+    REPO,
+    assert_closed_form,
+    free_port,
+    linear_config,
+    wait_for_port,
+    weight_after,
+)
+from tests.fixtures.experiments.linear.model_def import closed_form
 from tests.timing import budget
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 BUCKET = "det-lite-ckpts"
 PREFIX = "team/runs"
 SECRET = "s3cr3t-Value-9f2c"
@@ -38,9 +44,7 @@ class S3Server:
     its buckets: moto keeps them in this process)."""
 
     def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = None
 
@@ -97,21 +101,7 @@ def storage(s3: S3Server, **changes) -> dict:
 
 
 def write_config(tmp_path, s3: S3Server, **changes) -> str:
-    changes.setdefault("checkpoint_storage", storage(s3))
-    return _write_config(os.path.join(LINEAR, "const.yaml"), tmp_path, "exp.yaml", **changes)
-
-
-def weight_after(batches: int) -> float:
-    return closed_form(0.01, batches, batch_size=2, n=8)[batches - 1]
-
-
-def assert_closed_form(trial: dict, batches: int) -> None:
-    assert trial["state"] == "COMPLETED" and trial["total_batches"] == batches
-    assert trial["validation_metrics"]
-    for v in trial["validation_metrics"]:
-        w = weight_after(v["total_batches"])
-        assert v["metrics"]["weight"] == pytest.approx(w, rel=1e-12, abs=1e-12)
-        assert v["metrics"]["val_loss"] == pytest.approx(val_loss(w, 4), rel=1e-9, abs=1e-15)
+    return linear_config(tmp_path, changes.pop("checkpoint_storage", None) or storage(s3), **changes)
 
 
 def test_s3_trial_checkpoints_are_in_the_bucket_and_export_from_it(tmp_path, s3, _det_lite_home):
@@ -231,9 +221,7 @@ def test_unknown_bucket_and_unreachable_endpoint_are_one_line_at_create(tmp_path
 def auth_s3():
     """moto's S3 server in a process of its own that checks credentials (IAM): its first four
     calls (a user, its policy, its key, the bucket) are let through; then only that key works."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -242,14 +230,7 @@ def auth_s3():
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + budget(30)
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, "moto_server did not start"
-                time.sleep(0.2)
+        wait_for_port(port, server, "moto_server")
         url = f"http://127.0.0.1:{port}"
         keys = {
             "endpoint_url": url,

@@ -56,8 +56,15 @@ def test_remote_root_is_bucket_and_prefix():
     assert _remote_root({"type": "azure", "container": "c"}) == "c"
 
 
-def test_filesystem_options_are_only_what_the_config_gives():
+def test_filesystem_options_are_only_what_the_config_gives(monkeypatch):
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     assert _filesystem_options({"type": "gcs", "bucket": "b"}) == {}
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:9023")  # as Google's SDK reads it
+    assert _filesystem_options({"type": "gcs", "bucket": "b"}) == {
+        "endpoint_url": "http://127.0.0.1:9023",
+        "token": "anon",
+    }
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
     s3 = _filesystem_options(
         {"type": "s3", "bucket": "b", "access_key": "A", "secret_key": "S", "endpoint_url": "http://h"}
     )
@@ -218,6 +225,21 @@ def test_local_types_are_the_local_disk(tmp_path):
     assert directory.exists(UUID) and directory.list_ids() == [UUID]
     directory.probe()
     assert sorted(os.listdir(root)) == [UUID]
+
+
+def test_a_local_root_that_cannot_be_written_names_its_field(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for storage, field in [
+        ({"type": "shared_fs", "host_path": str(blocker), "storage_path": "ck"}, "host_path"),
+        ({"type": "directory", "container_path": str(blocker / "sub")}, "container_path"),
+    ]:
+        local = checkpoint_storage({"checkpoint_storage": storage})
+        local.sleep = lambda s: pytest.fail("a local error was retried")
+        with pytest.raises(StorageError) as e:
+            local.probe()
+        assert str(e.value).startswith(f"checkpoint_storage.{field}: cannot write checkpoints in {blocker}/")
+        assert str(e.value).endswith(": Not a directory"), str(e.value)
 
 
 def test_a_missing_backend_package_is_one_line(monkeypatch):
