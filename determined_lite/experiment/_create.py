@@ -101,6 +101,10 @@ def create_experiment(
     problem = executor_problem(raw)  # too many slots, a missing engine: nothing recorded
     if problem:
         return bad_input(f"{config_path}: {problem}")
+    if not detach:  # this process runs the trials: their fork server warms up meanwhile
+        from determined_lite.experiment._trial_launch import prestart
+
+        prestart(raw, context_dir)
     try:
         experiment_id = _record(config_path, context_dir, raw)
     except _Refused as e:
