@@ -122,8 +122,10 @@ def _prestart(config_path: str, context_dir: str) -> None:
     try:
         with open(config_path) as f:
             raw = yaml.safe_load(f)
-        if isinstance(raw, dict):
-            prestart(raw, context_dir)
+        variables = raw.get("environment", {}).get("environment_variables")
+        if isinstance(variables, list):  # the normalised form names the device
+            raw["environment"]["environment_variables"] = {"cpu": variables}
+        prestart(raw, context_dir)
     except Exception:  # noqa: BLE001 -- only an optimisation; validation reports what is wrong
         pass
 
