@@ -97,6 +97,8 @@ def create_experiment(
     if not os.path.isdir(context_dir):
         return bad_input(f"context directory {context_dir!r} does not exist")
     context_dir = os.path.abspath(context_dir)
+    if not detach:  # this process runs the trials: their fork server warms up meanwhile
+        _prestart(config_path, context_dir)
     raw = _load_config(config_path, overrides)  # ConfigError → the CLI exits 2
     problem = executor_problem(raw)  # too many slots, a missing engine: nothing recorded
     if problem:
@@ -107,6 +109,25 @@ def create_experiment(
         return bad_input(str(e))
     print(f"Created experiment {experiment_id}", file=out)
     return _start(experiment_id, detach=detach, test=test, out=out)
+
+
+def _prestart(config_path: str, context_dir: str) -> None:
+    """Start the trials' fork server from the config file as written, before its validation
+    (seconds of imports under load): a server whose environment the validated config changes
+    is replaced at the first trial's start; a config that fails validation stops it at exit."""
+    import yaml
+
+    from determined_lite.experiment._trial_launch import prestart
+
+    try:
+        with open(config_path) as f:
+            raw = yaml.safe_load(f)
+        variables = raw.get("environment", {}).get("environment_variables")
+        if isinstance(variables, list):  # the normalised form names the device
+            raw["environment"]["environment_variables"] = {"cpu": variables}
+        prestart(raw, context_dir)
+    except Exception:  # noqa: BLE001 -- only an optimisation; validation reports what is wrong
+        pass
 
 
 class _Refused(Exception):

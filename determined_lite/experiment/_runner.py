@@ -42,6 +42,7 @@ from determined_lite.reporting._retention import RetentionPolicy
 from determined_lite.runtime._failures import FailurePoint, read_failure_point, read_no_restart, repeat_reason
 from determined_lite.runtime._spec import progress_path
 from determined_lite.searcher import Close, Create, ExitReason, Shutdown, ValidateAfter, make_searcher
+from determined_lite.store._db import dumps_json
 from determined_lite.store._paths import experiment_dir, make_private_dirs
 from determined_lite.store._states import Action, ExperimentState, TrialState
 
@@ -113,11 +114,14 @@ class ExperimentRunner(RunnerEndings):
         self.final_line: Optional[str] = None  # how the run ended, printed after the summary
         self.failed_at: Dict[str, Optional[FailurePoint]] = {}  # each trial's last failure
         self.fail_fast: Optional[str] = None  # why the search stops: a check every trial would fail
+        self._saved_state: Optional[str] = None  # the searcher state last stored, as JSON
 
     # --- state ------------------------------------------------------------------------------
     def _save_state(self) -> None:
-        state = SearchState(self.requests, self.queue, self.shutdown, self.held)
-        self.store.save_searcher_state(self.id, state.to_json(self.searcher))
+        state = SearchState(self.requests, self.queue, self.shutdown, self.held).to_json(self.searcher)
+        if (text := dumps_json(state, "searcher state")) != self._saved_state:  # loop: every POLL_S
+            self.store.save_searcher_state(self.id, state)
+            self._saved_state = text
 
     def _searcher(self, single: bool) -> Any:
         """The config's searcher; ``single``: one trial of its space (--test, as Determined's)."""
@@ -188,6 +192,7 @@ class ExperimentRunner(RunnerEndings):
 
     # --- main loop --------------------------------------------------------------------------
     def run(self, resume: bool = False) -> int:
+        self.launcher.prestart()  # the fork server warms up while the runner sets up
         self.store.set_experiment_running(self.id, os.getpid())
         make_private_dirs(self.run_dir)
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")

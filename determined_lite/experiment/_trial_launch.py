@@ -131,6 +131,10 @@ class TrialLauncher:
             pass_fds=self.pass_fds,
         )
 
+    def prestart(self) -> None:
+        """Start what the first trials would wait for (the fork server's imports) now."""
+        self.executor.prestart(self.context_dir, self.worker_env())
+
     def backend(self) -> str:
         """The launcher's engine: one process for one slot without hosts, or for a script that
         names no Determined launcher (it sees all the trial's slots); else the config's."""
@@ -139,15 +143,7 @@ class TrialLauncher:
         return self.settings.distributed_backend
 
     def worker_env(self) -> Dict[str, str]:
-        """``environment.environment_variables``, plus one intra-op thread per slot by default.
-
-        On CPU a slot is a core: workers that each spun up threads for every core would fight
-        over them when trials run side by side. ``OMP_NUM_THREADS`` set by the user wins.
-        """
-        env = environment_variables(self.config)
-        if "OMP_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in os.environ:
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cpu_slots()))
-        return env
+        return worker_env(self.config)
 
     def goal(self, length: int) -> str:
         """What a run to ``length`` is asked to do, in words (the runner logs it)."""
@@ -160,3 +156,21 @@ class TrialLauncher:
         if length == OWN_LENGTH:
             return "train to the length the script sets"
         return f"train to {length} {self.searcher.time_metric or self.searcher.unit}"
+
+
+def worker_env(config: Mapping[str, Any]) -> Dict[str, str]:
+    """``environment.environment_variables``, plus one intra-op thread per slot by default.
+
+    On CPU a slot is a core: workers that each spun up threads for every core would fight
+    over them when trials run side by side. ``OMP_NUM_THREADS`` set by the user wins.
+    """
+    env = environment_variables(config)
+    if "OMP_NUM_THREADS" not in env and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cpu_slots()))
+    return env
+
+
+def prestart(config: Mapping[str, Any], context_dir: str) -> None:
+    """Start in this process what the first runs of ``config``'s trials would wait for (the
+    fork server's imports), as early as the config is known; the runner reuses it."""
+    make_executor(config).prestart(context_dir, worker_env(config))

@@ -118,6 +118,10 @@ class Executor(abc.ABC):
         runner lock). Called only when :meth:`capacity` holds the gang (else ``RuntimeError``).
         """
 
+    def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
+        """Start, in the background, what the first trial run would otherwise wait for (the
+        local executor's fork server); the runner calls it once, first. Nothing by default."""
+
     def close(self) -> None:
         """Release what the executor holds (connections, actors); the runner calls it last."""
 

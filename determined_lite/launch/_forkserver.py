@@ -220,6 +220,13 @@ def spawn(
 ) -> Optional[ForkedChild]:
     """A forked 1-slot worker for ``argv`` (``python -u -m determined_lite.launch.worker SPEC``),
     or None: the caller starts it as a plain process."""
+    server = start(env)
+    return None if server is None else server.spawn(argv, env, cwd, pass_fds)
+
+
+def start(env: Dict[str, str]) -> Optional[ForkServer]:
+    """The server for workers run with ``env``, started now (its warm-up runs in the
+    background) unless one for ``env`` runs already; None when it is off or cannot start."""
     global _server
     if not enabled(env):
         return None
@@ -231,9 +238,7 @@ def spawn(
                 _server = ForkServer(env)
             except OSError:
                 _server = None
-                return None
-        server = _server
-    return server.spawn(argv, env, cwd, pass_fds)
+        return _server
 
 
 @atexit.register

@@ -117,6 +117,18 @@ def launch(
     """
     spec.save(spec_path)
     argv, engine_env = engine_command(spec, spec_path, hosts)
+    full_env = _worker_env(env, engine_env)
+    full_env[SPEC_ENV] = os.path.abspath(spec_path)  # det.get_cluster_info() reads it
+    argv = with_startup_hook(argv, spec.context_dir)  # Determined sources it before the trial
+    # A 1-slot CPU worker is forked from a warm server when it can be (launch/_forkserver.py); a
+    # worker given GPUs starts plainly (a fork of a process that may have touched CUDA cannot use it).
+    one_worker = argv == worker_command(spec_path) and not full_env.get("CUDA_VISIBLE_DEVICES")
+    forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds) if one_worker else None
+    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked)
+
+
+def _worker_env(env: Optional[Dict[str, str]], engine_env: Dict[str, str]) -> Dict[str, str]:
+    """A trial's environment but for its spec's path: this process's, ``env`` and the engine's."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env.update(engine_env)
@@ -126,15 +138,20 @@ def launch(
     paths = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         full_env["PYTHONPATH"] = os.pathsep.join([root] + paths)
-    full_env[SPEC_ENV] = os.path.abspath(spec_path)  # det.get_cluster_info() reads it
     full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
     full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
-    argv = with_startup_hook(argv, spec.context_dir)  # Determined sources it before the trial
-    # A 1-slot CPU worker is forked from a warm server when it can be (launch/_forkserver.py); a
-    # worker given GPUs starts plainly (a fork of a process that may have touched CUDA cannot use it).
-    one_worker = argv == worker_command(spec_path) and not full_env.get("CUDA_VISIBLE_DEVICES")
-    forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds) if one_worker else None
-    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked)
+    return full_env
+
+
+def prestart(context_dir: str, env: Optional[Dict[str, str]] = None) -> None:
+    """Start the fork server for the plain 1-slot CPU workers :func:`launch` will start with
+    ``env`` now, so that its warm-up (imports, seconds) runs while the runner prepares the
+    first trials instead of before them. Nothing for a context with a startup hook (its workers
+    are never forked) or GPUs."""
+    full_env = _worker_env(env, {})
+    if with_startup_hook([], context_dir) or full_env.get("CUDA_VISIBLE_DEVICES"):
+        return
+    _forkserver.start(full_env)
 
 
 def run_trial(

@@ -24,7 +24,7 @@ from determined_lite.config import ExperimentSettings
 from determined_lite.launch._engines import engine_problem
 from determined_lite.launch._executor import Executor, OutputFn, Placement, TrialRun
 from determined_lite.launch._failures import STOP_GRACE_S
-from determined_lite.launch._launcher import TrialProcess, launch
+from determined_lite.launch._launcher import TrialProcess, launch, prestart
 from determined_lite.runtime._spec import WorkerSpec
 
 DEVICES_ENV = "DET_LITE_DEVICES"
@@ -161,6 +161,11 @@ class LocalExecutor(Executor):
             self._used -= placement.slots
             order = {d: i for i, d in enumerate(self.devices)}
             self._free = sorted(self._free + list(placement.devices), key=order.__getitem__)
+
+    def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
+        # Only plain 1-slot workers on cores are forked (launch/_forkserver.py).
+        if self.slots_per_trial == 1 and not self.hosts and not self.devices:
+            prestart(context_dir, env)
 
     def start(
         self,
