@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from determined_lite._errors import ActionRequired, warning_line
+from determined_lite._errors import ActionRequired
 from determined_lite._progress import read_progress
 from determined_lite.config import (
     OWN_LENGTH,
@@ -32,7 +32,7 @@ from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary, where_text
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
-from determined_lite.experiment._shared_machine import oversubscription
+from determined_lite.experiment._shared_machine import warn_shared_machine
 from determined_lite.experiment._trial_kills import apply_trial_kills
 from determined_lite.experiment._trial_launch import TrialLauncher
 from determined_lite.experiment._trial_logs import TrialLogs
@@ -295,16 +295,6 @@ class ExperimentRunner(RunnerEndings):
             self._start(request)
         self._save_state()
 
-    def _warn_shared_machine(self) -> None:
-        """Once per run: other running experiments and this one take more slots than there are."""
-        if self.warned_shared:
-            return
-        wanted = len(self.running) * self.settings.slots_per_trial
-        warning = oversubscription(self.store, self.id, wanted, self.launcher.executor.total())
-        if warning:
-            self.warned_shared = True
-            self._log(None, warning_line(warning))
-
     def _latest_checkpoint(self, trial_id: int) -> Optional[Dict[str, Any]]:
         checkpoints = self.store.list_checkpoints(trial_id=trial_id)
         return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
@@ -327,7 +317,7 @@ class ExperimentRunner(RunnerEndings):
             on_output=lambda line: self.logs.on_output(trial_id, line),
         )
         self.running[request.request_id] = _Run(request, process, process.spec, request.pending)
-        self._warn_shared_machine()
+        warn_shared_machine(self)
         self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
         self.store.add_trial_run(trial_id, executor=self.settings.executor, **process.placement.to_json())
         resumed = ""
