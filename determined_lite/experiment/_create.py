@@ -115,13 +115,11 @@ def _prestart(config_path: str, context_dir: str) -> None:
     """Start the trials' fork server from the config file as written, before its validation
     (seconds of imports under load): a server whose environment the validated config changes
     is replaced at the first trial's start; a config that fails validation stops it at exit."""
-    import yaml
-
+    from determined_lite.config._yaml import read_yaml
     from determined_lite.experiment._trial_launch import prestart
 
     try:
-        with open(config_path) as f:
-            raw = yaml.safe_load(f)
+        raw = read_yaml(config_path)  # its guards: a FIFO or a huge file is never read here
         variables = raw.get("environment", {}).get("environment_variables")
         if isinstance(variables, list):  # the normalised form names the device
             raw["environment"]["environment_variables"] = {"cpu": variables}
