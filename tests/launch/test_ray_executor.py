@@ -107,14 +107,18 @@ def test_grid_of_two_trials(tmp_path, on_ray):
 
 # --- only the driver writes the store ---------------------------------------------------------
 
+# A trial worker: started as ``-m determined_lite.launch.worker``, or forked from the local fork
+# server (whose command line it keeps) with the trial's environment, $DET_LITE_TRIAL_SPEC set.
 AUDIT_SQLITE = """
+import os
 import sys
 
 def _no_sqlite_in_workers(event, args):
     if event == "sqlite3.connect":
         with open("/proc/self/cmdline", "rb") as f:
-            if b"determined_lite.launch.worker" in f.read():
-                raise RuntimeError(f"a trial worker opened SQLite: {args[0]}")
+            worker = b"determined_lite.launch.worker" in f.read()
+        if worker or os.environ.get("DET_LITE_TRIAL_SPEC"):
+            raise RuntimeError(f"a trial worker opened SQLite: {args[0]}")
 
 sys.addaudithook(_no_sqlite_in_workers)
 """
