@@ -211,7 +211,7 @@ class CheckpointStorage:
         if self.is_local:
             field = "container_path" if self.kind == "directory" else "host_path"
             try:
-                os.makedirs(self.local_root, exist_ok=True)
+                make_private_dirs(self.local_root)  # checkpoints are the user's alone
                 self.fs.pipe_file(key, b"det-lite")
                 self.fs.rm_file(key)
             except OSError as e:
@@ -258,13 +258,13 @@ class CheckpointStorage:
         if not found:
             raise FileNotFoundError(f"checkpoint {checkpoint_uuid} is not in {self.url}")
         parent = os.path.dirname(os.path.abspath(dest))
-        os.makedirs(parent, exist_ok=True)
+        make_private_dirs(parent)
         staging = os.path.join(parent, f".tmp-{checkpoint_uuid}-{uuid_module.uuid4().hex[:8]}")
         try:
             for name in found:
                 rel = str(name).lstrip("/")[len(key.lstrip("/")) + 1 :]  # memory:// adds a "/"
                 target = os.path.join(staging, *rel.split("/"))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
+                make_private_dirs(os.path.dirname(target))
                 self._call(
                     f"downloading checkpoint {checkpoint_uuid}",
                     functools.partial(self.fs.get_file, name, target),

@@ -10,6 +10,7 @@ libraries create for them (SQLite's WAL, torch.save, TensorBoard) are private to
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Any, List, Mapping, Optional
@@ -144,8 +145,8 @@ def make_private_dirs(path: str) -> str:
         try:
             os.mkdir(directory, PRIVATE_DIR_MODE)
         except FileExistsError:
-            if not os.path.isdir(directory):
-                raise
+            if not os.path.isdir(directory):  # a file where a directory goes: say so, as makedirs
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), directory) from None
     return path
 
 
