@@ -9,6 +9,7 @@ state does not allow it. Importing this module imports only the standard library
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -97,9 +98,12 @@ def create_experiment(
     if not os.path.isdir(context_dir):
         return bad_input(f"context directory {context_dir!r} does not exist")
     context_dir = os.path.abspath(context_dir)
+    from determined_lite.config import read_config
+
+    written = read_config(config_path, overrides)  # ConfigError → the CLI exits 2
     if not detach:  # this process runs the trials: their fork server warms up meanwhile
-        _prestart(config_path, context_dir)
-    raw = _load_config(config_path, overrides)  # ConfigError → the CLI exits 2
+        _prestart(copy.deepcopy(written), context_dir)
+    raw = _load_config(written, config_path)
     problem = executor_problem(raw)  # too many slots, a missing engine: nothing recorded
     if problem:
         return bad_input(f"{config_path}: {problem}")
@@ -111,19 +115,18 @@ def create_experiment(
     return _start(experiment_id, detach=detach, test=test, out=out)
 
 
-def _prestart(config_path: str, context_dir: str) -> None:
-    """Start the trials' fork server from the config file as written, before its validation
-    (seconds of imports under load): a server whose environment the validated config changes
-    is replaced at the first trial's start; a config that fails validation stops it at exit."""
-    from determined_lite.config._yaml import read_yaml
+def _prestart(written: Dict[str, Any], context_dir: str) -> None:
+    """Start the trials' fork server from the config as written (read once, before its
+    validation: seconds of imports under load): a server whose environment the validated config
+    changes is replaced at the first trial's start; a config that fails validation stops it at
+    exit."""
     from determined_lite.experiment._trial_launch import prestart
 
     try:
-        raw = read_yaml(config_path)  # its guards: a FIFO or a huge file is never read here
-        variables = raw.get("environment", {}).get("environment_variables")
+        variables = written.get("environment", {}).get("environment_variables")
         if isinstance(variables, list):  # the normalised form names the device
-            raw["environment"]["environment_variables"] = {"cpu": variables}
-        prestart(raw, context_dir)
+            written["environment"]["environment_variables"] = {"cpu": variables}
+        prestart(written, context_dir)
     except Exception:  # noqa: BLE001 -- only an optimisation; validation reports what is wrong
         pass
 
@@ -132,11 +135,11 @@ class _Refused(Exception):
     """An experiment det-lite refuses before recording it (its message is the error line)."""
 
 
-def _load_config(config_path: str, overrides: Sequence[str]) -> Dict[str, Any]:
+def _load_config(written: Dict[str, Any], config_path: str) -> Dict[str, Any]:
     """The validated config as a dict; fields det-lite does not use get one warning line."""
-    from determined_lite.searcher import load_config
+    from determined_lite.searcher import validate_config
 
-    config = load_config(config_path, overrides)
+    config = validate_config(written, source=config_path)
     if config.unused_fields:
         from determined_lite._errors import warning_line
         from determined_lite.config import unused_fields_warning

@@ -10,6 +10,7 @@ from typing import Dict, List
 import pytest
 import yaml
 
+from determined_lite.config import read_config
 from determined_lite.experiment import _create, _trial_launch
 from determined_lite.launch import _forkserver, _launcher
 from determined_lite.runtime._cluster import SPEC_ENV
@@ -55,7 +56,7 @@ def _config(tmp_path, env_vars) -> str:
 
 def test_the_raw_and_the_validated_config_give_one_server_the_trial_uses(tmp_path, fake_server):
     path = _config(tmp_path, ["MY_VAR=1", "OTHER=two"])
-    _create._prestart(path, str(tmp_path))  # experiment create, before validating
+    _create._prestart(read_config(path), str(tmp_path))  # experiment create, before validating
     assert len(fake_server.started) == 1
     validated = load_config(path).to_dict()
     _trial_launch.prestart(validated, str(tmp_path))
