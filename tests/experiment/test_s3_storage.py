@@ -160,16 +160,16 @@ def _start_foreground(path: str, env=None) -> subprocess.Popen:
     )
 
 
+# A run slow enough to be interrupted mid-way, with a checkpoint every 2 of its 24 batches.
+SLOW_RUN = {
+    "hyperparameters.sleep_s": 0.1,
+    "searcher.max_length": {"batches": 24},
+    "min_checkpoint_period": {"batches": 2},
+}
+
+
 def test_kill_then_activate_resumes_from_the_bucket(tmp_path, s3, _det_lite_home):
-    path = write_config(
-        tmp_path,
-        s3,
-        **{
-            "hyperparameters.sleep_s": 0.1,
-            "searcher.max_length": {"batches": 24},
-            "min_checkpoint_period": {"batches": 2},
-        },
-    )
+    path = write_config(tmp_path, s3, **SLOW_RUN)
     proc = _start_foreground(path)
     wait_for_batches(1, 6, proc)
     proc.send_signal(signal.SIGKILL)
@@ -289,15 +289,7 @@ def test_credentials_from_the_environment(tmp_path, auth_s3, _det_lite_home):
 
 
 def test_server_stopped_mid_run_pauses_then_activate_finishes(tmp_path, s3, _det_lite_home):
-    path = write_config(
-        tmp_path,
-        s3,
-        **{
-            "hyperparameters.sleep_s": 0.1,
-            "searcher.max_length": {"batches": 24},
-            "min_checkpoint_period": {"batches": 2},
-        },
-    )
+    path = write_config(tmp_path, s3, **SLOW_RUN)
     env = dict(os.environ, DET_LITE_STORAGE_RETRIES="2")
     proc = _start_foreground(path, env=env)
     wait_for_batches(1, 4, proc)
