@@ -76,6 +76,7 @@ from pydantic import (
     model_validator,
 )
 
+from determined_lite._timeouts import seconds_env_problem
 from determined_lite.config._base import (
     NonNegativeInt,
     Period,
@@ -242,6 +243,10 @@ def _key_values(items: Any, loc: Tuple[Any, ...]) -> List[str]:
     for i, item in enumerate(items):
         if not (isinstance(item, str) and "=" in item and item.split("=", 1)[0].strip()):
             raise FieldError(loc + (i,), f"expected 'KEY=VALUE', got {describe(item)}")
+        key, _, text = item.partition("=")
+        problem = seconds_env_problem({key.strip(): text}, where="")
+        if problem:
+            raise FieldError(loc + (i,), problem.removeprefix(": "))
     return list(items)
 
 

@@ -11,7 +11,6 @@ is made).
 
 from __future__ import annotations
 
-from determined_lite._timeouts import DEFAULT_TIMEOUT_S
 from determined_lite.distributed._base import DistributedContext, PeerFailure, engine
 from determined_lite.distributed._single import SingleProcessContext
 
@@ -21,4 +20,4 @@ def initialize(backend: str) -> DistributedContext:
     return engine(backend).from_environment()
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "DistributedContext", "PeerFailure", "SingleProcessContext", "initialize"]
+__all__ = ["DistributedContext", "PeerFailure", "SingleProcessContext", "initialize"]

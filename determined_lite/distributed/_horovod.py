@@ -76,10 +76,10 @@ def record_failure(error: BaseException, rank: int) -> None:
 def gloo_timeout_seconds() -> int:
     """Seconds Gloo waits for a peer (rendezvous and each operation): Horovod's env knob, else
     ``DET_LITE_DIST_TIMEOUT``."""
-    from determined_lite._timeouts import DEFAULT_TIMEOUT_S
+    from determined_lite._timeouts import dist_timeout
 
     value = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS")
-    return int(value) if value else max(1, math.ceil(DEFAULT_TIMEOUT_S))
+    return int(value) if value else max(1, math.ceil(dist_timeout()))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from determined_lite._timeouts import DEFAULT_TIMEOUT_S
+from determined_lite._timeouts import dist_timeout
 from determined_lite.runtime._cluster import CORE_STORE_ENV
 
 
@@ -33,7 +33,7 @@ def join_group(
     hosted = bool(host)
     if not hosted:
         host, port = chief_ip or "127.0.0.1", os.environ.get("MASTER_PORT", "29500")
-    timeout = datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
+    timeout = datetime.timedelta(seconds=dist_timeout())
     device = torch.device("cpu")
     if torch.cuda.is_available() and torch.cuda.device_count() >= int(local_size):
         device = torch.device("cuda", int(local_rank) % torch.cuda.device_count())

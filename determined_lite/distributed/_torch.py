@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from determined_lite._timeouts import COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT_S
+from determined_lite._timeouts import collective_timeout as collective_timeout_s
 from determined_lite.config._resources import (  # resources.ddp_options: the schema's DDPOptions
     DDP_OPTIONS_ENV,
     check_ddp_options,
@@ -184,7 +184,7 @@ class TorchDistributedContext(DistributedContext, engine=True):
         validation set or writes a checkpoint. A worker that dies or raises does not make its
         peers wait for it: torchrun stops them within a fraction of a second.
         """
-        from determined_lite._timeouts import DEFAULT_TIMEOUT_S
+        from determined_lite._timeouts import dist_timeout
 
         if ddp_options is None and os.environ.get(DDP_OPTIONS_ENV):
             try:
@@ -204,7 +204,7 @@ class TorchDistributedContext(DistributedContext, engine=True):
             torch.cuda.set_device(device)
         else:
             device = torch.device("cpu")
-        seconds = DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
+        seconds = dist_timeout() if timeout is None else float(timeout)
         if not dist.is_initialized():
             _join_group(device, rank, size, seconds, collective_timeout)
         return cls(
@@ -429,7 +429,7 @@ def _join_group(
         **kwargs,
     )
     if collective_timeout is None:
-        collective_timeout = float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT_S))
+        collective_timeout = collective_timeout_s()
     set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
     if set_timeout is not None and collective_timeout != seconds:
         set_timeout(datetime.timedelta(seconds=float(collective_timeout)))

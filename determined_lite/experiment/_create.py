@@ -16,6 +16,7 @@ import subprocess
 import sys
 from typing import Any, Dict, Optional, Sequence, TextIO
 
+from determined_lite._timeouts import seconds_env_problem
 from determined_lite.experiment._checks import (
     check_callback_modules,
     check_entrypoint,
@@ -100,6 +101,9 @@ def create_experiment(
     context_dir = os.path.abspath(context_dir)
     from determined_lite.config import read_config
 
+    problem = seconds_env_problem(os.environ)  # before the fork server inherits it
+    if problem:
+        return bad_input(problem)
     written = read_config(config_path, overrides)  # ConfigError → the CLI exits 2
     if not detach:  # this process runs the trials: their fork server warms up meanwhile
         _prestart(copy.deepcopy(written), context_dir)
@@ -245,6 +249,9 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[
     from determined_lite.store import Action, ExperimentState, Store
 
     out = out or sys.stdout
+    problem = seconds_env_problem(os.environ)
+    if problem:
+        raise ActivationRefused(problem)  # exit 2, nothing changed
     store = Store()
     experiment = _activatable(store, experiment_id)
     if experiment["running"] and experiment["state"] == ExperimentState.ACTIVE:

@@ -111,9 +111,9 @@ def _controller() -> str:
 
 def timeout_seconds() -> int:
     """Seconds for horovodrun's start and for each Gloo rendezvous/operation."""
-    from determined_lite._timeouts import DEFAULT_TIMEOUT_S
+    from determined_lite._timeouts import dist_timeout
 
-    return max(1, math.ceil(DEFAULT_TIMEOUT_S))
+    return max(1, math.ceil(dist_timeout()))
 
 
 HOROVOD_MISSING = (

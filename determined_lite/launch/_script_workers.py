@@ -29,13 +29,13 @@ def hosting(spec: WorkerSpec, workers: int) -> Iterator[Callable[[], Optional[Wo
     """Host the store and name the result file while the script runs alone (``workers`` = 1:
     a launcher's workers have their engine); yields a function that returns what the script's
     own workers reported (None when none did)."""
-    from determined_lite._timeouts import DEFAULT_TIMEOUT_S
+    from determined_lite._timeouts import dist_timeout
 
     if workers > 1:
         yield lambda: None
         return
 
-    store, port = listening_store(LOOPBACK, 0, DEFAULT_TIMEOUT_S)
+    store, port = listening_store(LOOPBACK, 0, dist_timeout())
     path = os.path.join(os.path.dirname(spec.result_path), "script_workers_result.json")
     env = {CORE_STORE_ENV: f"{LOOPBACK}:{port}", RESULT_ENV: path}
     interface = loopback_interface()

@@ -152,10 +152,10 @@ def torchrun_command(
     spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
 ) -> Tuple[List[str], Dict[str, str]]:
     """``(argv, env)`` of the process that runs the trial's workers under torchrun."""
-    from determined_lite._timeouts import DEFAULT_TIMEOUT_S
+    from determined_lite._timeouts import dist_timeout
 
     spec_path = os.path.abspath(spec_path)
-    join_timeout = int(max(DEFAULT_TIMEOUT_S, 60.0))  # remote agents may take a while to start
+    join_timeout = int(max(dist_timeout(), 60.0))  # remote agents may take a while to start
     if not hosts:
         env = _engine_env(spec, spec.slots, local=True)
         # Port 0: the agent binds the rendezvous store to a free loopback port itself.

@@ -38,10 +38,8 @@ import time
 import traceback
 from typing import Callable, List, Optional
 
-from determined_lite._timeouts import env_seconds
+from determined_lite._timeouts import SETUP_TIMEOUT_ENV, STALL_TIMEOUT_ENV, env_seconds
 
-STALL_TIMEOUT_ENV = "DET_LITE_STALL_TIMEOUT"
-SETUP_TIMEOUT_ENV = "DET_LITE_SETUP_TIMEOUT"
 DEFAULT_STALL_TIMEOUT_S = 1200.0
 SETUP_HOOK = "setup"  # a heartbeat's hook before the worker entered any
 _MAX_POLL_S = 5.0

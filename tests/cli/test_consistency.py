@@ -192,3 +192,35 @@ def test_describe_without_metrics_keeps_the_summary_columns(store):
         "Checkpoint",
     ]
     assert [c.strip() for c in workloads[2].split("|")][:3] == ["1", "2", "loss=0.1 note=text"]
+
+
+# --- timeouts given in the environment ----------------------------------------------------------
+
+
+def test_a_bad_timeout_in_the_environment_is_one_line_before_anything_is_recorded(tmp_path, _det_lite_home):
+    """Before: the worker raised at start-up (a traceback in the trial's log, the trial ERROR);
+    $DET_LITE_DIST_TIMEOUT even raised at import."""
+    for name in ("DET_LITE_SETUP_TIMEOUT", "DET_LITE_STALL_TIMEOUT", "DET_LITE_DIST_TIMEOUT"):
+        proc = cli("experiment", "create", CONST, LINEAR, env={**os.environ, name: "soon"})
+        assert proc.returncode == 2, proc.stderr
+        assert (
+            proc.stderr
+            == f"det-lite: error: shell environment: ${name} must be a number of seconds >= 0, got 'soon'\n"
+        )
+    in_config = cli(
+        "experiment",
+        "create",
+        CONST,
+        LINEAR,
+        "--config",
+        'environment.environment_variables=["DET_LITE_COLLECTIVE_TIMEOUT=-1"]',
+    )
+    assert in_config.returncode == 2
+    assert in_config.stderr.strip().endswith(
+        "environment.environment_variables[0]: "
+        "$DET_LITE_COLLECTIVE_TIMEOUT must be a number of seconds >= 0, got '-1'"
+    )
+    assert Store().list_experiments() == []  # nothing recorded
+    resumed = cli("experiment", "activate", "1", env={**os.environ, "DET_LITE_ACTIVATE_WAIT": "x"})
+    assert resumed.returncode == 2
+    assert "$DET_LITE_ACTIVATE_WAIT must be a number of seconds >= 0, got 'x'" in resumed.stderr

@@ -111,7 +111,7 @@ def test_bad_hosts_are_rejected_with_the_field_named(hosts, message):
 
 @needs_horovod
 def test_local_command_runs_horovodrun_with_gloo_timeouts_and_loopback(tmp_path, monkeypatch):
-    monkeypatch.setattr("determined_lite._timeouts.DEFAULT_TIMEOUT_S", 12.5)
+    monkeypatch.setenv("DET_LITE_DIST_TIMEOUT", "12.5")
     monkeypatch.delenv(hr.CONTROLLER_ENV, raising=False)
     spec = _spec(tmp_path)
     argv, env = hr.horovodrun_command(spec, "/x/spec.json", None)
