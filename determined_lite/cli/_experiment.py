@@ -256,6 +256,14 @@ def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
         raise BadInput(
             f"experiment {experiment_id} is {display_state(exp)}; kill or pause it before deleting it"
         )
+    registered = store.registered_checkpoints(experiment_id)
+    if registered:
+        uuid, owner = next(iter(registered.items()))
+        more = f" and {len(registered) - 1} more" if len(registered) > 1 else ""
+        raise BadInput(
+            f"experiment {experiment_id} has checkpoints in the model registry (checkpoint {uuid}: "
+            f"{owner}{more}); delete those model versions first"
+        )
     if not yes and not click.confirm(
         f"Delete experiment {experiment_id} with its checkpoints and TensorBoard files?", default=False
     ):

@@ -170,11 +170,18 @@ class Checkpoint:
 
     def delete(self) -> None:
         """Delete the checkpoint: forgotten by the store, its directory removed (Determined's
-        master deletes it asynchronously; det-lite at once). ``NotFoundError`` when unknown."""
+        master deletes it asynchronously; det-lite at once). ``NotFoundError`` when unknown; a
+        ``ValueError`` when a model version names it (Determined's master refuses it too)."""
         store = self._session.store()
         record = store.get_checkpoint(self.uuid)
         if record is None:
             raise NotFoundError(f"checkpoint {self.uuid} not found")
+        registered = store.registered_checkpoints(record["experiment_id"]).get(self.uuid)
+        if registered:
+            raise ValueError(
+                f"checkpoint {self.uuid} is in the model registry ({registered}) and cannot be "
+                "deleted: delete that model version first"
+            )
         store.delete_checkpoint(self.uuid)
         remove_checkpoint_dir(record)
         self.state = CheckpointState.DELETED

@@ -148,6 +148,8 @@ def apply_retention(
     """Drop the experiment's checkpoints the policy does not keep, from the store then the disk;
     returns how many. ``unfinished_trials`` keep their latest checkpoint."""
     dropped = policy.to_drop(store.list_checkpoints(experiment_id=experiment_id), unfinished_trials)
+    registered = store.registered_checkpoints(experiment_id)  # a model version's: kept
+    dropped = [c for c in dropped if c["uuid"] not in registered]
     for c in dropped:
         store.delete_checkpoint(c["uuid"])
         remove_checkpoint_dir(c, policy.storage)
@@ -173,7 +175,9 @@ def register_checkpoint(
     ]
     candidates = current + [dict(checkpoint, experiment_id=experiment_id)]
     dropped = [c for c in policy.to_drop(candidates, [trial_id]) if c["trial_id"] == trial_id]
-    dropped = [c for c in dropped if c["uuid"] != checkpoint["uuid"]]  # the latest: always kept
+    registered = store.registered_checkpoints(experiment_id)  # a model version's: kept
+    # The new checkpoint (the latest) is always kept.
+    dropped = [c for c in dropped if c["uuid"] != checkpoint["uuid"] and c["uuid"] not in registered]
     store.add_checkpoint(
         trial_id,
         checkpoint["uuid"],

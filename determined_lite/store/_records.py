@@ -242,6 +242,29 @@ class TrialRecords(Database):
             params.append(int(trial_id))
         return self._read(lambda conn: checkpoint_rows(conn, " AND ".join(clauses), tuple(params)))
 
+    def registered_checkpoints(self, experiment_id: Optional[int] = None) -> Dict[str, str]:
+        """Checkpoints the model registry names (of one experiment when given), each with what
+        names it (``"model NAME version N"``): retention and garbage collection keep them and a
+        delete refuses them, as Determined's master does."""
+
+        def body(conn: sqlite3.Connection) -> Dict[str, str]:
+            where, params = ("", ()) if experiment_id is None else (
+                " WHERE v.checkpoint_uuid IN (SELECT c.uuid FROM checkpoints c JOIN trials t"
+                " ON t.id = c.trial_id WHERE t.experiment_id = ?)",
+                (int(experiment_id),),
+            )
+            rows = conn.execute(
+                "SELECT v.checkpoint_uuid, m.name, v.version FROM model_versions v"
+                f" JOIN models m ON m.id = v.model_id{where} ORDER BY m.name, v.version",
+                params,
+            ).fetchall()
+            found: Dict[str, str] = {}
+            for uuid, name, version in rows:
+                found.setdefault(uuid, f"model {name!r} version {version}")
+            return found
+
+        return self._read(body)
+
     # --- logs ---------------------------------------------------------------------------------
 
     def add_logs(

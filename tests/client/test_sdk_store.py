@@ -227,3 +227,35 @@ def test_checkpoint_delete_forgets_it_and_removes_its_directory(tmp_path):
     assert Store().get_trial(made["trials"][1])["latest_checkpoint"] == made["uuids"][(1, 4)]
     with pytest.raises(NotFoundError):
         client.get_checkpoint(best.uuid).delete()
+
+
+def test_a_model_versions_checkpoint_outlives_retention_and_refuses_deletion(tmp_path):
+    """Determined's master keeps model-registry checkpoints out of checkpoint GC and refuses to
+    delete them; before, retention removed them (the version then named nothing)."""
+    from determined_lite.reporting._retention import RetentionPolicy, apply_retention
+    from tests.cli_helpers import cli
+
+    made = make_experiment(tmp_path)
+    kept = made["uuids"][(2, 8)]  # no metric: retention's first victim
+    client.create_model("digits").register_version(kept)
+    store = Store()
+    assert store.registered_checkpoints(made["id"]) == {kept: "model 'digits' version 1"}
+    policy = RetentionPolicy("val_loss", True, save_trial_best=0, save_trial_latest=0, save_experiment_best=1)
+    assert apply_retention(store, made["id"], policy, []) == 2
+    left = {c["uuid"] for c in store.list_checkpoints(experiment_id=made["id"])}
+    assert left == {made["uuids"][(1, 8)], kept}
+    assert (tmp_path / "ckpts" / kept / "state_dict.pth").read_bytes() == b"x" * 8
+    registry = rf"checkpoint {kept} is in the model registry \(model 'digits' version 1\)"
+    with pytest.raises(ValueError, match=registry):
+        client.get_checkpoint(kept).delete()
+    assert store.get_checkpoint(kept) is not None
+    refused = cli("experiment", "delete", str(made["id"]), "--yes")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().endswith(
+        f"experiment {made['id']} has checkpoints in the model registry (checkpoint {kept}: "
+        "model 'digits' version 1); delete those model versions first"
+    )
+    assert store.get_experiment(made["id"])["id"] == made["id"]  # nothing deleted
+    client.get_model("digits").get_version(1).delete()
+    client.get_checkpoint(kept).delete()
+    assert store.get_checkpoint(kept) is None and not (tmp_path / "ckpts" / kept).exists()
