@@ -1,4 +1,4 @@
-"""``det-lite trial ...`` (alias ``t``): describe a trial, print its logs."""
+"""``det-lite trial ...`` (alias ``t``): describe a trial, print its logs, kill it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from determined_lite.cli._describe import (
     workloads_table,
 )
 from determined_lite.cli._logs import print_logs
-from determined_lite.store import TrialState
+from determined_lite.store import NotFoundError, TrialState
 
 
 @click.group("trial", cls=AliasedGroup)
@@ -47,6 +47,23 @@ def describe(trial_id: int, as_json: bool, metrics: bool, as_csv: bool, outdir: 
     table = trials_table([found])
     table.title = f"Trial {trial_id} of experiment {found['experiment_id']}"
     emit([table, workloads_table([found], metrics)], as_csv, outdir)
+
+
+@trial.command("kill", short_help="Kill one trial; the search goes on.")
+@click.argument("trial_id", type=int)
+def kill(trial_id: int) -> None:
+    """Kill TRIAL_ID alone, as Determined's `det trial kill`: its experiment's runner stops it
+    (it ends CANCELED) and the search goes on with the other trials."""
+    store = open_store()
+    try:
+        asked = store.request_trial_kill(trial_id)
+    except NotFoundError:
+        raise BadInput(f"trial {trial_id} not found") from None
+    if not asked:
+        found = store.get_trial(trial_id) or {}
+        click.echo(f"Trial {trial_id} already ended ({found.get('state')}); nothing to kill.")
+        return
+    click.echo(f"Killed trial {trial_id}")
 
 
 @trial.command("logs", short_help="Print a trial's logs.")

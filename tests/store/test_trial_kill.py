@@ -23,3 +23,21 @@ def test_a_trial_of_a_paused_experiment_is_canceled_now_and_the_request_kept(tmp
     with pytest.raises(NotFoundError, match="trial 99 not found"):
         store.request_trial_kill(99)
     store.close()
+
+
+def test_det_lite_trial_kill_is_determineds_command(tmp_path, _det_lite_home):
+    """`det-lite trial kill ID` (Determined's `det trial kill`): before, no such command (exit 2)."""
+    from tests.cli_helpers import cli
+
+    store = Store()
+    exp_id = store.create_experiment({"name": "x"}, "/ctx", "/ctx/e.yaml", state=ExperimentState.PAUSED)
+    paused = store.create_trial(exp_id, 0, {}, 1, state=TrialState.PAUSED)
+    done = store.create_trial(exp_id, 1, {}, 2, state=TrialState.COMPLETED)
+    killed = cli("trial", "kill", str(paused))
+    assert (killed.returncode, killed.stdout) == (0, f"Killed trial {paused}\n")
+    assert store.get_trial(paused)["state"] == TrialState.CANCELED
+    ended = cli("trial", "kill", str(done))
+    assert ended.returncode == 0
+    assert ended.stdout == f"Trial {done} already ended (COMPLETED); nothing to kill.\n"
+    missing = cli("trial", "kill", "99")
+    assert (missing.returncode, missing.stderr) == (2, "det-lite: error: trial 99 not found\n")
