@@ -32,6 +32,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+import _search_slots
 import yaml
 from _cli import det_lite_command
 from _common import HERE, Row, absolute_row, child_env, log, peer_row, ratio_row, run_child
@@ -190,6 +191,8 @@ def run(mode: str, repeats: Optional[int] = None, peers: Any = ()) -> List[Row]:
                 for k in starts:
                     starts[k].extend(r[k] if isinstance(r[k], list) else [r[k]])
         rows.extend(_startup_rows(starts))
+        context, data = os.path.join(tmp, "context"), os.path.join(tmp, "digits.npz")
+        rows.extend(_search_slots.rows(mode, tmp, context, data, statistics.median(starts["torch"])))
     rows.extend(store_rows(mode))
     return rows
 
