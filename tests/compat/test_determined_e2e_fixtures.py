@@ -1,6 +1,7 @@
 """Determined's own e2e fixtures and Core API tutorial (stages 0-4), as shipped
 (tests/fixtures/determined_e2e/), through ``det-lite experiment create`` (issue 30, "Done
-when"), and a context's ``startup-hook.sh``.
+when"), and a context's ``startup-hook.sh``; ``determined.experimental.core_v2`` scripts
+managed (through det-lite) and unmanaged (plain ``python3``, ``torchrun``).
 
 Before: ``from determined.common import util`` and ``core_context.alert()`` failed, and a
 ``startup-hook.sh`` was silently not run."""
@@ -201,9 +202,9 @@ def test_a_script_without_a_launcher_runs_once_on_two_slots(
 UNMANAGED = os.path.join(REPO, "tests", "fixtures", "determined_e2e", "unmanaged")
 
 
-def _python(script: str, cwd: str, **env: str) -> Any:
-    """``python3 SCRIPT`` as a user runs it (DET_LITE_HOME: the test's), ``import determined``
-    giving this checkout's alias."""
+def _python(script: str, cwd: str, *args: str, **env: str) -> Any:
+    """``python3 [ARGS] SCRIPT`` as a user runs it (DET_LITE_HOME: the test's), ``import
+    determined`` giving this checkout's alias."""
     import subprocess
     import sys
 
@@ -211,7 +212,7 @@ def _python(script: str, cwd: str, **env: str) -> Any:
 
     path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
-        [sys.executable, script],
+        [sys.executable, *args, script],
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": path, **env},
         capture_output=True,
@@ -277,6 +278,31 @@ def test_unmanaged_error_termination_fixture(_det_lite_home: Any) -> None:
     assert trial["state"] == "ERROR"
     assert [m["total_batches"] for m in trial["training_metrics"]] == list(range(16))
     assert [m["total_batches"] for m in trial["validation_metrics"]] == [9]
+
+
+def test_unmanaged_torch_distributed_example(_det_lite_home: Any) -> None:
+    # examples/features/unmanaged/3_torch_distributed.py under torchrun (2 workers): the chief
+    # records the experiment; each step's checkpoint is sharded (every rank writes its file).
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    torchrun = ["-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2"]
+    torchrun += ["--master_addr", "127.0.0.1", "--master_port", port, "--max_restarts", "0"]
+    proc = _python("3_torch_distributed.py", UNMANAGED, *torchrun)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "See the experiment at: #/experiments/1" in proc.stdout
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED"
+    # Rank 0 reports even steps (stored); rank 1's odd steps and validations are only logged.
+    assert [m["metrics"]["rank"] for m in trial["training_metrics"]] == [0.01] * 50
+    assert [m["total_batches"] for m in trial["training_metrics"]] == list(range(0, 100, 2))
+    (latest,) = trial["checkpoints"]  # the policy keeps the latest (no searcher metric)
+    assert latest["total_batches"] == 99
+    for rank in (0, 1):
+        with open(os.path.join(latest["path"], f"state_{rank}")) as f:
+            assert f.read() == f"99,{rank}"
 
 
 # Determined's documented form of an unmanaged script (docs: "Unmanaged experiments").
