@@ -135,3 +135,14 @@ def test_a_bad_config_is_one_line_and_records_nothing(_det_lite_home: Any) -> No
     with pytest.raises(ConfigError, match=r"^core_v2.Config: searcher.metric: "):
         core_v2.init_context(config=_config(searcher={"name": "single"}))
     assert Store().list_experiments() == []
+
+
+def test_activate_refuses_an_unmanaged_experiment(_det_lite_home: Any) -> None:
+    from determined_lite.experiment import activate_experiment
+    from determined_lite.experiment._exit import ActivationRefused
+
+    with core_v2.init_context(config=_config()):
+        pass
+    with pytest.raises(ActivationRefused, match="^experiment 1 is an unmanaged run of a Core API script"):
+        activate_experiment(1)
+    assert Store().get_experiment(1)["state"] == "COMPLETED"
