@@ -52,6 +52,10 @@ def test_a_run_is_recorded_with_its_metrics_checkpoint_and_tensorboard_files(
     exp = store.get_experiment(exp["id"])
     assert (exp["state"], exp["pid"], exp["config"]["description"]) == ("COMPLETED", None, "two steps")
     assert ModelRegistry(store.path).experiment_annotations(exp["id"])["labels"] == ["a", "b"]
+    from determined_lite import client  # Determined's SDK sees what Determined's would
+
+    sdk = client.get_experiment(exp["id"])
+    assert (sdk.name, sdk.description, sdk.labels) == ("unmanaged-test", "two steps", {"a", "b"})
     (trial,) = store.list_trials(exp["id"])
     assert (trial["state"], trial["hparams"], trial["best_validation"]) == ("COMPLETED", {"lr": 0.5}, 0.25)
     assert [(m["total_batches"], m["metrics"]) for m in store.training_metrics(trial["id"])] == [
