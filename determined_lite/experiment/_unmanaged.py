@@ -27,7 +27,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from determined_lite.config import TrainingSettings
 from determined_lite.config._plugins import SINGLE_ENGINE
@@ -49,6 +49,16 @@ _PLACEHOLDER_ENTRYPOINT = "python3 unmanaged.py"  # validated in place of the co
 
 class UnmanagedRunError(RuntimeError):
     """An unmanaged run det-lite cannot record or resume (one line)."""
+
+
+class Recorded(NamedTuple):
+    """What the chief recorded (or found), broadcast to the other workers."""
+
+    store_path: str
+    experiment_id: int
+    trial_id: int
+    config: Dict[str, Any]  # as stored
+    latest_checkpoint: Optional[str]  # the resumed trial's newest checkpoint directory
 
 
 def command_line() -> str:
@@ -121,8 +131,10 @@ def _trial(
     return tid, None
 
 
-def _record(config: Dict[str, Any], hparams: Dict[str, Any], labels: Any, external: Tuple[Any, Any]) -> Tuple:
-    """Record (or find) the experiment and trial: ``(store path, eid, tid, config, latest)``."""
+def _record(
+    config: Dict[str, Any], hparams: Dict[str, Any], labels: Any, external: Tuple[Any, Any]
+) -> Recorded:
+    """Record (or find) the experiment and trial."""
     external_experiment_id, external_trial_id = external
     if external_trial_id is not None and external_experiment_id is None:
         raise UnmanagedRunError("core_v2.Config: external_trial_id needs external_experiment_id too")
@@ -136,7 +148,7 @@ def _record(config: Dict[str, Any], hparams: Dict[str, Any], labels: Any, extern
     except BaseException:
         store.set_experiment_pid(eid, None)
         raise
-    return store.path, eid, tid, stored, latest
+    return Recorded(store.path, eid, tid, stored, latest)
 
 
 class UnmanagedRun:
@@ -144,7 +156,7 @@ class UnmanagedRun:
     to) and its ``ClusterInfo`` (``core_v2.info``); it is also the context's ``_ending``
     (``start``, ``close``)."""
 
-    def __init__(self, recorded: Tuple, hparams: Dict[str, Any], distributed: Any) -> None:
+    def __init__(self, recorded: Recorded, hparams: Dict[str, Any], distributed: Any) -> None:
         store_path, eid, tid, config, latest = recorded
         settings = TrainingSettings.from_config(config)
         backend = getattr(distributed, "backend", SINGLE_ENGINE)
