@@ -150,3 +150,34 @@ def test_activate_refuses_an_unmanaged_experiment(_det_lite_home: Any) -> None:
     with pytest.raises(ActivationRefused, match="^experiment 1 is an unmanaged run of a Core API script"):
         activate_experiment(1)
     assert Store().get_experiment(1)["state"] == "COMPLETED"
+
+
+@pytest.mark.slow
+def test_a_script_killed_before_closing_is_shown_not_running_and_can_be_killed(
+    tmp_path: Any, _det_lite_home: Any
+) -> None:
+    # SIGKILL leaves no chance to record the end: the recorded pid is dead, `experiment list`
+    # says so, and `experiment kill` (no running process) ends it CANCELED.
+    import subprocess
+    import sys
+
+    from tests.cli_helpers import REPO, cli
+    from tests.timing import budget
+
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import os, signal\n"
+        "from determined.experimental import core_v2\n"
+        "core_v2.init(config=core_v2.Config(name='dies'))\n"
+        "core_v2.train.report_training_metrics(steps_completed=1, metrics={'loss': 1.0})\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=str(tmp_path), timeout=budget(120))
+    assert proc.returncode == -9
+    assert "dies (unmanaged) | ACTIVE (not running)" in cli("experiment", "list", check=True).stdout
+    assert "had no running process; it is now CANCELED" in cli("experiment", "kill", "1", check=True).stdout
+    store = Store()
+    (trial,) = store.list_trials(1)
+    assert store.get_experiment(1)["state"] == "CANCELED"
+    assert (trial["state"], trial["total_batches"]) == ("CANCELED", 1)
