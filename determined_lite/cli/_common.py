@@ -217,9 +217,11 @@ def format_mapping(mapping: Optional[Dict[str, Any]]) -> str:
 
 
 def display_name(exp: Dict[str, Any]) -> str:
-    """The experiment's name; ``(local)`` after a plain-Python ``Trainer.fit`` run's."""
+    """The experiment's name; ``(local)`` after a plain-Python ``Trainer.fit`` run's,
+    ``(unmanaged)`` after a Core API script's ``core_v2.init()`` outside det-lite."""
     name = exp.get("name") or ""
-    return f"{name} (local)" if exp.get("kind") == ExperimentKind.LOCAL else name
+    kind = exp.get("kind")
+    return f"{name} ({kind})" if kind in (ExperimentKind.LOCAL, ExperimentKind.UNMANAGED) else name
 
 
 def display_state(exp: Dict[str, Any]) -> str:

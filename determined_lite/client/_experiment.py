@@ -28,7 +28,7 @@ _TRIAL_KEYS = {
 class Experiment(FromRecord):
     """An experiment of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
     ``config``, ``state`` (``ExperimentState``), ``name``, ``archived`` (False), ``progress``,
-    ``description`` (None: not kept locally), ``notes``, ``labels`` (a set; None when empty,
+    ``description`` (the config's), ``notes``, ``labels`` (a set; None when empty,
     as Determined gives it)."""
 
     def __init__(self, experiment_id: int, session: Session) -> None:
@@ -50,6 +50,7 @@ class Experiment(FromRecord):
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
         self.config = record.get("config")
+        self.description = (self.config or {}).get("description")
         self.state = ExperimentState[record["state"]]
         self.name = record["name"]
         self.archived = False

@@ -51,7 +51,8 @@ _PROVIDES = (
     "det-lite's 'determined' alias provides Determined's PyTorchTrial API (determined.pytorch, "
     "determined.pytorch.samplers, determined.InvalidHP, "
     "determined.tensorboard.metric_writers.pytorch.TorchWriter) and its Core API (determined.core, "
-    "det.get_cluster_info, determined.launch.wrap_rank, determined.common.util's group names) "
+    "determined.experimental.core_v2, det.get_cluster_info, determined.launch.wrap_rank, "
+    "determined.common.util's group names) "
     "and its Python SDK over det-lite's store (determined.experimental.client), "
     "not its other APIs; see docs/migrating-from-determined.md"
 )

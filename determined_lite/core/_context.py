@@ -44,7 +44,9 @@ class TensorboardMode:
 class Context:
     """``core_context``: ``checkpoint``, ``distributed``, ``preempt``, ``train``, ``searcher``,
     ``info`` (the cluster info, None in local mode), ``alert()``. Use it as
-    ``with det.core.init() as c:``."""
+    ``with det.core.init() as c:``. ``_ending``: what records how an unmanaged run ended
+    (``experiment._unmanaged``; Determined's ``_heartbeat``): started with the context, told of
+    the exception (if any) it closes with."""
 
     checkpoint: CheckpointContext
     distributed: Any
@@ -52,13 +54,20 @@ class Context:
     train: TrainContext
     searcher: SearcherContext
     info: Any = None
+    _ending: Any = None
 
     def start(self) -> None:
         self.preempt.start()
+        if self._ending is not None:
+            self._ending.start()
 
-    def close(self) -> None:
+    def close(self, exc_type: Any = None, exc_val: Any = None, exc_tb: Any = None) -> None:
+        """Finish the TensorBoard file; an unmanaged run records its end (ERROR with
+        ``exc_val``)."""
         self.preempt.close()
         self.train.close()
+        if self._ending is not None:
+            self._ending.close(exc_val)
 
     def __enter__(self) -> "Context":
         self.start()
@@ -81,7 +90,7 @@ class Context:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if isinstance(exc, InvalidHP):  # as Determined: the trial ends, the search goes on
             self.train.report_early_exit(EarlyExitReason.INVALID_HP)
-        self.close()
+        self.close(exc_type, exc, tb)
 
 
 def _units(exp_conf: Dict[str, Any]) -> Optional[Unit]:
@@ -137,6 +146,19 @@ def init(
             SearcherContext(dist, 1, None),
             info,
         )
+    return trial_context(trial, distributed, checkpoint_storage, preempt_mode, info)
+
+
+def trial_context(
+    trial: Any,
+    distributed: Any,
+    checkpoint_storage: Union[None, str, Dict[str, Any]],
+    preempt_mode: PreemptMode,
+    info: Any,
+    ending: Any = None,
+) -> Context:
+    """The Core API context of ``trial`` (a ``launch._script.ScriptTrial``: the worker's, or an
+    unmanaged run's with its ``ending``)."""
     dist = distributed or trial.distributed
     if dist is not trial.distributed and dist.size != trial.distributed.size:
         raise ValueError(
@@ -156,4 +178,5 @@ def init(
         TrainContext(dist, trial, spec.tensorboard_path),
         SearcherContext(dist, int(trial.target), _units(spec.exp_conf), trial),
         info,
+        ending,
     )

@@ -292,6 +292,12 @@ def _activatable(store: Any, experiment_id: int) -> Dict[str, Any]:
             f"with Trainer.fit(latest_checkpoint=...) (its checkpoints: det-lite checkpoint list "
             f"--experiment {experiment_id})"
         )
+    if experiment.get("kind") == ExperimentKind.UNMANAGED:
+        raise ActivationRefused(
+            f"experiment {experiment_id} is an unmanaged run of a Core API script (core_v2.init()); "
+            "run the script again, with core_v2.Config(external_experiment_id=..., "
+            "external_trial_id=...) to resume its trial"
+        )
     if experiment["state"] in TERMINAL_STATES:
         raise ActivationRefused(
             f"experiment {experiment_id} is {experiment['state']}; only a PAUSED experiment, or an "

@@ -87,6 +87,11 @@ class ClusterInfo:
         return self._trial
 
     @property
+    def _trial_info(self) -> ClusterTrialInfo:
+        """Determined's private name of ``trial`` (its core_v2 examples read it)."""
+        return self._trial
+
+    @property
     def user_data(self) -> Dict[str, Any]:
         return self._trial.user_data
 

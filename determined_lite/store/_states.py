@@ -52,11 +52,14 @@ TERMINAL_STATES = frozenset({ExperimentState.COMPLETED, ExperimentState.CANCELED
 
 class ExperimentKind(TextEnum):
     """What recorded an experiment: ``det-lite experiment create`` (run by det-lite's runner,
-    resumable with ``activate``) or a plain-Python ``Trainer.fit`` (one trial; its checkpoints
-    are listed and kept by the retention policy like any other, but only Python resumes it)."""
+    resumable with ``activate``), a plain-Python ``Trainer.fit`` (one trial; its checkpoints
+    are listed and kept by the retention policy like any other, but only Python resumes it) or
+    a Core API script's ``core_v2.init()`` outside det-lite (Determined's unmanaged experiment:
+    the script records it; running it again with its external ids resumes it)."""
 
     EXPERIMENT = "experiment"
     LOCAL = "local"
+    UNMANAGED = "unmanaged"
 
 
 class Action(TextEnum):

@@ -61,7 +61,8 @@ class Store(ExperimentRequests):
         """Record a new experiment (default state ACTIVE); returns its id (1, 2, ...).
 
         ``pid``: the process that will run it, recorded at once (as ``set_experiment_pid``);
-        ``kind``: ``ExperimentKind`` (``local`` for a plain-Python ``Trainer.fit``)."""
+        ``kind``: ``ExperimentKind`` (``local`` for a plain-Python ``Trainer.fit``, ``unmanaged``
+        for a Core API script's ``core_v2.init()``)."""
         state = check_member(state, ExperimentState, "experiment state")
         kind = check_member(kind, ExperimentKind, "experiment kind")
         token = process_token(pid) if pid else None
