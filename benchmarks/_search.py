@@ -74,7 +74,7 @@ def _config(kind: str, mode: str, cores: int, data: str, stamps: str) -> Dict[st
 
 
 def _det_lite(tmp: str, config: Dict[str, Any], forkserver: bool) -> Tuple[float, Dict[str, Any]]:
-    """Run the search; (wall seconds, ``experiment describe --json``)."""
+    """Run the search; (wall seconds, the experiment as the store records it, every metric)."""
     home = tempfile.mkdtemp(prefix="home-", dir=tmp)
     context = os.path.join(tmp, "context")
     path = os.path.join(home, "search.yaml")
@@ -84,8 +84,12 @@ def _det_lite(tmp: str, config: Dict[str, Any], forkserver: bool) -> Tuple[float
     start = time.perf_counter()
     run_child(det_lite_command() + ["experiment", "create", path, context], "det-lite search", 1800, env=env)
     seconds = time.perf_counter() - start
-    out = run_child(det_lite_command() + ["experiment", "describe", "1", "--json"], "describe", 120, env=env)
-    return seconds, json.loads(out.stdout)
+    from determined_lite.store import Store
+
+    with Store(os.path.join(home, "det-lite.db")) as store:
+        described = store.describe_experiment(1)
+    assert described is not None, "the search recorded no experiment"
+    return seconds, described
 
 
 def _runs(described: Dict[str, Any]) -> List[Tuple[Dict[str, Any], List[int]]]:

@@ -1,24 +1,30 @@
 """The tables of ``experiment describe`` and ``trial describe``: the experiment, its trials and
-their workloads, as text tables or CSV (Determined's ``--metrics``, ``--csv``, ``--outdir``).
+their workloads, as text tables or CSV (Determined's ``--metrics``, ``--csv``, ``--outdir``), and
+``experiment describe --json`` in Determined's form.
 
-Workloads have one row per reported batch count of a trial. Without ``--metrics`` their
-training and validation metrics are one ``name=value`` column each; with it, one column per
-scalar metric (``Training Metric: loss``, ``Validation Metric: accuracy``), full precision in
-CSV, so ``pandas.read_csv`` gets numbers.
+Workloads have one row per reported batch count of a trial (Determined condenses the training,
+checkpoint and validation workloads of a batch count into one row). The text table shows the
+rows a reader looks for, as Determined's web UI does by default ("Has Checkpoint or
+Validation"), plus each trial's latest training report; ``--all-workloads`` shows every
+training report, and ``--csv`` and ``--outdir`` always write every row, as Determined's CLI.
+Without ``--metrics`` training and validation metrics are one ``name=value`` column each; with
+it, one column per scalar metric (``Training Metric: loss``, ``Validation Metric: accuracy``),
+full precision in CSV, so ``pandas.read_csv`` gets numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import numbers
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
 from determined_lite.cli._common import display_name, display_state, format_mapping, format_time
 from determined_lite.cli._table import Cut, Fit, csv_text, echo_table
-from determined_lite.store import trial_display_state
+from determined_lite.store import Store, Workload, trial_display_state
 
 
 @dataclasses.dataclass
@@ -45,21 +51,75 @@ TRIAL_HEADERS = [
 ]
 
 
-def experiment_table(exp: Dict[str, Any]) -> Table:
-    config = exp.get("config")
-    searcher = config.get("searcher") if isinstance(config, dict) else None
-    row = [
-        exp["id"],
-        display_name(exp),
-        display_state(exp),
-        searcher.get("name", "") if isinstance(searcher, dict) else "",
-        format_time(exp["created_at"]),
-        format_time(exp["ended_at"]),
-        exp["context_dir"] or "",
-    ]
+def experiment_table(exps: Sequence[Dict[str, Any]]) -> Table:
+    rows = []
+    for exp in exps:
+        config = exp.get("config")
+        searcher = config.get("searcher") if isinstance(config, dict) else None
+        rows.append(
+            [
+                exp["id"],
+                display_name(exp),
+                display_state(exp),
+                searcher.get("name", "") if isinstance(searcher, dict) else "",
+                format_time(exp["created_at"]),
+                format_time(exp["ended_at"]),
+                exp["context_dir"] or "",
+            ]
+        )
     headers = ["ID", "Name", "State", "Searcher", "Start Time", "End Time", "Context Directory"]
     fit = Fit(cut={"Context Directory": Cut.START, "Name": Cut.END}, drop=("Context Directory", "End Time"))
-    return Table("Experiment", "experiments.csv", headers, [row], fit)
+    return Table("Experiment", "experiments.csv", headers, rows, fit)
+
+
+def _rfc3339(ts: Optional[float]) -> Optional[str]:
+    """Determined's timestamps in JSON: ``2026-11-27T18:30:44.123456Z`` (UTC)."""
+    if ts is None:
+        return None
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _best_trial(trials: Sequence[Dict[str, Any]], smaller_is_better: bool) -> Optional[Dict[str, Any]]:
+    scored = [t for t in trials if t["best_validation"] is not None]
+    if not scored:
+        return None
+    pick = min if smaller_is_better else max
+    return pick(scored, key=lambda t: t["best_validation"])
+
+
+def experiment_json(exp: Dict[str, Any]) -> Dict[str, Any]:
+    """``experiment describe --json``'s entry for one experiment: Determined's
+    ``GetExperimentResponse`` (``{"experiment", "config", "jobSummary"}``) with the fields of its
+    ``experiment`` that det-lite knows; no trials or workloads (``trial describe --json`` and the
+    Python SDK have those)."""
+    config = exp["config"] if isinstance(exp["config"], dict) else {}
+    searcher: Dict[str, Any] = config["searcher"] if isinstance(config.get("searcher"), dict) else {}
+    trials = exp["trials"]
+    best = _best_trial(trials, bool(searcher.get("smaller_is_better", True)))
+    ended = exp["ended_at"]
+    experiment = {
+        "id": exp["id"],
+        "name": exp["name"] or "",
+        "description": config.get("description") or "",
+        "state": f"STATE_{exp['state']}",
+        "archived": False,
+        "config": config,
+        "hyperparameters": config.get("hyperparameters") or {},
+        "searcherType": searcher.get("name", ""),
+        "searcherMetric": searcher.get("metric"),
+        "startTime": _rfc3339(exp["created_at"]),
+        "endTime": _rfc3339(ended),
+        "duration": None if ended is None else int(round((ended - exp["created_at"]) * 1000)),
+        "numTrials": len(trials),
+        "trialIds": [t["id"] for t in trials],
+        "bestTrialId": None if best is None else best["id"],
+        "bestTrialSearcherMetric": None if best is None else best["best_validation"],
+        "checkpointCount": sum(len(t["checkpoints"]) for t in trials),
+        "labels": exp.get("labels") or [],
+        "notes": exp.get("notes") or "",
+        "unmanaged": False,
+    }
+    return {"experiment": experiment, "config": config, "jobSummary": None}
 
 
 def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
@@ -99,21 +159,33 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _scalar_names(trials: Sequence[Dict[str, Any]], key: str) -> List[str]:
+def _scalar_names(rows: Sequence[Workload], field: str) -> List[str]:
     names = {
         name
-        for t in trials
-        for entry in t[key]
-        for name, value in (entry["metrics"] or {}).items()
+        for row in rows
+        for name, value in (getattr(row, field) or {}).items()
         if _is_scalar(value) or value is None
     }
     return sorted(names)
 
 
-def workloads_table(trials: Sequence[Dict[str, Any]], metrics: bool) -> Table:
+def read_workloads(
+    store: Store, trials: Sequence[Dict[str, Any]], every: bool
+) -> Tuple[List[Workload], bool]:
+    """The trials' workload rows (a read per trial), and whether training rows were left out."""
+    rows: List[Workload] = []
+    left_out = False
+    for trial in trials:
+        found, more = store.workloads(trial["id"], every=every)
+        rows.extend(found)
+        left_out = left_out or more
+    return rows, left_out
+
+
+def workloads_table(rows: Sequence[Workload], metrics: bool) -> Table:
     """One row per trial and reported batch count: metrics and the checkpoints taken there."""
-    training = _scalar_names(trials, "training_metrics") if metrics else []
-    validation = _scalar_names(trials, "validation_metrics") if metrics else []
+    training = _scalar_names(rows, "training") if metrics else []
+    validation = _scalar_names(rows, "validation") if metrics else []
     if metrics:
         headers = (
             ["Trial ID", "# of Batches"]
@@ -123,24 +195,23 @@ def workloads_table(trials: Sequence[Dict[str, Any]], metrics: bool) -> Table:
         )
     else:
         headers = ["Trial ID", "# of Batches", "Training Metrics", "Validation Metrics", "Checkpoint"]
-    rows: List[List[Any]] = []
-    for t in trials:
-        by_batch: Dict[int, Dict[str, Any]] = {}
-        for key in ("training_metrics", "validation_metrics"):
-            for entry in t[key]:
-                by_batch.setdefault(entry["total_batches"], {})[key] = entry["metrics"] or {}
-        for ckpt in t["checkpoints"]:
-            by_batch.setdefault(ckpt["total_batches"], {}).setdefault("checkpoint", []).append(ckpt["uuid"])
-        for batches, found in sorted(by_batch.items()):
-            train, val = found.get("training_metrics"), found.get("validation_metrics")
-            if metrics:
-                cells = [(train or {}).get(n) for n in training] + [(val or {}).get(n) for n in validation]
-            else:
-                cells = [train, val]
-            rows.append([t["id"], batches, *cells, " ".join(found.get("checkpoint", []))])
+    cells: List[List[Any]] = []
+    for row in rows:
+        if metrics:
+            train, val = row.training or {}, row.validation or {}
+            values = [train.get(n) for n in training] + [val.get(n) for n in validation]
+        else:
+            values = [row.training, row.validation]
+        cells.append([row.trial_id, row.total_batches, *values, " ".join(row.checkpoints)])
     text_columns = ["Checkpoint", "Training Metrics", "Validation Metrics"]
     fit = Fit(cut={name: Cut.ITEMS for name in text_columns}, drop=headers[2:-1] if metrics else ())
-    return Table("Workloads", "workloads.csv", headers, rows, fit)
+    return Table("Workloads", "workloads.csv", headers, cells, fit)
+
+
+LEFT_OUT_NOTE = (
+    "(workloads: each trial's validations, checkpoints and latest training report;"
+    " --all-workloads shows every training report)"
+)
 
 
 def _text_cell(value: Any) -> Any:
@@ -173,7 +244,15 @@ def emit(tables: Sequence[Table], as_csv: bool, outdir: Optional[str]) -> None:
 
 
 def output_options(command: Any) -> Any:
-    """``--metrics``, ``--csv`` and ``--outdir`` (Determined's), for the describe commands."""
+    """``--metrics``, ``--csv`` and ``--outdir`` (Determined's) and ``--all-workloads``, for the
+    describe commands."""
+    command = click.option(
+        "--all-workloads",
+        "all_workloads",
+        is_flag=True,
+        help="Show every training report in the workloads table (default: each trial's validations,"
+        " checkpoints and latest training report; --csv and --outdir always have every row).",
+    )(command)
     command = click.option(
         "--outdir",
         type=click.Path(file_okay=False),
@@ -189,3 +268,20 @@ def output_options(command: Any) -> Any:
 def check_output_options(as_json: bool, as_csv: bool, outdir: Optional[str]) -> None:
     if as_json and (as_csv or outdir):
         raise click.UsageError("--json cannot be combined with --csv or --outdir")
+
+
+def emit_workloads(
+    store: Store,
+    tables: List[Table],
+    trials: Sequence[Dict[str, Any]],
+    options: Tuple[bool, bool, bool, Optional[str]],
+) -> None:
+    """``tables`` and then the trials' workloads table, read and shown as ``options``
+    (``metrics, all_workloads, as_csv, outdir``) ask; on a text table whose training rows were
+    left out, one line on stderr says so."""
+    metrics, all_workloads, as_csv, outdir = options
+    every = all_workloads or as_csv or outdir is not None
+    rows, left_out = read_workloads(store, trials, every)
+    emit([*tables, workloads_table(rows, metrics)], as_csv, outdir)
+    if left_out:
+        click.echo(LEFT_OUT_NOTE, err=True)

@@ -111,33 +111,39 @@ def render_table(
 ) -> Tuple[str, List[str]]:
     """A plain-text table (`` a | b`` header, ``---+---`` rule, numbers right-aligned) fitted to
     ``width`` (None: no limit), and the headers left out to fit."""
-    rows = [list(row) for row in rows]
     cells = [[c if isinstance(c, str) else format_value(c) for c in row] for row in rows]
-    numeric = [
-        bool(rows) and all(_is_number(row[i]) for row in rows if row[i] is not None)
+    numeric = [  # a column is numeric when every value is a number or None (by type: one pass)
+        bool(rows) and all(_is_number_type(t) for t in {type(row[i]) for row in rows} - {type(None)})
         for i in range(len(headers))
     ]
-    if width is None:
-        widths = {i: max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)}
-        dropped: List[str] = []
-    else:
+    natural = {i: max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)}
+    dropped: List[str] = []
+    widths = natural
+    if width is not None:
         widths, dropped = fit_columns(headers, cells, width, fit)
     how = {i: fit.cut.get(h, Cut.END) for i, h in enumerate(headers)}
+    cut = [i for i, w in widths.items() if w < natural[i]]
+    # Cells of uncut columns all fit: one format call per row; cut columns go through cut_text.
+    template = " " + " | ".join(f"{{{i}:{'>' if numeric[i] else '<'}{w}}}" for i, w in widths.items())
 
-    def line(values: Sequence[str], right: Sequence[bool]) -> str:
-        parts = []
-        for i, w in widths.items():
-            v = cut_text(values[i], w, how[i])
-            parts.append(v.rjust(w) if right[i] else v.ljust(w))
-        return " " + " | ".join(parts).rstrip()
+    def line(values: List[str]) -> str:
+        for i in cut:
+            values[i] = cut_text(values[i], widths[i], how[i])
+        return template.format(*values).rstrip()
 
-    out = [line(headers, [False] * len(headers)), "-" + "-+-".join("-" * w for w in widths.values()) + "-"]
-    out.extend(line(row, numeric) for row in cells)
+    header = (
+        " "
+        + " | ".join(
+            cut_text(h, widths[i], how[i]).ljust(widths[i]) for i, h in enumerate(headers) if i in widths
+        ).rstrip()
+    )
+    out = [header, "-" + "-+-".join("-" * w for w in widths.values()) + "-"]
+    out.extend(line(row) for row in cells)
     return "\n".join(out), dropped
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _is_number_type(kind: type) -> bool:
+    return issubclass(kind, (int, float)) and not issubclass(kind, bool)
 
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fit: Fit = Fit()) -> None:
