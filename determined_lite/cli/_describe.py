@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import numbers
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import sys
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import click
 
 from determined_lite.cli._common import display_name, display_state, format_mapping, format_time
-from determined_lite.cli._table import Cut, Fit, csv_text, echo_table
+from determined_lite.cli._table import Cut, Fit, echo_chunks, echo_table, write_csv
 from determined_lite.store import Store, Workload, trial_display_state
 
 
@@ -34,6 +36,8 @@ class Table:
     headers: List[str]
     rows: List[List[Any]]  # raw values: numbers, strings, None, mappings
     fit: Fit = Fit()  # what it gives up on a narrow terminal
+    # Instead of ``rows``: the rows read on demand, a chunk at a time (each call reads them again).
+    chunks: Optional[Callable[[], Iterator[List[List[Any]]]]] = None
 
 
 TRIAL_HEADERS = [
@@ -159,19 +163,23 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _scalar_names(rows: Sequence[Workload], field: str) -> List[str]:
+def _scalar_names(source: WorkloadSource, field: str) -> List[str]:
     names = {
         name
-        for row in rows
+        for chunk in source()
+        for row in chunk
         for name, value in (getattr(row, field) or {}).items()
         if _is_scalar(value) or value is None
     }
     return sorted(names)
 
 
+WorkloadSource = Callable[[], Iterable[Sequence[Workload]]]
+
+
 def read_workloads(
     store: Store, trials: Sequence[Dict[str, Any]], every: bool
-) -> Tuple[List[Workload], bool]:
+) -> Tuple[Sequence[Workload], bool]:
     """The trials' workload rows (a read per trial), and whether training rows were left out."""
     rows: List[Workload] = []
     left_out = False
@@ -182,10 +190,18 @@ def read_workloads(
     return rows, left_out
 
 
-def workloads_table(rows: Sequence[Workload], metrics: bool) -> Table:
-    """One row per trial and reported batch count: metrics and the checkpoints taken there."""
-    training = _scalar_names(rows, "training") if metrics else []
-    validation = _scalar_names(rows, "validation") if metrics else []
+def stream_workloads(store: Store, trials: Sequence[Dict[str, Any]]) -> WorkloadSource:
+    """Every workload row of the trials, read a trial at a time whenever the result is called."""
+    ids = [t["id"] for t in trials]
+    return lambda: (store.workloads(trial_id, every=True)[0] for trial_id in ids)
+
+
+def workloads_table(rows: Union[Sequence[Workload], WorkloadSource], metrics: bool) -> Table:
+    """One row per trial and reported batch count: metrics and the checkpoints taken there.
+    ``rows``: the rows, or where to read them (then the table reads them when shown)."""
+    source: WorkloadSource = rows if callable(rows) else (lambda: [rows])
+    training = _scalar_names(source, "training") if metrics else []
+    validation = _scalar_names(source, "validation") if metrics else []
     if metrics:
         headers = (
             ["Trial ID", "# of Batches"]
@@ -195,17 +211,23 @@ def workloads_table(rows: Sequence[Workload], metrics: bool) -> Table:
         )
     else:
         headers = ["Trial ID", "# of Batches", "Training Metrics", "Validation Metrics", "Checkpoint"]
-    cells: List[List[Any]] = []
-    for row in rows:
-        if metrics:
-            train, val = row.training or {}, row.validation or {}
-            values = [train.get(n) for n in training] + [val.get(n) for n in validation]
-        else:
-            values = [row.training, row.validation]
-        cells.append([row.trial_id, row.total_batches, *values, " ".join(row.checkpoints)])
+
+    def cells(chunk: Sequence[Workload]) -> List[List[Any]]:
+        out = []
+        for row in chunk:
+            if metrics:
+                train, val = row.training or {}, row.validation or {}
+                values = [train.get(n) for n in training] + [val.get(n) for n in validation]
+            else:
+                values = [row.training, row.validation]
+            out.append([row.trial_id, row.total_batches, *values, " ".join(row.checkpoints)])
+        return out
+
     text_columns = ["Checkpoint", "Training Metrics", "Validation Metrics"]
     fit = Fit(cut={name: Cut.ITEMS for name in text_columns}, drop=headers[2:-1] if metrics else ())
-    return Table("Workloads", "workloads.csv", headers, cells, fit)
+    if callable(rows):
+        return Table("Workloads", "workloads.csv", headers, [], fit, lambda: (cells(c) for c in source()))
+    return Table("Workloads", "workloads.csv", headers, cells(rows), fit)
 
 
 LEFT_OUT_NOTE = (
@@ -220,27 +242,39 @@ def _text_cell(value: Any) -> Any:
     return value  # render_table formats numbers (6 significant digits) and aligns them
 
 
-def to_csv(table: Table) -> str:
-    return csv_text(table.headers, table.rows)
+def _chunks(table: Table) -> Iterator[List[List[Any]]]:
+    return table.chunks() if table.chunks is not None else iter([table.rows])
+
+
+def _text_rows(chunk: List[List[Any]]) -> List[List[Any]]:
+    return [[_text_cell(v) for v in row] for row in chunk]
+
+
+def _text_chunks(table: Table) -> Iterator[List[List[Any]]]:
+    return (_text_rows(chunk) for chunk in _chunks(table))
 
 
 def emit(tables: Sequence[Table], as_csv: bool, outdir: Optional[str]) -> None:
     """Print the tables (``as_csv``: as CSV, each under its title), or write one CSV file per
-    table into ``outdir`` (created) and say where."""
+    table into ``outdir`` (created) and say where. A table read in chunks is written a chunk
+    at a time (a text table reads them twice: widths, then lines)."""
     if outdir is not None:
         os.makedirs(outdir, exist_ok=True)
         for table in tables:
             path = os.path.join(outdir, table.filename)
             with open(path, "w", newline="") as f:
-                f.write(to_csv(table))
+                write_csv(f, table.headers, _chunks(table))
             click.echo(f"Wrote {path}")
         return
     for i, table in enumerate(tables):
         click.echo(("\n" if i else "") + f"{table.title}:")
         if as_csv:
-            click.echo(to_csv(table), nl=False)
+            write_csv(sys.stdout, table.headers, _chunks(table))
+            sys.stdout.flush()
+        elif table.chunks is not None:
+            echo_chunks(table.headers, functools.partial(_text_chunks, table), table.fit)
         else:
-            echo_table(table.headers, [[_text_cell(v) for v in row] for row in table.rows], table.fit)
+            echo_table(table.headers, _text_rows(table.rows), table.fit)
 
 
 def output_options(command: Any) -> Any:
@@ -280,8 +314,10 @@ def emit_workloads(
     (``metrics, all_workloads, as_csv, outdir``) ask; on a text table whose training rows were
     left out, one line on stderr says so."""
     metrics, all_workloads, as_csv, outdir = options
-    every = all_workloads or as_csv or outdir is not None
-    rows, left_out = read_workloads(store, trials, every)
+    if all_workloads or as_csv or outdir is not None:
+        emit([*tables, workloads_table(stream_workloads(store, trials), metrics)], as_csv, outdir)
+        return
+    rows, left_out = read_workloads(store, trials, every=False)
     emit([*tables, workloads_table(rows, metrics)], as_csv, outdir)
     if left_out:
         click.echo(LEFT_OUT_NOTE, err=True)
