@@ -253,6 +253,30 @@ def test_describe_workloads_show_validations_checkpoints_and_the_latest_report(l
     ]
 
 
+def test_describe_metric_columns_come_from_the_rows_shown(long_trial, store):
+    """--metrics names the metrics of the rows it shows: a metric reported only in a training
+    report that the default table leaves out gets a column with --all-workloads (read in a
+    first pass over every row) and in CSV."""
+    store.add_training_metrics(long_trial, 40, {"loss": 0.25, "grad_norm": 3.5})
+    default = run("experiment", "describe", "1", "--metrics").stdout.split("Workloads:\n")[1]
+    assert "grad_norm" not in default
+    every = run("experiment", "describe", "1", "--metrics", "--all-workloads").stdout
+    header = [c.strip() for c in every.split("Workloads:\n")[1].splitlines()[0].split("|")]
+    assert header == [
+        "Trial ID",
+        "# of Batches",
+        "Training Metric: grad_norm",
+        "Training Metric: loss",
+        "Validation Metric: val_loss",
+        "Checkpoint",
+    ]
+    rows = _workload_rows(every)
+    assert rows[3] == [str(long_trial), "40", "3.5", "0.25", "", ""]
+    assert rows[5] == [str(long_trial), "60", "", "0.166667", "0.25", "ckpt-60"]
+    csv_lines = run("experiment", "describe", "1", "--metrics", "--csv").stdout.split("Workloads:\n")[1]
+    assert f"{long_trial},40,3.5,0.25,," in csv_lines.splitlines()
+
+
 def test_trial_describe(filled, store):
     t1, t2 = filled["trials"]
     result = run("trial", "describe", str(t2), "--json")
