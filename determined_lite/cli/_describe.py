@@ -177,23 +177,10 @@ def _scalar_names(source: WorkloadSource, field: str) -> List[str]:
 WorkloadSource = Callable[[], Iterable[Sequence[Workload]]]
 
 
-def read_workloads(
-    store: Store, trials: Sequence[Dict[str, Any]], every: bool
-) -> Tuple[Sequence[Workload], bool]:
-    """The trials' workload rows (a read per trial), and whether training rows were left out."""
-    rows: List[Workload] = []
-    left_out = False
-    for trial in trials:
-        found, more = store.workloads(trial["id"], every=every)
-        rows.extend(found)
-        left_out = left_out or more
-    return rows, left_out
-
-
 def stream_workloads(store: Store, trials: Sequence[Dict[str, Any]]) -> WorkloadSource:
     """Every workload row of the trials, read a trial at a time whenever the result is called."""
     ids = [t["id"] for t in trials]
-    return lambda: (store.workloads(trial_id, every=True)[0] for trial_id in ids)
+    return lambda: (store.workloads([trial_id], every=True)[0] for trial_id in ids)
 
 
 def workloads_table(rows: Union[Sequence[Workload], WorkloadSource], metrics: bool) -> Table:
@@ -317,7 +304,7 @@ def emit_workloads(
     if all_workloads or as_csv or outdir is not None:
         emit([*tables, workloads_table(stream_workloads(store, trials), metrics)], as_csv, outdir)
         return
-    rows, left_out = read_workloads(store, trials, every=False)
+    rows, left_out = store.workloads([t["id"] for t in trials])
     emit([*tables, workloads_table(rows, metrics)], as_csv, outdir)
     if left_out:
         click.echo(LEFT_OUT_NOTE, err=True)

@@ -271,7 +271,7 @@ def test_workloads_one_row_per_batch_count(store):
     store.add_checkpoint(trial, "c20", "/c/20", 20)
     store.add_checkpoint(trial, "c20b", "/c/20b", 20)
     store.add_checkpoint(trial, "c5", "/c/5", 5)  # before the first report
-    rows, left_out = store.workloads(trial)
+    rows, left_out = store.workloads([trial])
     assert [tuple(r) for r in rows] == [
         (trial, 5, None, None, ["c5"]),
         (trial, 20, {"loss": 0.5}, {"val": 0.5}, ["c20", "c20b"]),
@@ -279,14 +279,17 @@ def test_workloads_one_row_per_batch_count(store):
         (trial, 55, None, {"val": 0.25}, []),
     ]
     assert left_out  # reports 10, 30 and 40
-    every, left_out = store.workloads(trial, every=True)
+    every, left_out = store.workloads([trial], every=True)
     assert [r.total_batches for r in every] == [5, 10, 20, 30, 40, 50, 55]
     assert [r.training for r in every if r.training] == [{"loss": 1 / n} for n in range(1, 6)]
     assert every[2] == rows[1] and not left_out
     empty = store.create_trial(exp_id, 1, {"lr": 0.2}, 2)
-    assert store.workloads(empty) == ([], False)
+    assert store.workloads([empty]) == ([], False)
     store.add_training_metrics(empty, 10, {"loss": 1.0})
-    assert store.workloads(empty) == ([(empty, 10, {"loss": 1.0}, None, [])], False)
+    assert store.workloads([empty]) == ([(empty, 10, {"loss": 1.0}, None, [])], False)
+    # Several trials in one read: by trial, then batch.
+    both, left_out = store.workloads([empty, trial])
+    assert both == [(empty, 10, {"loss": 1.0}, None, []), *rows] and left_out
 
 
 def test_trial_round_trip_and_errors(store):
