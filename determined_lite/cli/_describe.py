@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import getpass
+import json
 import numbers
 import os
 import sys
@@ -91,11 +93,18 @@ def _best_trial(trials: Sequence[Dict[str, Any]], smaller_is_better: bool) -> Op
     return pick(scored, key=lambda t: t["best_validation"])
 
 
+def _username() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name, no passwd entry (some containers)
+        return ""
+
+
 def experiment_json(exp: Dict[str, Any]) -> Dict[str, Any]:
     """``experiment describe --json``'s entry for one experiment: Determined's
     ``GetExperimentResponse`` (``{"experiment", "config", "jobSummary"}``) with the fields of its
-    ``experiment`` that det-lite knows; no trials or workloads (``trial describe --json`` and the
-    Python SDK have those)."""
+    ``experiment`` that det-lite knows, and every field Determined's bindings require; no trials
+    or workloads (``trial describe --json`` and the Python SDK have those)."""
     config = exp["config"] if isinstance(exp["config"], dict) else {}
     searcher: Dict[str, Any] = config["searcher"] if isinstance(config.get("searcher"), dict) else {}
     trials = exp["trials"]
@@ -104,6 +113,11 @@ def experiment_json(exp: Dict[str, Any]) -> Dict[str, Any]:
     experiment = {
         "id": exp["id"],
         "name": exp["name"] or "",
+        "username": _username(),
+        "projectId": 1,  # Determined's default project and its owner (the admin user)
+        "projectOwnerId": 1,
+        "jobId": "",  # no job queue here
+        "originalConfig": json.dumps(config),  # YAML's flow form of the stored config
         "description": config.get("description") or "",
         "state": f"STATE_{exp['state']}",
         "archived": False,

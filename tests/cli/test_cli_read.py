@@ -161,6 +161,12 @@ def test_experiment_describe_json_is_determineds_form(filled, store):
     assert started.timestamp() == pytest.approx(recorded["created_at"], abs=1e-5)
     assert exp["startTime"].endswith("Z") and exp["endTime"] is None and exp["duration"] is None
     assert "trials" not in exp and "trials" not in described
+    # Every field Determined's bindings require to read it back (v1Experiment's keyword-only
+    # arguments without a default, harness/determined/common/api/bindings.py).
+    required = {"archived", "config", "id", "jobId", "name", "numTrials", "originalConfig", "projectId"}
+    required |= {"projectOwnerId", "searcherType", "startTime", "state", "username"}
+    assert required <= set(exp)
+    assert json.loads(exp["originalConfig"]) == CONFIG
 
     both = json.loads(run("experiment", "describe", "1,2", "--json").stdout)
     assert [(d["experiment"]["id"], d["experiment"]["state"]) for d in both] == [
