@@ -292,6 +292,21 @@ def test_workloads_one_row_per_batch_count(store):
     assert both == [(empty, 10, {"loss": 1.0}, None, []), *rows] and left_out
 
 
+def test_workloads_are_index_lookups(store):
+    """describe's default reads cost what they show: no statement of store/_workloads.py scans
+    a metric table (each searches the (trial_id, total_batches) index)."""
+    from determined_lite.store import _workloads
+
+    conn = store._conn()
+    for name in ("_VALIDATION", "_CHECKPOINTS", "_KEY_TRAINING", "_LEFT_OUT", "_EVERY_TRAINING"):
+        steps = conn.execute("EXPLAIN QUERY PLAN " + getattr(_workloads, name), (1,))
+        plan = " / ".join(row[3] for row in steps)
+        assert "SCAN" not in plan, (name, plan)
+        assert "USING" in plan and "INDEX" in plan, (name, plan)
+    key_plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + _workloads._KEY_TRAINING, (1,))]
+    assert any("(trial_id=? AND total_batches=?)" in step for step in key_plan), key_plan
+
+
 def test_trial_round_trip_and_errors(store):
     exp_id, (t1, t2) = _fill(store)
     trial = store.get_trial(t2)
