@@ -108,7 +108,10 @@ def experiment_json(exp: Dict[str, Any]) -> Dict[str, Any]:
     config = exp["config"] if isinstance(exp["config"], dict) else {}
     searcher: Dict[str, Any] = config["searcher"] if isinstance(config.get("searcher"), dict) else {}
     trials = exp["trials"]
-    best = _best_trial(trials, bool(searcher.get("smaller_is_better", True)))
+    from determined_lite.config import DEFAULT_SMALLER_IS_BETTER  # the --json path alone needs it
+
+    smaller = searcher.get("smaller_is_better")
+    best = _best_trial(trials, DEFAULT_SMALLER_IS_BETTER if smaller is None else bool(smaller))
     ended = exp["ended_at"]
     experiment = {
         "id": exp["id"],

@@ -178,6 +178,18 @@ def test_experiment_describe_json_is_determineds_form(filled, store):
     assert done["numTrials"] == 0 and done["bestTrialId"] is None
     assert done["duration"] == round((ended["ended_at"] - ended["created_at"]) * 1000)
 
+    # The best trial follows searcher.smaller_is_better (Determined's default: True, above).
+    larger = dict(CONFIG, searcher={"name": "grid", "metric": "acc", "smaller_is_better": False})
+    exp3 = store.create_experiment(larger, "/ctx", "/ctx/exp.yaml")
+    for request, acc in enumerate((0.5, 0.9, 0.7)):
+        store.update_trial(store.create_trial(exp3, request, {}, request), best_validation=acc)
+    (third,) = json.loads(run("experiment", "describe", str(exp3), "--json").stdout)
+    trial_ids = third["experiment"]["trialIds"]
+    assert (third["experiment"]["bestTrialId"], third["experiment"]["bestTrialSearcherMetric"]) == (
+        trial_ids[1],
+        0.9,
+    )
+
 
 def test_experiment_describe_ids_are_checked(filled):
     for bad in ("1,x", "0", ","):
