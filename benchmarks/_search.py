@@ -75,7 +75,7 @@ def _config(kind: str, mode: str, cores: int, data: str, stamps: str) -> Dict[st
 
 
 def _det_lite(tmp: str, config: Dict[str, Any], forkserver: bool) -> Tuple[float, Dict[str, Any]]:
-    """Run the search; (wall seconds, ``experiment describe --json``)."""
+    """Run the search; (wall seconds, the experiment as the store records it, every metric)."""
     home = tempfile.mkdtemp(prefix="home-", dir=tmp)
     context = os.path.join(tmp, "context")
     path = os.path.join(home, "search.yaml")
@@ -85,8 +85,12 @@ def _det_lite(tmp: str, config: Dict[str, Any], forkserver: bool) -> Tuple[float
     start = time.perf_counter()
     run_child(det_lite_command() + ["experiment", "create", path, context], "det-lite search", 1800, env=env)
     seconds = time.perf_counter() - start
-    out = run_child(det_lite_command() + ["experiment", "describe", "1", "--json"], "describe", 120, env=env)
-    return seconds, json.loads(out.stdout)
+    from determined_lite.store import Store
+
+    with Store(os.path.join(home, "det-lite.db")) as store:
+        described = store.describe_experiment(1)
+    assert described is not None, "the search recorded no experiment"
+    return seconds, described
 
 
 def _runs(described: Dict[str, Any]) -> List[Tuple[Dict[str, Any], List[int]]]:
@@ -249,9 +253,31 @@ STORE_GOAL_S = 0.5
 STORE_SIZES = {"smoke": (50, 10, 1000, 2), "quick": (1000, 100, 10000, 5), "full": (1000, 100, 10000, 9)}
 
 
+def _timed_runs(argv: List[str], env: Dict[str, str], runs: int) -> Tuple[List[float], List[float], int]:
+    """Wall and CPU seconds (the child's user + system) of ``runs`` runs of ``argv`` after one
+    untimed run (none for a single run: the store's pages are warm from the others), and the
+    lines it printed."""
+    import resource
+
+    walls, cpus, lines = [], [], 0
+    for i in range(runs + 1 if runs > 1 else 1):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        lines = proc.stdout.count("\n")
+        if i or runs == 1:
+            walls.append(wall)
+            cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return walls, cpus, lines
+
+
 def store_rows(mode: str) -> List[Row]:
-    """``experiment list`` and ``describe`` on 1,000 experiments, one of 100 trials with 10^6
-    training rows (and 10^4 validation rows); the write path per report (``store_write_report``)."""
+    """``experiment list`` and ``describe`` (its text tables, ``--json``, and ``--all-workloads``
+    once: every one of the 10^6 reports printed) on 1,000 experiments, one of 100 trials with
+    10^6 training rows (and 10^4 validation rows); the write path per report
+    (``store_write_report``). Wall and CPU time (``cpu_s``), and the load average before."""
     import _cli
     import _dashboard
 
@@ -262,15 +288,19 @@ def store_rows(mode: str) -> List[Row]:
         exp = _dashboard.build_store(home, trials, rows, rows // 100)
         env = dict(os.environ, DET_LITE_HOME=home)
         scale = f"{experiments} experiments, {trials} trials x {rows} rows"
-        listed = _cli.time_command(_cli.det_lite_command() + ["experiment", "list"], env, runs)
-        name = f"search_cli_experiment_list_{experiments}"
-        out.append(absolute_row(name, listed, STORE_GOAL_S, note=scale))
-        # describe prints every training row (Determined's workloads table): a minute at 10^6
-        start = time.perf_counter()
-        argv = _cli.det_lite_command() + ["experiment", "describe", str(exp)]
-        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True, timeout=900)
-        name = f"search_cli_experiment_describe_{trials}_trials_{trials * rows}_rows"
-        seconds = [time.perf_counter() - start]
-        out.append(absolute_row(name, seconds, STORE_GOAL_S, note=scale + "; every row printed"))
+        size = f"{trials}_trials_{trials * rows}_rows"
+        describe = _cli.det_lite_command() + ["experiment", "describe", str(exp)]
+        cases = [
+            (f"search_cli_experiment_list_{experiments}", describe[:-2] + ["list"], runs, STORE_GOAL_S),
+            (f"search_cli_experiment_describe_{size}", describe, runs, STORE_GOAL_S),
+            (f"search_cli_experiment_describe_json_{size}", describe + ["--json"], runs, STORE_GOAL_S),
+            (f"search_cli_experiment_describe_all_workloads_{size}", describe + ["--all-workloads"], 1, None),
+        ]
+        for name, argv, count, goal in cases:
+            load = os.getloadavg()[0]
+            walls, cpus, lines = _timed_runs(argv, env, count)
+            cpu = statistics.median(cpus)
+            note = f"{scale}; {lines} lines; CPU {cpu:.2f} s; load {load:.1f}"
+            out.append(absolute_row(name, walls, goal, cpu_s=cpu, lines=lines, load=load, note=note))
     out.append(_dashboard.write_row(runs, _dashboard.WRITE_REPORTS[mode]))
     return out

@@ -62,10 +62,10 @@ def _run(name: str, env_changes: Dict[str, Optional[str]]) -> Tuple[List[Dict[st
     )
     if created.returncode != 0:
         sys.exit(f"{name}: experiment create exited {created.returncode}:\n{created.stdout}{created.stderr}")
-    out = subprocess.run(
-        [*cli, "experiment", "describe", "1", "--json"], env=env, capture_output=True, text=True
-    )
-    trials = json.loads(out.stdout)["trials"]
+    from determined_lite.store import Store
+
+    with Store(os.path.join(env["DET_LITE_HOME"], "det-lite.db")) as store:
+        trials = store.describe_experiment(1, metrics=False)["trials"]
     by_trial = {}
     for record in glob.glob(os.path.join(seen_dir, "*.json")):
         with open(record) as f:

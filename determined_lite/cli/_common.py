@@ -183,6 +183,11 @@ def format_time(ts: Optional[float]) -> str:
 
 def format_value(value: Any) -> str:
     """A metric or hyperparameter value, compact: floats to 6 significant digits."""
+    kind = type(value)
+    if kind is float:  # the common cases first: tables format thousands of them
+        return f"{value:.6g}"
+    if kind is int or kind is str:
+        return str(value)
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -23,11 +23,11 @@ from determined_lite.cli._common import (
 )
 from determined_lite.cli._describe import (
     check_output_options,
-    emit,
+    emit_workloads,
+    experiment_json,
     experiment_table,
     output_options,
     trials_table,
-    workloads_table,
 )
 from determined_lite.cli._logs import print_logs
 from determined_lite.cli._table import Cut, Fit, echo_rows
@@ -180,22 +180,46 @@ def list_experiments(show_all: bool, as_json: bool, as_csv: bool) -> None:
             click.echo(f"(the newest {limit} of {total} experiments; --all lists every one)", err=True)
 
 
+def _experiment_ids(text: str) -> List[int]:
+    """Determined's ``EXPERIMENT_IDS``: one id or a comma-separated list (``1,4``)."""
+    try:
+        ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        ids = []
+    if not ids or min(ids) < 1:
+        raise click.BadParameter(f"expected an experiment id or a comma-separated list of them, got {text!r}")
+    return list(dict.fromkeys(ids))
+
+
 @experiment.command("describe", short_help="Show trials, metrics, checkpoints.")
-@click.argument("experiment_id", type=int)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
+@click.argument("experiment_ids", metavar="EXPERIMENT_IDS")
+@click.option("--json", "as_json", is_flag=True, help="Print the experiments as JSON (Determined's form).")
 @output_options
-def describe(experiment_id: int, as_json: bool, metrics: bool, as_csv: bool, outdir: Optional[str]) -> None:
-    """Show an experiment, its trials and their metrics and checkpoints."""
+def describe(
+    experiment_ids: str,
+    as_json: bool,
+    metrics: bool,
+    as_csv: bool,
+    outdir: Optional[str],
+    all_workloads: bool,
+) -> None:
+    """Show experiments (an id, or a comma-separated list), their trials and their workloads:
+    metrics and checkpoints by batch count."""
     check_output_options(as_json, as_csv, outdir)
+    ids = _experiment_ids(experiment_ids)
     store = open_store()
-    exp = store.describe_experiment(experiment_id)
-    if exp is None:
-        raise BadInput(f"experiment {experiment_id} not found")
+    exps = []
+    for experiment_id in ids:
+        exp = store.describe_experiment(experiment_id, metrics=False)
+        if exp is None:
+            raise BadInput(f"experiment {experiment_id} not found")
+        exps.append(exp)
     if as_json:
-        echo_json(exp)
+        echo_json([experiment_json(exp) for exp in exps])
         return
-    tables = [experiment_table(exp), trials_table(exp["trials"]), workloads_table(exp["trials"], metrics)]
-    emit(tables, as_csv, outdir)
+    trials = [t for exp in exps for t in exp["trials"]]
+    tables = [experiment_table(exps), trials_table(trials)]
+    emit_workloads(store, tables, trials, (metrics, all_workloads, as_csv, outdir))
 
 
 @experiment.command("logs", short_help="Print an experiment's logs.")

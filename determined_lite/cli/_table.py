@@ -16,7 +16,7 @@ import json
 import math
 import shutil
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import click
 
@@ -85,12 +85,13 @@ def _cut_to(widths: Dict[int, int], cuts: Sequence[Tuple[int, int]], width: int)
 
 
 def fit_columns(
-    headers: Sequence[str], cells: Sequence[Sequence[str]], width: int, fit: Fit
+    headers: Sequence[str], natural: Mapping[int, int], width: int, fit: Fit
 ) -> Tuple[Dict[int, int], List[str]]:
-    """The columns kept (index -> width) and the headers left out, so the table fits ``width``:
-    cut columns first; when cutting all of them is not enough, leave out columns (least useful
-    first) and cut what remains only as far as needed."""
-    natural = {i: max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)}
+    """The columns kept (index -> width) and the headers left out, so a table of ``natural``
+    column widths (index -> its widest cell or header) fits ``width``: cut columns first; when
+    cutting all of them is not enough, leave out columns (least useful first) and cut what
+    remains only as far as needed."""
+    natural = dict(natural)
     index = {h: i for i, h in enumerate(headers)}
     cuts = [(index[h], max(MIN_CUT_WIDTH, len(h))) for h in fit.cut if h in index]
     dropped: List[str] = []
@@ -103,6 +104,49 @@ def fit_columns(
     return _cut_to(natural, cuts, width), dropped
 
 
+Chunks = Callable[[], Iterable[Sequence[Sequence[Any]]]]
+
+
+class _Layout:
+    """Column widths and alignment of a table, from one pass over its rows; then its lines."""
+
+    def __init__(self, headers: Sequence[str], chunks: Chunks, width: Optional[int], fit: Fit) -> None:
+        natural = {i: len(h) for i, h in enumerate(headers)}
+        kinds: List[set] = [set() for _ in headers]
+        rows = 0
+        for chunk in chunks():
+            rows += len(chunk)
+            for i in natural:
+                kinds[i].update(type(row[i]) for row in chunk)
+                natural[i] = max(natural[i], max((len(_text(row[i])) for row in chunk), default=0))
+        numeric = [bool(rows) and all(_is_number_type(t) for t in k - {type(None)}) for k in kinds]
+        self.headers, self.widths = headers, natural
+        self.dropped: List[str] = []
+        if width is not None:
+            self.widths, self.dropped = fit_columns(headers, natural, width, fit)
+        self.how = {i: fit.cut.get(h, Cut.END) for i, h in enumerate(headers)}
+        self.cut = [i for i, w in self.widths.items() if w < natural[i]]
+        # Cells of uncut columns all fit: one format call per row; cut columns go through cut_text.
+        self.template = " " + " | ".join(
+            f"{{{i}:{'>' if numeric[i] else '<'}{w}}}" for i, w in self.widths.items()
+        )
+
+    def head(self) -> List[str]:
+        widths, how = self.widths, self.how
+        names = [cut_text(self.headers[i], w, how[i]).ljust(w) for i, w in widths.items()]
+        return [" " + " | ".join(names).rstrip(), "-" + "-+-".join("-" * w for w in widths.values()) + "-"]
+
+    def line(self, row: Sequence[Any]) -> str:
+        values = [_text(v) for v in row]
+        for i in self.cut:
+            values[i] = cut_text(values[i], self.widths[i], self.how[i])
+        return self.template.format(*values).rstrip()
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else format_value(value)
+
+
 def render_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[Any]],
@@ -111,43 +155,31 @@ def render_table(
 ) -> Tuple[str, List[str]]:
     """A plain-text table (`` a | b`` header, ``---+---`` rule, numbers right-aligned) fitted to
     ``width`` (None: no limit), and the headers left out to fit."""
-    rows = [list(row) for row in rows]
-    cells = [[c if isinstance(c, str) else format_value(c) for c in row] for row in rows]
-    numeric = [
-        bool(rows) and all(_is_number(row[i]) for row in rows if row[i] is not None)
-        for i in range(len(headers))
-    ]
-    if width is None:
-        widths = {i: max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)}
-        dropped: List[str] = []
-    else:
-        widths, dropped = fit_columns(headers, cells, width, fit)
-    how = {i: fit.cut.get(h, Cut.END) for i, h in enumerate(headers)}
-
-    def line(values: Sequence[str], right: Sequence[bool]) -> str:
-        parts = []
-        for i, w in widths.items():
-            v = cut_text(values[i], w, how[i])
-            parts.append(v.rjust(w) if right[i] else v.ljust(w))
-        return " " + " | ".join(parts).rstrip()
-
-    out = [line(headers, [False] * len(headers)), "-" + "-+-".join("-" * w for w in widths.values()) + "-"]
-    out.extend(line(row, numeric) for row in cells)
-    return "\n".join(out), dropped
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    layout = _Layout(headers, lambda: [rows], width, fit)
+    return "\n".join(layout.head() + [layout.line(row) for row in rows]), layout.dropped
 
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fit: Fit = Fit()) -> None:
     """Print a table fitted to the terminal; say on stderr which columns were left out."""
+    echo_chunks(headers, lambda: [rows], fit)
+
+
+def echo_chunks(headers: Sequence[str], chunks: Chunks, fit: Fit = Fit()) -> None:
+    """``echo_table`` of rows that come in chunks, read twice (widths, then lines): a table of
+    any length in the memory of its largest chunk."""
     width = terminal_width()
-    text, dropped = render_table(headers, rows, width, fit)
-    click.echo(text)
-    if dropped and width is not None:
-        note = f"(not shown: {', '.join(dropped)}; --json or --csv has every column)"
+    layout = _Layout(headers, chunks, width, fit)
+    click.echo("\n".join(layout.head()))
+    for chunk in chunks():
+        if chunk:
+            click.echo("\n".join(layout.line(row) for row in chunk))
+    if layout.dropped and width is not None:
+        note = f"(not shown: {', '.join(layout.dropped)}; --json or --csv has every column)"
         click.echo(cut_text(note, width - 1, Cut.END), err=True)
+
+
+def _is_number_type(kind: type) -> bool:
+    return issubclass(kind, (int, float)) and not issubclass(kind, bool)
 
 
 def _csv_cell(value: Any) -> str:
@@ -165,10 +197,16 @@ def _csv_cell(value: Any) -> str:
 def csv_text(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """The rows as CSV with a header line: full precision, mappings and lists as JSON."""
     out = io.StringIO()
+    write_csv(out, headers, [rows])
+    return out.getvalue()
+
+
+def write_csv(out: IO[str], headers: Sequence[str], chunks: Iterable[Sequence[Sequence[Any]]]) -> None:
+    """``csv_text`` of rows that come in chunks, written to ``out`` a chunk at a time."""
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(headers)
-    writer.writerows([[_csv_cell(v) for v in row] for row in rows])
-    return out.getvalue()
+    for chunk in chunks:
+        writer.writerows([[_csv_cell(v) for v in row] for row in chunk])
 
 
 def echo_rows(headers: Sequence[str], rows: Sequence[Sequence[Any]], fit: Fit, as_csv: bool) -> None:

@@ -16,10 +16,9 @@ from determined_lite.cli._common import (
 )
 from determined_lite.cli._describe import (
     check_output_options,
-    emit,
+    emit_workloads,
     output_options,
     trials_table,
-    workloads_table,
 )
 from determined_lite.cli._logs import print_logs
 from determined_lite.store import NotFoundError, TrialState
@@ -34,11 +33,13 @@ def trial() -> None:
 @click.argument("trial_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
 @output_options
-def describe(trial_id: int, as_json: bool, metrics: bool, as_csv: bool, outdir: Optional[str]) -> None:
+def describe(
+    trial_id: int, as_json: bool, metrics: bool, as_csv: bool, outdir: Optional[str], all_workloads: bool
+) -> None:
     """Show a trial: hyperparameters, progress, metrics and checkpoints."""
     check_output_options(as_json, as_csv, outdir)
     store = open_store()
-    found = store.describe_trial(trial_id)
+    found = store.describe_trial(trial_id, metrics=as_json)
     if found is None:
         raise BadInput(f"trial {trial_id} not found")
     if as_json:
@@ -46,7 +47,7 @@ def describe(trial_id: int, as_json: bool, metrics: bool, as_csv: bool, outdir: 
         return
     table = trials_table([found])
     table.title = f"Trial {trial_id} of experiment {found['experiment_id']}"
-    emit([table, workloads_table([found], metrics)], as_csv, outdir)
+    emit_workloads(store, [table], [found], (metrics, all_workloads, as_csv, outdir))
 
 
 @trial.command("kill", short_help="Kill one trial; the search goes on.")

@@ -36,6 +36,7 @@ from determined_lite.store._states import (
     trial_display_state,
 )
 from determined_lite.store._store import Store
+from determined_lite.store._workloads import Workload
 
 __all__ = [
     "STOPPED_EARLY",
@@ -50,6 +51,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "TrialState",
+    "Workload",
     "default_checkpoint_root",
     "default_db_path",
     "det_lite_home",

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from determined_lite.store import _buckets
 from determined_lite.store._db import Database, NotFoundError, dumps_json, loads_json
+from determined_lite.store._workloads import Workload, trial_workloads
 
 LogLine = Union[str, Tuple[Optional[int], str]]
 _METRIC_TABLES = _buckets.METRIC_TABLES
@@ -109,6 +110,23 @@ class TrialRecords(Database):
     def validation_metrics(self, trial_id: int) -> List[Dict[str, Any]]:
         """``[{"total_batches", "metrics"}]`` by batch."""
         return self._metrics("validation_metrics", trial_id)
+
+    def workloads(self, trial_ids: Sequence[int], every: bool = False) -> Tuple[List[Workload], bool]:
+        """The trials' workloads as ``describe`` shows them (``_workloads.py``: one row per
+        batch count, by trial then batch; by default each trial's validations, checkpoints and
+        latest training report, with ``every`` every training report too), read in one
+        snapshot, and whether training rows were left out."""
+
+        def body(conn: sqlite3.Connection) -> Tuple[List[Workload], bool]:
+            rows: List[Workload] = []
+            left_out = False
+            for trial_id in trial_ids:
+                found, more = trial_workloads(conn, int(trial_id), bool(every))
+                rows.extend(found)
+                left_out = left_out or more
+            return rows, left_out
+
+        return self._read(body)
 
     def metric_names(self, trial_ids: Sequence[int]) -> Dict[str, List[str]]:
         """``{"training": [...], "validation": [...]}``: the metric names in the first and last

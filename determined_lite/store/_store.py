@@ -353,10 +353,10 @@ class Store(ExperimentRequests):
 
     # --- describe -----------------------------------------------------------------------------
 
-    def describe_experiment(self, experiment_id: int) -> Optional[Dict[str, Any]]:
-        """The experiment in the ``det-lite experiment describe --json`` shape, or None.
+    def describe_experiment(self, experiment_id: int, metrics: bool = True) -> Optional[Dict[str, Any]]:
+        """The experiment, its trials and their records, or None.
 
-        ``{"id", "state", "config", "trials": [{"id", "state", "hparams", "seed",
+        ``{"id", "state", "config", "labels", "notes", "trials": [{"id", "state", "hparams", "seed",
         "total_batches", "restarts", "training_metrics": [{"total_batches", "metrics"}],
         "validation_metrics": [...], "checkpoints": [{"uuid", "path", "total_batches",
         "metrics"}], "best_validation"}]}`` plus ``name``, ``context_dir``, ``config_path``,
@@ -364,7 +364,8 @@ class Store(ExperimentRequests):
         ``experiment_id``, ``request_id``, ``latest_checkpoint``, ``created_at``, ``started_at``
         (None until it first runs), ``ended_at``, ``stopped_early`` and ``runs`` (where each run
         was placed, oldest first: ``{"started_at", "executor", "host", "slots", "devices"}``).
-        Read in one snapshot.
+        ``metrics=False``: trials without ``training_metrics`` and ``validation_metrics`` (what
+        grows with training; ``workloads`` reads them a trial at a time). Read in one snapshot.
         """
 
         def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
@@ -372,15 +373,20 @@ class Store(ExperimentRequests):
                 exp = self._experiment_dict(self._experiment_row(conn, experiment_id))
             except NotFoundError:
                 return None
+            labels, notes = conn.execute(
+                "SELECT labels, notes FROM experiments WHERE id = ?", (experiment_id,)
+            ).fetchone()
+            exp.update(labels=loads_json(labels), notes=notes)
             trials = conn.execute(
                 f"SELECT {_TRIAL_COLUMNS} FROM trials WHERE experiment_id = ? ORDER BY id", (experiment_id,)
             ).fetchall()
-            exp["trials"] = self._describe_trials(conn, trials, "t.experiment_id = ?", (experiment_id,))
+            where = ("t.experiment_id = ?", (experiment_id,))
+            exp["trials"] = self._describe_trials(conn, trials, *where, metrics)
             return exp
 
         return self._read(body)
 
-    def describe_trial(self, trial_id: int) -> Optional[Dict[str, Any]]:
+    def describe_trial(self, trial_id: int, metrics: bool = True) -> Optional[Dict[str, Any]]:
         """One trial in the shape of ``describe_experiment``'s ``trials`` entries, or None."""
 
         def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
@@ -389,12 +395,17 @@ class Store(ExperimentRequests):
             ).fetchall()
             if not rows:
                 return None
-            return self._describe_trials(conn, rows, "t.id = ?", (int(trial_id),))[0]
+            return self._describe_trials(conn, rows, "t.id = ?", (int(trial_id),), metrics)[0]
 
         return self._read(body)
 
     def _describe_trials(
-        self, conn: sqlite3.Connection, rows: List[sqlite3.Row], where: str, params: Tuple[Any, ...]
+        self,
+        conn: sqlite3.Connection,
+        rows: List[sqlite3.Row],
+        where: str,
+        params: Tuple[Any, ...],
+        metrics: bool = True,
     ) -> List[Dict[str, Any]]:
         trials: Dict[int, Dict[str, Any]] = {}
         for row in rows:
@@ -406,8 +417,7 @@ class Store(ExperimentRequests):
                 "seed": trial["seed"],
                 "total_batches": trial["total_batches"],
                 "restarts": trial["restarts"],
-                "training_metrics": [],
-                "validation_metrics": [],
+                **({"training_metrics": [], "validation_metrics": []} if metrics else {}),
                 "checkpoints": [],
                 "best_validation": trial["best_validation"],
                 "experiment_id": trial["experiment_id"],
@@ -426,13 +436,13 @@ class Store(ExperimentRequests):
         ):
             run = {"started_at": started, "executor": executor, "host": host, "slots": slots}
             trials[trial_id]["runs"].append({**run, "devices": loads_json(devices)})
-        for table in ("training_metrics", "validation_metrics"):
-            for trial_id, batches, metrics in conn.execute(
+        for table in ("training_metrics", "validation_metrics") if metrics else ():
+            for trial_id, batches, values in conn.execute(
                 f"SELECT m.trial_id, m.total_batches, m.metrics FROM {table} m JOIN trials t"
                 f" ON t.id = m.trial_id WHERE {where} ORDER BY m.trial_id, m.total_batches",
                 params,
             ):
-                trials[trial_id][table].append({"total_batches": batches, "metrics": loads_json(metrics)})
+                trials[trial_id][table].append({"total_batches": batches, "metrics": loads_json(values)})
         for ckpt in checkpoint_rows(conn, where, params):
             trials[ckpt["trial_id"]]["checkpoints"].append(
                 {

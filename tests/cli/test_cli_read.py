@@ -1,8 +1,8 @@
 """The det-lite CLI on a store filled through the Store API: list, describe, logs, trials,
 checkpoints, pause/kill/activate/delete, tensorboard; exit codes; no torch on read paths."""
 
+import datetime
 import json
-import math
 import os
 import subprocess
 import sys
@@ -134,33 +134,75 @@ def test_experiment_list_marks_requests_and_dead_processes(store):
     assert "ACTIVE (not running)" in run("experiment", "list").stdout
 
 
-def test_experiment_describe_json_matches_the_store(filled, store):
+def test_experiment_describe_json_is_determineds_form(filled, store):
+    """Determined's ``det experiment describe --json``: a list of ``GetExperimentResponse``s,
+    the experiment alone (no trials, no workloads)."""
     result = run("experiment", "describe", "1", "--json")
     assert result.exit_code == 0
-    described = json.loads(result.stdout)
-    expected = store.describe_experiment(1)
-    # NaN is printed as null: strict JSON.
-    assert math.isnan(expected["trials"][0]["validation_metrics"][0]["metrics"]["acc"])
-    expected["trials"][0]["validation_metrics"][0]["metrics"]["acc"] = None
-    assert described == expected
+    (described,) = json.loads(result.stdout)
+    assert set(described) == {"experiment", "config", "jobSummary"}
+    exp = described["experiment"]
+    recorded = store.get_experiment(1)
+    assert described["config"] == exp["config"] == CONFIG
+    assert described["jobSummary"] is None
     t1, t2 = filled["trials"]
-    assert [t["id"] for t in described["trials"]] == [t1, t2]
-    trial = described["trials"][0]
-    assert (trial["state"], trial["hparams"], trial["seed"], trial["total_batches"]) == (
-        "COMPLETED",
-        {"lr": 0.1, "global_batch_size": 32},
-        11,
-        20,
+    assert {k: exp[k] for k in ("id", "name", "state", "searcherType", "searcherMetric", "archived")} == {
+        "id": 1,
+        "name": "digits",
+        "state": "STATE_ACTIVE",
+        "searcherType": "grid",
+        "searcherMetric": "loss",
+        "archived": False,
+    }
+    assert (exp["numTrials"], exp["trialIds"], exp["checkpointCount"]) == (2, [t1, t2], 2)
+    # Only trial 1 validated: it is the best (loss, smaller is better).
+    assert (exp["bestTrialId"], exp["bestTrialSearcherMetric"]) == (t1, 0.125)
+    started = datetime.datetime.fromisoformat(exp["startTime"].replace("Z", "+00:00"))
+    assert started.timestamp() == pytest.approx(recorded["created_at"], abs=1e-5)
+    assert exp["startTime"].endswith("Z") and exp["endTime"] is None and exp["duration"] is None
+    assert "trials" not in exp and "trials" not in described
+    # Every field Determined's bindings require to read it back (v1Experiment's keyword-only
+    # arguments without a default, harness/determined/common/api/bindings.py).
+    required = {"archived", "config", "id", "jobId", "name", "numTrials", "originalConfig", "projectId"}
+    required |= {"projectOwnerId", "searcherType", "startTime", "state", "username"}
+    assert required <= set(exp)
+    assert json.loads(exp["originalConfig"]) == CONFIG
+
+    both = json.loads(run("experiment", "describe", "1,2", "--json").stdout)
+    assert [(d["experiment"]["id"], d["experiment"]["state"]) for d in both] == [
+        (1, "STATE_ACTIVE"),
+        (2, "STATE_COMPLETED"),
+    ]
+    done = both[1]["experiment"]
+    ended = store.get_experiment(2)
+    assert done["numTrials"] == 0 and done["bestTrialId"] is None
+    assert done["duration"] == round((ended["ended_at"] - ended["created_at"]) * 1000)
+
+    # The best trial follows searcher.smaller_is_better (Determined's default: True, above).
+    larger = dict(CONFIG, searcher={"name": "grid", "metric": "acc", "smaller_is_better": False})
+    exp3 = store.create_experiment(larger, "/ctx", "/ctx/exp.yaml")
+    for request, acc in enumerate((0.5, 0.9, 0.7)):
+        store.update_trial(store.create_trial(exp3, request, {}, request), best_validation=acc)
+    (third,) = json.loads(run("experiment", "describe", str(exp3), "--json").stdout)
+    trial_ids = third["experiment"]["trialIds"]
+    assert (third["experiment"]["bestTrialId"], third["experiment"]["bestTrialSearcherMetric"]) == (
+        trial_ids[1],
+        0.9,
     )
-    assert trial["training_metrics"] == [
-        {"total_batches": 10, "metrics": {"loss": 0.5}},
-        {"total_batches": 20, "metrics": {"loss": 0.25}},
-    ]
-    assert trial["validation_metrics"] == [{"total_batches": 20, "metrics": {"loss": 0.125, "acc": None}}]
-    assert trial["checkpoints"] == [
-        {"uuid": "uuid-a", "path": filled["paths"][0], "total_batches": 20, "metrics": {"loss": 0.125}}
-    ]
-    assert trial["best_validation"] == 0.125
+
+
+def test_experiment_describe_ids_are_checked(filled):
+    for bad in ("1,x", "0", ","):
+        result = run("experiment", "describe", bad)
+        assert result.exit_code == 2
+        assert "expected an experiment id or a comma-separated list of them" in result.output
+    missing = run("experiment", "describe", "1,9")
+    assert missing.exit_code == 2 and "experiment 9 not found" in missing.output
+
+
+def _workload_rows(out):
+    workloads = out.split("Workloads:\n")[1].splitlines()
+    return [[c.strip() for c in line.split("|")] for line in workloads[2:]]
 
 
 def test_experiment_describe_table(filled):
@@ -169,9 +211,13 @@ def test_experiment_describe_table(filled):
     out = result.stdout
     assert out.startswith("Experiment:\n")
     assert "Trials:" in out and "Workloads:" in out
-    workloads = out.split("Workloads:\n")[1].splitlines()
-    rows = [[c.strip() for c in line.split("|")] for line in workloads[2:]]
-    assert rows == [
+    # Trial 1's report at batch 10 has no validation or checkpoint and is not its latest.
+    assert _workload_rows(out) == [
+        ["1", "20", "loss=0.25", "acc=nan loss=0.125", "uuid-a"],
+        ["2", "10", "loss=0.75", "", "uuid-b"],
+    ]
+    assert "--all-workloads shows every training report" in result.stderr
+    assert _workload_rows(run("experiment", "describe", "1", "--all-workloads").stdout) == [
         ["1", "10", "loss=0.5", "", ""],
         ["1", "20", "loss=0.25", "acc=nan loss=0.125", "uuid-a"],
         ["2", "10", "loss=0.75", "", "uuid-b"],
@@ -179,6 +225,74 @@ def test_experiment_describe_table(filled):
     trials = out.split("Trials:\n")[1].split("\n\n")[0].splitlines()
     first = [c.strip() for c in trials[2].split("|")]
     assert first[:8] == ["1", "COMPLETED", "global_batch_size=32 lr=0.1", "11", "20", "0", "0.125", "uuid-a"]
+
+
+@pytest.fixture
+def long_trial(store):
+    """Experiment 1: one trial of 10 training reports (loss 1/n at batch 10n), validations at
+    batches 30 and 60, a checkpoint at 60 and one at 75 (between reports)."""
+    exp = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.create_trial(exp, 0, {"lr": 0.1}, 1)
+    for n in range(1, 11):
+        store.add_training_metrics(trial, 10 * n, {"loss": 1 / n})
+    store.add_validation_metrics(trial, 30, {"val_loss": 0.5})
+    store.add_validation_metrics(trial, 60, {"val_loss": 0.25})
+    store.add_checkpoint(trial, "ckpt-60", "/c/60", 60)
+    store.add_checkpoint(trial, "ckpt-75", "/c/75", 75)
+    return trial
+
+
+def test_describe_workloads_show_validations_checkpoints_and_the_latest_report(long_trial):
+    """Determined's condensed rows (training, validation and checkpoint of a batch count in one
+    row); by default only the batch counts with a validation or a checkpoint, and the latest
+    training report; --all-workloads every report; --csv every row, as Determined's CLI."""
+    result = run("experiment", "describe", "1")
+    assert _workload_rows(result.stdout) == [
+        [str(long_trial), "30", "loss=0.333333", "val_loss=0.5", ""],
+        [str(long_trial), "60", "loss=0.166667", "val_loss=0.25", "ckpt-60"],
+        [str(long_trial), "75", "", "", "ckpt-75"],
+        [str(long_trial), "100", "loss=0.1", "", ""],
+    ]
+    assert "--all-workloads shows every training report" in result.stderr
+    every = run("experiment", "describe", "1", "--all-workloads")
+    rows = _workload_rows(every.stdout)
+    assert [r[1] for r in rows] == ["10", "20", "30", "40", "50", "60", "70", "75", "80", "90", "100"]
+    assert rows[0] == [str(long_trial), "10", "loss=1", "", ""]
+    assert rows[5] == [str(long_trial), "60", "loss=0.166667", "val_loss=0.25", "ckpt-60"]
+    assert "--all-workloads" not in every.stderr
+    csv_rows = run("experiment", "describe", "1", "--csv").stdout.split("Workloads:\n")[1].splitlines()
+    assert len(csv_rows) == 1 + 11 and csv_rows[8] == f"{long_trial},75,,,ckpt-75"
+    same = run("trial", "describe", str(long_trial), "--metrics")
+    assert _workload_rows(same.stdout) == [
+        [str(long_trial), "30", "0.333333", "0.5", ""],
+        [str(long_trial), "60", "0.166667", "0.25", "ckpt-60"],
+        [str(long_trial), "75", "", "", "ckpt-75"],
+        [str(long_trial), "100", "0.1", "", ""],
+    ]
+
+
+def test_describe_metric_columns_come_from_the_rows_shown(long_trial, store):
+    """--metrics names the metrics of the rows it shows: a metric reported only in a training
+    report that the default table leaves out gets a column with --all-workloads (read in a
+    first pass over every row) and in CSV."""
+    store.add_training_metrics(long_trial, 40, {"loss": 0.25, "grad_norm": 3.5})
+    default = run("experiment", "describe", "1", "--metrics").stdout.split("Workloads:\n")[1]
+    assert "grad_norm" not in default
+    every = run("experiment", "describe", "1", "--metrics", "--all-workloads").stdout
+    header = [c.strip() for c in every.split("Workloads:\n")[1].splitlines()[0].split("|")]
+    assert header == [
+        "Trial ID",
+        "# of Batches",
+        "Training Metric: grad_norm",
+        "Training Metric: loss",
+        "Validation Metric: val_loss",
+        "Checkpoint",
+    ]
+    rows = _workload_rows(every)
+    assert rows[3] == [str(long_trial), "40", "3.5", "0.25", "", ""]
+    assert rows[5] == [str(long_trial), "60", "", "0.166667", "0.25", "ckpt-60"]
+    csv_lines = run("experiment", "describe", "1", "--metrics", "--csv").stdout.split("Workloads:\n")[1]
+    assert f"{long_trial},40,3.5,0.25,," in csv_lines.splitlines()
 
 
 def test_trial_describe(filled, store):
@@ -555,7 +669,7 @@ def test_module_entry_point_exit_codes(filled):
         text=True,
         timeout=budget(120),
     )
-    assert ok.returncode == 0 and json.loads(ok.stdout)["id"] == 1
+    assert ok.returncode == 0 and json.loads(ok.stdout)[0]["experiment"]["id"] == 1
     missing = subprocess.run(
         [sys.executable, "-m", "determined_lite.cli", "experiment", "describe", "7"],
         env=env,

@@ -43,7 +43,7 @@ def store(_det_lite_home):
 
 ERRORS = [
     (["experiment", "describe", "99"], 2, "experiment 99 not found"),
-    (["experiment", "describe"], 2, "Missing argument 'EXPERIMENT_ID'."),
+    (["experiment", "describe"], 2, "Missing argument 'EXPERIMENT_IDS'."),
     (["experment", "list"], 2, "No such command 'experment'. Did you mean 'experiment'?"),
     (["experiment", "logs", "1", "--tail", "-3"], 2, "Invalid value for '--tail'"),
     (

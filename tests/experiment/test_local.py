@@ -18,7 +18,7 @@ import pytest
 
 from determined_lite import pytorch
 from determined_lite.store import Action, Store
-from tests.cli_helpers import cli
+from tests.cli_helpers import cli, describe
 from tests.fixtures.experiments.linear.model_def import LinearTrial, closed_form, val_loss
 
 HPARAMS = {"global_batch_size": 2, "lr": 0.03, "dataset_size": 8, "val_size": 4}
@@ -51,7 +51,7 @@ def test_checkpoints_are_listed_and_retention_keeps_the_best_and_the_latest(_det
         assert (meta["experiment_id"], meta["trial_id"]) == (1, c["trial_id"])
         assert meta["store"] == os.path.realpath(Store().path)
 
-    exp = json.loads(cli("experiment", "describe", "1", "--json", check=True).stdout)
+    exp = describe(1)
     assert (exp["kind"], exp["state"], exp["name"]) == ("local", "COMPLETED", "LinearTrial")
     (trial,) = exp["trials"]
     assert trial["hparams"] == HPARAMS and trial["state"] == "COMPLETED" and trial["total_batches"] == 8

@@ -4,7 +4,6 @@ killed or server-less trial never poisons the next."""
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 
@@ -12,7 +11,7 @@ import pytest
 import yaml
 
 from determined_lite.launch import _forkserver
-from tests.cli_helpers import cli
+from tests.cli_helpers import cli, describe
 
 # ``mode``: 0 a clean trial; 1 pollutes every global it can reach, then trains; 2 pollutes, then
 # dies by SIGKILL in its first batch; 3 raises in __init__ after polluting; 4 SIGKILLs its parent
@@ -125,7 +124,7 @@ def _search(tmp_path, modes, forkserver: bool) -> dict:
     env = dict(os.environ, DET_LITE_FORKSERVER="1" if forkserver else "0")
     env["DET_LITE_HOME"] = str(tmp_path / f"home-{forkserver}")
     cli("experiment", "create", str(path), str(context), env=env)
-    described = json.loads(cli("experiment", "describe", "1", "--json", env=env, check=True).stdout)
+    described = describe(1, home=env["DET_LITE_HOME"])
     return {t["hparams"]["mode"]: t for t in described["trials"]}
 
 

@@ -194,6 +194,8 @@ def test_describe_experiment_exact_shape(store):
         "pid": None,
         "running": False,
         "requested_action": None,
+        "labels": [],
+        "notes": "",
         "trials": [
             {
                 "id": t1,
@@ -247,6 +249,62 @@ def test_describe_experiment_exact_shape(store):
     assert store.describe_trial(t2) == described["trials"][1]
     assert store.describe_trial(99) is None
     assert store.describe_experiment(99) is None
+    # Without metrics: the same, less the two lists that grow with training.
+    lean = store.describe_experiment(exp_id, metrics=False)
+    for run in lean["trials"][0]["runs"]:
+        del run["started_at"]  # popped from described's above
+    for trial in described["trials"]:
+        del trial["training_metrics"], trial["validation_metrics"]
+    assert _strip_times(lean) == _strip_times(described)
+    assert store.describe_trial(t2, metrics=False) == lean["trials"][1]
+
+
+def test_workloads_one_row_per_batch_count(store):
+    """A trial's workloads: training, validation and checkpoints of a batch count in one row; by
+    default only the batch counts with a validation or a checkpoint, and the latest report."""
+    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.create_trial(exp_id, 0, {"lr": 0.1}, 1)
+    for n in range(1, 6):
+        store.add_training_metrics(trial, 10 * n, {"loss": 1 / n})
+    store.add_validation_metrics(trial, 20, {"val": 0.5})
+    store.add_validation_metrics(trial, 55, {"val": 0.25})  # between reports
+    store.add_checkpoint(trial, "c20", "/c/20", 20)
+    store.add_checkpoint(trial, "c20b", "/c/20b", 20)
+    store.add_checkpoint(trial, "c5", "/c/5", 5)  # before the first report
+    rows, left_out = store.workloads([trial])
+    assert [tuple(r) for r in rows] == [
+        (trial, 5, None, None, ["c5"]),
+        (trial, 20, {"loss": 0.5}, {"val": 0.5}, ["c20", "c20b"]),
+        (trial, 50, {"loss": 0.2}, None, []),  # the latest report
+        (trial, 55, None, {"val": 0.25}, []),
+    ]
+    assert left_out  # reports 10, 30 and 40
+    every, left_out = store.workloads([trial], every=True)
+    assert [r.total_batches for r in every] == [5, 10, 20, 30, 40, 50, 55]
+    assert [r.training for r in every if r.training] == [{"loss": 1 / n} for n in range(1, 6)]
+    assert every[2] == rows[1] and not left_out
+    empty = store.create_trial(exp_id, 1, {"lr": 0.2}, 2)
+    assert store.workloads([empty]) == ([], False)
+    store.add_training_metrics(empty, 10, {"loss": 1.0})
+    assert store.workloads([empty]) == ([(empty, 10, {"loss": 1.0}, None, [])], False)
+    # Several trials in one read: by trial, then batch.
+    both, left_out = store.workloads([empty, trial])
+    assert both == [(empty, 10, {"loss": 1.0}, None, []), *rows] and left_out
+
+
+def test_workloads_are_index_lookups(store):
+    """describe's default reads cost what they show: no statement of store/_workloads.py scans
+    a metric table (each searches the (trial_id, total_batches) index)."""
+    from determined_lite.store import _workloads
+
+    conn = store._conn()
+    for name in ("_VALIDATION", "_CHECKPOINTS", "_KEY_TRAINING", "_LEFT_OUT", "_EVERY_TRAINING"):
+        steps = conn.execute("EXPLAIN QUERY PLAN " + getattr(_workloads, name), (1,))
+        plan = " / ".join(row[3] for row in steps)
+        assert "SCAN" not in plan, (name, plan)
+        assert "USING" in plan and "INDEX" in plan, (name, plan)
+    key_plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + _workloads._KEY_TRAINING, (1,))]
+    assert any("(trial_id=? AND total_batches=?)" in step for step in key_plan), key_plan
 
 
 def test_trial_round_trip_and_errors(store):
