@@ -483,7 +483,7 @@ class ExperimentRunner(RunnerEndings):
         """The trials best first by the searcher metric, their best checkpoints, the best trial
         (fitted to ``width``: a terminal's)."""
         return summary(
-            self.store.describe_experiment(self.id),
+            self.store.describe_experiment(self.id, metrics=False),  # the metrics are not shown
             metric=self.metric,
             smaller_is_better=self.searcher_settings.smaller_is_better,
             varying=self.varying,
