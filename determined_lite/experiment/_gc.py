@@ -160,8 +160,7 @@ class _Collector:
         if not isinstance(batches, int):
             return False
         latest = max((c["total_batches"] for c in self.store.list_checkpoints(trial_id=trial_id)), default=-1)
-        reported = {m["total_batches"] for m in self.store.training_metrics(trial_id)}
-        return batches > latest and batches in reported
+        return batches > latest and self.store.has_training_report(trial_id, batches)
 
     # --- actions ------------------------------------------------------------------------------
     def act(self, fate: Fate, path: str, why: str, entry: Optional[RootEntry] = None) -> None:

@@ -107,6 +107,16 @@ class TrialRecords(Database):
         """``[{"total_batches", "metrics"}]`` by batch."""
         return self._metrics("training_metrics", trial_id)
 
+    def has_training_report(self, trial_id: int, total_batches: int) -> bool:
+        """Whether the trial reported training metrics at ``total_batches`` (an index lookup)."""
+        row = self._read(
+            lambda conn: conn.execute(
+                "SELECT 1 FROM training_metrics WHERE trial_id = ? AND total_batches = ? LIMIT 1",
+                (int(trial_id), int(total_batches)),
+            ).fetchone()
+        )
+        return row is not None
+
     def validation_metrics(self, trial_id: int) -> List[Dict[str, Any]]:
         """``[{"total_batches", "metrics"}]`` by batch."""
         return self._metrics("validation_metrics", trial_id)
