@@ -207,7 +207,7 @@ def test_top_checkpoint_of_the_search_downloads_and_loads(
     assert type(trial).__name__ == "MNistTrial" and type(trial).__module__ == "train"
     saved = saved_state(path)["context"]["models_state_dict"][0]
     loaded = trial.model.state_dict()
-    assert list(loaded) == list(saved) and len(saved) == 6  # 2 conv + 2 linear layers, w and b
+    assert list(loaded) == list(saved) and len(saved) == 8  # 2 conv + 2 linear layers, w and b
     for name, tensor in saved.items():
         assert torch.equal(loaded[name], tensor), name
     assert saved["0.weight"].shape[0] == top.training.hparams["n_filters1"]
