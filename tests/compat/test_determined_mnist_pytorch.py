@@ -130,10 +130,16 @@ def test_distributed_trains_on_two_slots_of_torch_distributed(tmp_path_factory: 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (trial,) = exp["trials"]
     assert trial["state"] == "COMPLETED" and trial["total_batches"] == 24
-    assert trial["runs"][0]["slots"] == 2
+    # torch.distributed with no device: det-lite's torch engine on Gloo.
+    assert trial["runs"][0]["slots"] == 2 and trial["runs"][0]["devices"] == []
     ((batches, metrics),) = validations(trial)
     assert batches == 24 and metrics["validation_loss"] < UNTRAINED_LOSS / 2
-    state = saved_state(trial["checkpoints"][-1]["path"])
+    checkpoint = trial["checkpoints"][-1]["path"]
+    with open(os.path.join(checkpoint, "metadata.json")) as f:
+        resources = json.load(f)["experiment_config"]["resources"]
+    assert resources["launcher"] == "determined.launch.torch_distributed"
+    assert resources["distributed_backend"] == "torch"
+    state = saved_state(checkpoint)
     assert state["trainer"]["world_size"] == 2 and len(state["rng"]) == 2  # both workers' RNG
     logs = home.logs(trial["id"])
     assert "[rank 0]" in logs and "[rank 1]" in logs
