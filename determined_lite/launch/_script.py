@@ -216,8 +216,9 @@ class ScriptTrial:
     def fit_plan(self, context: Any, given: FitPlan) -> FitPlan:
         """What ``Trainer.fit`` trains for this trial: the searcher's length (the script's own
         when the searcher has none), the checkpoint to resume from (the script's when the trial
-        has none) and the store hooks always; the periods, policy and test mode the script chose
-        (``given``'s that are not the defaults), else the config's; the script's callbacks."""
+        has none) and the store hooks always; the periods, policy, test mode and
+        ``profiling_enabled`` the script chose (``given``'s that are not the defaults), else the
+        config's; the script's callbacks."""
         from determined_lite.pytorch._fit_plan import CONFIG_FIELDS
 
         if self.time_metric not in (None, "batches", "epochs", "records"):
@@ -230,7 +231,7 @@ class ScriptTrial:
         latest = given.latest_checkpoint if plan.latest_checkpoint is None else plan.latest_checkpoint
         return dataclasses.replace(
             plan,
-            **given.given((*CONFIG_FIELDS, "test_mode")),
+            **given.given((*CONFIG_FIELDS, "test_mode", "profiling_enabled")),
             max_length=given.max_length if own_length else plan.max_length,
             latest_checkpoint=latest,
             callbacks=given.callbacks,

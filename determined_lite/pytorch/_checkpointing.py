@@ -4,6 +4,8 @@ and the write on the chief, the background flush, and the hooks that announce ea
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -19,6 +21,32 @@ from determined_lite.pytorch._schedule import Plan
 from determined_lite.storage import STORE_KEY
 
 logger = logging.getLogger("determined_lite")
+
+
+def trial_class_spec(trial_class: type, code_source: Optional[str]) -> str:
+    """``module:qualname`` of the trial class, as the checkpoint's metadata records it for
+    ``load_trial_from_checkpoint_path``. A class defined in the script the trial runs
+    (``__main__``) is recorded under the name that script has as a module of the checkpoint's
+    ``code/`` (``train`` for ``python3 train.py``, ``pkg.train`` for ``python3 -m pkg.train``),
+    which a later process can import; ``__main__`` stays when the script is not one of its files."""
+    module = trial_class.__module__
+    if module == "__main__":
+        module = _main_module_name(code_source) or module
+    return f"{module}:{trial_class.__qualname__}"
+
+
+def _main_module_name(code_source: Optional[str]) -> Optional[str]:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name not in (None, "__main__"):
+        return str(spec.name)
+    path = getattr(main, "__file__", None)
+    if not path or not code_source or not path.endswith(".py"):
+        return None
+    root = code_source if os.path.isdir(code_source) else os.path.dirname(code_source)
+    rel = os.path.relpath(os.path.realpath(os.path.abspath(path)), os.path.realpath(root))
+    parts = rel[: -len(".py")].split(os.sep)
+    return ".".join(parts) if all(p.isidentifier() for p in parts) else None
 
 
 class CheckpointWriter:

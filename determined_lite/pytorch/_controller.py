@@ -30,7 +30,7 @@ from determined_lite.config import (
 )
 from determined_lite.pytorch import _rng
 from determined_lite.pytorch._callback import CallbackList, PyTorchCallback, global_callbacks, name_callbacks
-from determined_lite.pytorch._checkpointing import CheckpointWriter
+from determined_lite.pytorch._checkpointing import CheckpointWriter, trial_class_spec
 from determined_lite.pytorch._context import PyTorchTrialContext
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._fetch import in_process_batches
@@ -284,12 +284,11 @@ class TrialController:
         self._check_records_per_epoch()
         self.plan = state.plan = self._plan()
         self._last_validation: Optional[Tuple[int, Dict[str, Any]]] = None
-        trial_class = f"{type(self.trial).__module__}:{type(self.trial).__qualname__}"
         self._writer = CheckpointWriter(
             self.context,
             self.callbacks,
             self.plan,
-            trial_class,
+            trial_class_spec(type(self.trial), spec.code_source),
             spec.checkpoint_root,
             spec.code_source,
             spec.trial_info,

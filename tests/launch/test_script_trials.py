@@ -8,6 +8,7 @@ no LR decay here: gamma = 1).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -64,6 +65,31 @@ def test_a_trainer_script_runs_with_its_cluster_info(tmp_path):
         "container_rank": 0,
         "task_type": "TRIAL",
     }
+
+
+def test_a_trainer_scripts_checkpoint_loads_and_its_fit_profiles(tmp_path):
+    """The trial class is defined in the script (``__main__`` as it runs): the checkpoint records
+    it as ``train:Trial``, train.py being in its code/, so a trusted
+    ``load_trial_from_checkpoint_path(path)`` imports it from there. The script's
+    ``fit(profiling_enabled=True)`` profiles every batch (a trace in the trial's TensorBoard
+    directory). Before: ``__main__:Trial``, which no later process imports; and no trace."""
+    from determined_lite import pytorch
+
+    path = write_config(tmp_path, "trainer.yaml", **{"hyperparameters.profile": True})
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    latest = max(trial["checkpoints"], key=lambda c: c["total_batches"])
+    assert latest["total_batches"] == 8
+    with open(os.path.join(latest["path"], "metadata.json")) as f:
+        assert json.load(f)["trial_class"] == "train:Trial"
+    loaded = pytorch.load_trial_from_checkpoint_path(latest["path"], trust=True)
+    assert type(loaded).__name__ == "Trial" and type(loaded).__module__ == "train"
+    assert loaded.model.weight.item() == pytest.approx(weights(8, gamma=1.0)[-1], rel=1e-12)
+    tensorboard = os.path.join(os.environ["DET_LITE_HOME"], "tensorboard", "experiment_1", "trial_1")
+    (trace,) = glob.glob(os.path.join(tensorboard, "rank0.*.pt.trace.json"))
+    with open(trace) as f:
+        assert {int(n) for n in re.findall(r"ProfilerStep#(\d+)", f.read())} == set(range(8))
 
 
 def test_a_trainer_script_with_no_searcher_length_trains_to_fits_length(tmp_path):
