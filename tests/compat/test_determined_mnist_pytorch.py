@@ -26,6 +26,7 @@ from typing import Any, Dict, List
 import pytest
 import torch
 
+from tests.cli_helpers import describe
 from tests.compat.test_alias_pth import env_with_pth
 from tests.timing import budget
 
@@ -61,9 +62,9 @@ class Home:
         return self.cli("experiment", "create", config, context)
 
     def describe(self, exp_id: int = 1) -> Dict[str, Any]:
-        proc = self.cli("experiment", "describe", str(exp_id), "--json", timeout=60)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return json.loads(proc.stdout)
+        """The experiment with its trials and records (``experiment describe --json`` prints
+        Determined's form, the experiment alone)."""
+        return describe(exp_id, home=self.path)
 
     def logs(self, trial_id: int = 1) -> str:
         return self.cli("trial", "logs", str(trial_id), timeout=60).stdout
