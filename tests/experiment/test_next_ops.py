@@ -165,6 +165,9 @@ def test_two_slots_the_chief_asks_and_every_rank_trains_on(tmp_path):
         **{"resources.slots_per_trial": 2, "hyperparameters.global_batch_size": 4, "max_restarts": 0}
     )
     changes["searcher"] = {**changes["searcher"], "max_trials": 2, "max_rungs": 2}
+    # The second trial (lr 0.005; the first gets 0.003) is the better at the first rung, which
+    # promotes it as it reports.
+    changes["hyperparameters.lr"] = {"type": "categorical", "vals": [0.001, 0.005, 0.003, 0.002]}
     ours, out = _search(tmp_path, source, LINEAR, True, **changes)
     theirs, _ = _search(tmp_path, source, LINEAR, False, **changes)
     assert _promotions(out)
