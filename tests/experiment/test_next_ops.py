@@ -236,3 +236,25 @@ def test_the_runner_answers_with_the_searchers_decision(tmp_path, pausing, promo
         assert runner.logged == [f"trial 1 promoted at 2: train to {promote_to} batches in its process"]
     else:  # ends: its exit gives the searcher nothing more (and requeues it if promoted)
         assert run.reported and run.length == 2 and not runner.logged
+
+
+@pytest.mark.parametrize(
+    "pending, closed, requeued", [(8, False, True), (None, False, False), (8, True, False)]
+)
+def test_a_reported_runs_exit_gives_the_searcher_nothing_again(pending, closed, requeued):
+    """Whatever its exit status, a run whose metric went to the searcher as it asked is not
+    reported again; promoted while it exited (``pending``), it is queued to resume."""
+    from determined_lite.experiment._runner import ExperimentRunner
+
+    runner = object.__new__(ExperimentRunner)
+    runner.queue, runner.saved = [], 0
+
+    def save() -> None:
+        runner.saved += 1
+
+    runner._save_state = save
+    request = types.SimpleNamespace(request_id="r1", pending=pending, closed=closed)
+    process = types.SimpleNamespace(result=lambda code: pytest.fail("the result is not read"))
+    run = types.SimpleNamespace(request=request, process=process, reported=True)
+    runner._handle_exit(run, 1, False)
+    assert runner.queue == (["r1"] if requeued else [])
