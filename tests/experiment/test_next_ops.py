@@ -26,11 +26,15 @@ PROMOTED = re.compile(r"trial (\d+) promoted at (\d+): train to (\d+) batches in
 LRS = {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]}
 
 
-def _search(tmp_path: Any, source: str, context: str, in_process: bool, **changes: Any) -> Tuple[Dict, str]:
-    """Run the search in a home of its own; (``describe --json``, the runner's output)."""
-    which = "in-process" if in_process else "new-process"
+def _search(
+    tmp_path: Any, source: str, context: str, in_process: bool, wait: str = "2", **changes: Any
+) -> Tuple[Dict, str]:
+    """Run the search in a home of its own; (``describe --json``, the runner's output);
+    ``wait``: how long runs wait for the runner to take their question."""
+    which = f"in-process-{wait}" if in_process else "new-process"
     home = os.path.join(str(tmp_path), f"home-{which}")
     env = dict(os.environ, DET_LITE_HOME=home, DET_LITE_NEXT_OP="1" if in_process else "0")
+    env["DET_LITE_NEXT_OP_WAIT"] = wait
     path = _write_config(source, tmp_path, f"{which}.yaml", **changes)
     proc = cli("experiment", "create", path, context, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -111,6 +115,21 @@ def test_in_process_promotions_equal_resumed_ones_closed_form(tmp_path):
             w = closed_form(lr, v["total_batches"], batch_size=2, n=8)[-1]
             assert v["metrics"]["weight"] == pytest.approx(w, rel=1e-12, abs=1e-12)
             assert v["metrics"]["val_loss"] == pytest.approx(val_loss(w, 4), rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.timeout(240)
+def test_a_question_not_taken_in_time_ends_the_run_as_before(tmp_path):
+    """Runs that wait 0 s for the runner withdraw their question at once: they end, and the
+    runner reads their metric from result.json, as when promotions were never in the process;
+    the search's results do not change."""
+    source = os.path.join(LINEAR, "const.yaml")
+    ours, out = _search(tmp_path, source, LINEAR, True, wait="0", **_linear_asha())
+    theirs, _ = _search(tmp_path, source, LINEAR, False, **_linear_asha())
+    _assert_same_searches(ours, theirs)
+    # (The runner could take a question only in the microseconds between its write and its
+    # withdrawal, against a poll every 0.1 s.)
+    assert not _promotions(out)
+    assert sum(len(t["runs"]) for t in ours["trials"]) == sum(len(t["runs"]) for t in theirs["trials"])
 
 
 @pytest.mark.timeout(240)
