@@ -121,10 +121,12 @@ class SearchTrial(PyTorchTrial):
         self.opt = context.wrap_optimizer(opt)
         self.stamps = context.get_hparams().get("stamp_dir")
         self.stamped = False
+        self.validated_at: Any = None  # when this process's last validation ended
 
-    def _stamp(self) -> None:
+    def _stamp(self, promoted_at: Any = None) -> None:
         """Append this run's start (the runner wrote its spec just before starting it) and its
-        first batch's end to ``stamp_dir/trial_N.jsonl``."""
+        first batch's end to ``stamp_dir/trial_N.jsonl``; ``promoted_at``: a promotion in this
+        process, timed from the end of the rung's validation instead."""
         import json
 
         spec_path = os.environ["DET_LITE_TRIAL_SPEC"]
@@ -132,6 +134,8 @@ class SearchTrial(PyTorchTrial):
             spec = json.load(f)
         line = {"spec": os.stat(spec_path).st_mtime, "first_batch": time.time()}
         line["resumed"] = bool(spec.get("latest_checkpoint"))
+        if promoted_at is not None:
+            line.update(spec=promoted_at, in_process=True)
         with open(os.path.join(self.stamps, f"trial_{spec['trial_id']}.jsonl"), "a") as f:
             f.write(json.dumps(line) + "\n")
 
@@ -149,8 +153,13 @@ class SearchTrial(PyTorchTrial):
         if self.stamps and not self.stamped:
             self.stamped = True
             self._stamp()
+        elif self.stamps and self.validated_at is not None:  # validations end rungs here
+            self._stamp(promoted_at=self.validated_at)
+        self.validated_at = None
         return {"loss": loss}
 
     def evaluate_batch(self, batch: Any) -> Dict[str, Any]:
         x, y = batch
-        return {"validation_loss": F.cross_entropy(self.model(x), y)}
+        loss = F.cross_entropy(self.model(x), y)
+        self.validated_at = time.time()
+        return {"validation_loss": loss}

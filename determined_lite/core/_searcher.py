@@ -1,10 +1,12 @@
 """``core_context.searcher``: the legacy operations of Determined's searcher API.
 
 det-lite's searchers run a trial once per length they ask of it (an ASHA rung, the whole
-``max_length`` for single, grid and random): ``operations()`` yields one operation whose
-``length`` is that target, in the unit of ``searcher.max_length``. The script trains to it,
-reports the searcher metric with ``op.report_completed`` and returns; the runner resumes it
-from its latest checkpoint when the searcher asks for more.
+``max_length`` for single, grid and random): ``operations()`` yields an operation whose
+``length`` is that target, in the unit of ``searcher.max_length``. The script trains to it and
+reports the searcher metric with ``op.report_completed``; then the chief asks the runner for
+the next operation (``runtime/_next_op.py``, when the searcher may want more): an ASHA promotion
+decided at once is the next operation, in this process; otherwise ``operations()`` ends, and
+the runner resumes the trial from its latest checkpoint when the searcher asks for more.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class SearcherOperation:
         self._is_chief = is_chief
         self._trial = trial
         self._completed = False
+        self._metric: Optional[float] = None
 
     @property
     def length(self) -> int:
@@ -58,6 +61,7 @@ class SearcherOperation:
         if self._completed:
             raise RuntimeError("you may only call op.report_completed() once")
         self._completed = True
+        self._metric = float(searcher_metric)
         note_call(self._trial, f"op.report_completed({searcher_metric})")
         logger.info("op.report_completed(%s) at length %s", searcher_metric, self._length)
         if self._trial is not None:
@@ -86,13 +90,16 @@ class SearcherContext:
                 "it (Determined >= 0.38's form) train to a length of your own"
             )
         if self._dist.rank == 0:
-            op = SearcherOperation(self._length, True, self._trial)
-            if mode == SearcherMode.WorkersAskChief:
-                self._dist.broadcast(op.length)
-            yield op
-            if not op._completed:
-                raise RuntimeError("you must call op.report_completed() on each operation")
-            if mode == SearcherMode.WorkersAskChief:
+            length: Optional[int] = self._length
+            while length is not None:
+                op = SearcherOperation(length, True, self._trial)
+                if collective:
+                    self._dist.broadcast(op.length)
+                yield op
+                if not op._completed:
+                    raise RuntimeError("you must call op.report_completed() on each operation")
+                length = self._next_length(op)
+            if collective:
                 self._dist.broadcast(None)
             return
         if mode != SearcherMode.WorkersAskChief:
@@ -104,6 +111,12 @@ class SearcherContext:
             if length is None:
                 return
             yield SearcherOperation(length, False, self._trial)
+
+    def _next_length(self, op: SearcherOperation) -> Optional[int]:
+        """The next operation's length when the runner promoted the trial at once (the trial
+        asks it: ``ScriptTrial.next_length``), else None: no more operations in this run."""
+        ask = getattr(self._trial, "next_length", None)
+        return None if ask is None else ask(op._metric)
 
     def acknowledge_out_of_ops(self) -> None:
         """Nothing to acknowledge (as in Determined >= 0.38)."""

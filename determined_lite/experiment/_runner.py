@@ -30,6 +30,7 @@ from determined_lite.config import (
 from determined_lite.experiment._endings import RunnerEndings
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock
+from determined_lite.experiment._next_ops import answer_next_ops
 from determined_lite.experiment._progress import SHORT_UUID, Progress, summary, where_text
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
 from determined_lite.experiment._shared_machine import warn_shared_machine
@@ -61,6 +62,7 @@ class _Run:
     process: TrialRun
     spec: WorkerSpec
     length: int
+    reported: bool = False  # its length's metric went to the searcher as it ran (_next_ops.py)
 
 
 class ExperimentRunner(RunnerEndings):
@@ -160,8 +162,8 @@ class ExperimentRunner(RunnerEndings):
                 request.pending = None
                 if op.request_id in self.queue:
                     self.queue.remove(op.request_id)
-                if op.request_id in self.running:
-                    self.running.pop(op.request_id).process.stop()
+                if op.request_id in self.running and not self.running[op.request_id].reported:
+                    self.running.pop(op.request_id).process.stop()  # (a reported run ends by itself)
                 if not request.finished:
                     full = self.searcher_settings.max_length
                     request.stopped_early = not self.test_mode and request.trained < full
@@ -261,6 +263,7 @@ class ExperimentRunner(RunnerEndings):
             if action == Action.PAUSE:
                 self.pausing = True
             apply_trial_kills(self)
+            answer_next_ops(self)
             if not self.pausing:
                 self._start_queued()
             self._poll_running(self.pausing)
@@ -356,6 +359,10 @@ class ExperimentRunner(RunnerEndings):
 
     def _handle_exit(self, run: _Run, code: int, pausing: bool) -> None:
         request = run.request
+        if run.reported:  # the searcher had its metric (_next_ops.py): resumed if promoted since
+            if request.pending is not None and not request.closed:
+                self._requeue(request)
+            return
         result = run.process.result(code)
         if result.status == WorkerStatus.COMPLETED:
             self._completed(run, result)

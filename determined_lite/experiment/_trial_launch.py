@@ -28,6 +28,8 @@ from determined_lite.launch._executor import Executor, TrialRun, make_executor
 from determined_lite.launch._local import cpu_slots
 from determined_lite.launch._watchdog import remove_heartbeats
 from determined_lite.runtime._failures import remove_failure_points, remove_no_restart
+from determined_lite.runtime._next_op import enabled as next_op_enabled
+from determined_lite.runtime._next_op import remove_next_op_files
 from determined_lite.runtime._spec import progress_path
 from determined_lite.store._paths import (
     checkpoint_root,
@@ -116,6 +118,7 @@ class TrialLauncher:
             backend=self.backend(),
             slots=self.settings.slots_per_trial,
             settings=self.training.to_json(),
+            ask_next_op=self.asks_next_op(length),
         )
         for stale in (spec.result_path, progress_path(spec.result_path)):
             if os.path.exists(stale):
@@ -123,6 +126,7 @@ class TrialLauncher:
         remove_no_restart(spec.result_path)
         remove_failure_points(spec.result_path)
         remove_heartbeats(spec.result_path)
+        remove_next_op_files(spec.result_path)
         return self.executor.start(
             spec,
             os.path.join(trial_dir, "spec.json"),
@@ -130,6 +134,12 @@ class TrialLauncher:
             env=self.worker_env(),
             pass_fds=self.pass_fds,
         )
+
+    def asks_next_op(self, length: int) -> bool:
+        """Whether a run to ``length`` asks the runner for its next operation at its end (the
+        searcher may want more of it: an ASHA rung below the top; runtime/_next_op.py)."""
+        own = length == OWN_LENGTH or self.test_mode
+        return not own and length < self.searcher.max_length and next_op_enabled(self.worker_env())
 
     def prestart(self) -> None:
         """Start what the first trials would wait for (the fork server's imports) now."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 from determined_lite.config import OWN_LENGTH
 from determined_lite.config.units import length_from_config
+from determined_lite.runtime._next_op import ask_next_length
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
 if TYPE_CHECKING:  # torch: imported when a trial fits, not by `det-lite run`'s CLI process
@@ -59,10 +60,23 @@ def fit_plan(spec: WorkerSpec, dist: Any, ctx: Any, extra_callbacks: Sequence[Tu
         **{name: getattr(settings, name) for name in CONFIG_FIELDS},
         warm_start=spec.warm_start,
         should_stop=should_stop,
+        next_length=_next_length(spec) if spec.ask_next_op else None,
         core_callbacks=tuple(core),
         progress=False,  # the runner draws the bars, from the chief's progress file
         record=False,  # an experiment trial's chief writes to the store through its hooks
     )
+
+
+def _next_length(spec: WorkerSpec) -> Callable[[Optional[float]], Any]:
+    """``FitPlan.next_length`` of an experiment's run: the chief asks the runner
+    (``runtime/_next_op.py``); a promotion decided at once trains on in this process."""
+
+    def ask(metric: Optional[float]) -> Any:
+        if ask_next_length(spec, metric) is None:
+            return None
+        return length_from_config(spec.max_length, "max_length")
+
+    return ask
 
 
 def result_of(result: Any) -> WorkerResult:

@@ -34,6 +34,7 @@ from determined_lite.runtime._cluster import (
     get_cluster_info,
     set_active_trial,
 )
+from determined_lite.runtime._next_op import ask_next_length
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
 if TYPE_CHECKING:  # torch: imported when the script fits, not by `det-lite run`'s CLI process
@@ -85,6 +86,11 @@ class ScriptTrial:
     def target(self) -> int:
         """The searcher's length for this run, as a number in its unit (``op.length``)."""
         return int(next(iter(self.spec.max_length.values())))
+
+    def next_length(self, metric: Optional[float]) -> Optional[int]:
+        """The chief's question at the end of an operation (``core.searcher.operations()``): the
+        next length when the runner promoted the trial at once (``target`` follows), else None."""
+        return ask_next_length(self.spec, metric)
 
     # --- what det.core reports --------------------------------------------------------------
     def reported(self) -> bool:

@@ -15,7 +15,6 @@ from determined_lite.pytorch._callback import (
     register_global_callback,
 )
 from determined_lite.pytorch._context import PyTorchExperimentalContext, PyTorchTrialContext
-from determined_lite.pytorch._controller import TrainResult
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._device import TorchData, to_device
 from determined_lite.pytorch._harness import TrialInfo
@@ -23,6 +22,7 @@ from determined_lite.pytorch._interrupt import FitInterrupted
 from determined_lite.pytorch._load import load_trial_from_checkpoint_path
 from determined_lite.pytorch._lr_scheduler import LRScheduler
 from determined_lite.pytorch._reducer import MetricReducer, Reducer
+from determined_lite.pytorch._train_result import TrainResult
 from determined_lite.pytorch._trainer import Trainer, init
 from determined_lite.pytorch._trial import PyTorchTrial, data_length
 

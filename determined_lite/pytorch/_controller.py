@@ -11,7 +11,6 @@ import dataclasses
 import itertools
 import logging
 import numbers
-import os
 from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -42,59 +41,12 @@ from determined_lite.pytorch._reducer import check_evaluation_reducer, merge_red
 from determined_lite.pytorch._restore import Restored, Restorer, resume_batches
 from determined_lite.pytorch._schedule import Plan, decide, is_better
 from determined_lite.pytorch._sharding import set_epoch
+from determined_lite.pytorch._train_result import TrainResult
 from determined_lite.pytorch._training_metrics import training_cross_slot, training_partial
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.pytorch._validation import Validation, evaluation_mode
 
 logger = logging.getLogger("determined_lite")
-
-
-@dataclasses.dataclass
-class TrainResult:
-    """What one ``fit`` did: reported metrics and the checkpoints it wrote.
-
-    Each of ``checkpoints`` has ``uuid``, ``path``, ``total_batches``, ``metrics`` (the
-    validation at its batch, else None) and ``deleted``: whether it was gone from disk when
-    ``fit`` returned (the retention policy keeps the best and the latest by default).
-    ``latest_checkpoint`` and ``best_checkpoint`` only name checkpoints still on disk.
-    """
-
-    total_batches: int = 0
-    training_metrics: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
-    validation_metrics: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
-    checkpoints: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
-    best_validation: Optional[float] = None
-    stopped_early: bool = False
-    searcher_metric: Optional[str] = None
-    smaller_is_better: bool = DEFAULT_SMALLER_IS_BETTER
-
-    def live_checkpoints(self) -> List[Dict[str, Any]]:
-        """The checkpoints still on disk, oldest first."""
-        return [c for c in self.checkpoints if os.path.isdir(c["path"])]
-
-    def mark_deleted(self) -> None:
-        """Set each checkpoint's ``deleted`` from the disk (after retention ran)."""
-        for c in self.checkpoints:
-            c["deleted"] = not os.path.isdir(c["path"])
-
-    @property
-    def latest_checkpoint(self) -> Optional[str]:
-        """The path of the newest checkpoint still on disk: ``fit(latest_checkpoint=...)``
-        resumes from it; None when none is left."""
-        live = self.live_checkpoints()
-        return live[-1]["path"] if live else None
-
-    @property
-    def best_checkpoint(self) -> Optional[str]:
-        """The path of the checkpoint still on disk whose validation (at its batch) has the best
-        searcher metric, the later one on a tie; None without a searcher metric or such a checkpoint."""
-        name, best, path = self.searcher_metric, None, None
-        for c in self.live_checkpoints():
-            value = (c["metrics"] or {}).get(name) if name is not None else None
-            better = isinstance(value, (int, float)) and is_better(value, best, self.smaller_is_better)
-            if better or (value is not None and value == best):
-                best, path = value, c["path"]
-        return path
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -354,7 +306,7 @@ class TrialController:
         self._external_stop = False
         for batch_idx in itertools.count(start):
             self._train_batch(batch_idx, batches)
-            if self._after_batch(batch_idx + 1):
+            if self._after_batch(batch_idx + 1) and not self._train_on(batch_idx + 1):
                 break
 
     def _train_batch(self, batch_idx: int, batches: Iterator[Any]) -> None:
@@ -404,6 +356,24 @@ class TrialController:
             self.result.stopped_early = not decision.end
             return True
         return False
+
+    def _train_on(self, done: int) -> bool:
+        """At max_length: whether training goes on in this process to the longer length the chief
+        was given (``spec.next_length``), exactly as a run resumed from this checkpoint would."""
+        if self.spec.next_length is None or self.result.stopped_early:
+            return False
+        self._writer.on_disk()  # registered before the chief asks: a later run resumes from it
+        length = None
+        if self.dist.is_chief and not (self.harness.stop_requested or self._external_stop):
+            last = self._last_validation
+            metric = last[1].get(self.spec.searcher_metric or "") if last and last[0] == done else None
+            length = self.spec.next_length(metric)
+        length = self.dist.broadcast(length) if self.dist.size > 1 else length
+        if length is None:
+            return False
+        self.spec = dataclasses.replace(self.spec, max_length=length)
+        self.plan = self.state.plan = self._writer.plan = self._plan()
+        return True
 
     def _batch_context(self, update: bool) -> ContextManager[Any]:
         """Autocast (AMP) and the engine's gradient communication (none off optimizer-step batches)."""

@@ -37,6 +37,10 @@ class FitPlan:
     progress: Optional[bool] = None
     record: Optional[bool] = None
     should_stop: Optional[Callable[[], bool]] = None
+    # Asked on the chief once training reached max_length (not stopped), with the searcher
+    # metric there: a longer max_length trains on in this process (an experiment's ASHA
+    # promotion, launch/_fit.py), None ends the fit.
+    next_length: Optional[Callable[[Optional[float]], Optional[TrainUnit]]] = None
     core_callbacks: Sequence[Tuple[str, PyTorchCallback]] = ()
     callbacks: Optional[Callbacks] = None
     warm_start: Optional[str] = None

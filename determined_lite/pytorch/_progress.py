@@ -96,6 +96,8 @@ class ProgressMeter(PyTorchCallback):
     def on_train_batch_end(self, metrics: Dict[str, Any], batch_idx: int) -> None:
         done, now = batch_idx + 1, self._clock()
         self._progress.total_batches = done
+        if self._state is not None and self._state.plan is not None:  # longer after a promotion
+            self._progress.max_batches = self._state.plan.max_batches
         self._batch_metrics = metrics
         if self._first is None:
             self._first = (done, now)

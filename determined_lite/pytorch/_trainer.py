@@ -28,7 +28,7 @@ from determined_lite.distributed import DistributedContext
 from determined_lite.pytorch._callback import Callbacks, PyTorchCallback, name_callbacks
 from determined_lite.pytorch._callback_modules import import_callback_modules
 from determined_lite.pytorch._context import PyTorchTrialContext
-from determined_lite.pytorch._controller import RunSpec, TrainResult, TrialController
+from determined_lite.pytorch._controller import RunSpec, TrialController
 from determined_lite.pytorch._fit_plan import FitPlan, plan_parameters
 from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._interrupt import CtrlC, CtrlCNotice, FitInterrupted, resume_hint
@@ -40,6 +40,7 @@ from determined_lite.pytorch._progress import (
 )
 from determined_lite.pytorch._reporting import MetricLogger, TensorBoardMetrics
 from determined_lite.pytorch._rng import seed_everything
+from determined_lite.pytorch._train_result import TrainResult
 from determined_lite.pytorch._trial import PyTorchTrial
 from determined_lite.runtime._cluster import active_trial
 from determined_lite.store import ExperimentState

@@ -47,6 +47,7 @@ class WorkerSpec:
     tensorboard_path: Optional[str] = None
     backend: str = SINGLE_ENGINE
     slots: int = 1
+    ask_next_op: bool = False  # the chief asks the runner for more at max_length (_next_op.py)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -197,7 +197,9 @@ def test_report_early_exit_ends_only_that_trial(tmp_path):
 def test_adaptive_asha_resumes_promoted_trials_through_restore_path(tmp_path):
     """ASHA asks for 4 batches, then 8 of the better trials: each rung is a run of the script
     that restores the previous rung's checkpoint (``info.latest_checkpoint`` through
-    ``checkpoint.restore_path`` and ``get_metadata``); the metrics equal an uninterrupted run."""
+    ``checkpoint.restore_path`` and ``get_metadata``); the metrics equal an uninterrupted run.
+    (``DET_LITE_NEXT_OP=0``: no promotion trains on in its process, which restores nothing;
+    tests/experiment/test_next_ops.py.)"""
     path = write_config(
         tmp_path,
         searcher={
@@ -212,7 +214,7 @@ def test_adaptive_asha_resumes_promoted_trials_through_restore_path(tmp_path):
         hyperparameters={"lr": {"type": "double", "minval": 0.005, "maxval": 0.02}},
         **{"reproducibility.experiment_seed": 1},
     )
-    proc = cli("experiment", "create", path, SCRIPTS)
+    proc = cli("experiment", "create", path, SCRIPTS, env=dict(os.environ, DET_LITE_NEXT_OP="0"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     exp = describe(1)
     assert exp["state"] == "COMPLETED"

@@ -302,6 +302,26 @@ def test_asha_promotions_resume_exactly(tmp_path, on_ray):
     assert min(trials, key=lambda t: t["best_validation"])["total_batches"] == 8
 
 
+def test_asha_promotions_in_the_process_through_the_shared_run_directory(tmp_path, on_ray):
+    """The question and answer of a promotion decided as the trial reports are files beside
+    result.json, on the storage every node shares: the run trains on in its process."""
+    overrides = asha_overrides(
+        **{"hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]}}
+    )
+    overrides["searcher"] = {**overrides["searcher"], "max_concurrent_trials": 1}  # one order
+    proc = cli("experiment", "create", write_config(tmp_path, **overrides), LINEAR, timeout=500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pattern = r"trial (\d+) promoted at (\d+): train to (\d+) batches in its process"
+    promoted = re.findall(pattern, proc.stdout)
+    assert promoted, proc.stdout
+    trials = {t["id"]: t for t in describe(1)["trials"]}
+    for trial_id, at, to in promoted:
+        trial = trials[int(trial_id)]
+        reached = [v["total_batches"] for v in trial["validation_metrics"]]
+        assert int(at) in reached and int(to) in reached
+        assert_closed_form(trial, trial["hparams"]["lr"], batches=reached)
+
+
 # --- nodes come and go (these change the module's cluster: they run last) -----------------------
 
 

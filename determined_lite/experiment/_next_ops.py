@@ -1,0 +1,47 @@
+"""The runner's side of a running trial's question "what next?" (``runtime/_next_op.py``).
+
+A run whose spec says ``ask_next_op`` asks, at the end of its length, with its searcher metric
+there. The runner gives that metric to the searcher at once (what it did when the run exited)
+and answers with the length the searcher asked of the trial in the same event, when it did (an
+ASHA promotion decided at once): the run trains on in its process, as Determined's trials go
+through ``searcher.operations()``. Otherwise (not promoted now, closed, or the experiment is
+pausing) the run ends as before; a later promotion resumes it from its checkpoint. The run is
+then marked ``reported``: its exit gives the searcher nothing more (``_runner._handle_exit``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from determined_lite.runtime._next_op import answer, take_question
+
+
+def answer_next_ops(runner: Any) -> None:
+    """Answer the questions of the runner's running trials (each a ``_runner._Run``)."""
+    for run in list(runner.running.values()):
+        if not run.spec.ask_next_op or run.reported:
+            continue
+        question = take_question(run.spec.result_path)
+        if question is None:
+            continue
+        length = _next_length(runner, run, question)
+        ask = length is not None and runner.launcher.asks_next_op(length)
+        answer(run.spec.result_path, length, ask)
+        run.spec.ask_next_op = ask
+
+
+def _next_length(runner: Any, run: Any, question: Any) -> Optional[int]:
+    """The searcher's next length for ``run``'s trial if it trains on in its process, else None."""
+    request, metric = run.request, question["metric"]
+    if metric is None or question.get("length") != run.length:
+        return None  # its exit says what went wrong, as before
+    request.trained, request.pending = run.length, None
+    run.reported = True
+    runner._apply(runner.searcher.on_validation_completed(request.request_id, float(metric), run.length))
+    if runner.pausing or request.closed or request.pending is None:
+        return None
+    run.length, run.reported = request.pending, False
+    trial_id, goal = request.trial_id, runner.launcher.goal(run.length)
+    runner._log(trial_id, f"trial {trial_id} promoted at {request.trained}: {goal} in its process")
+    runner._save_state()
+    return int(run.length)

@@ -1,0 +1,167 @@
+"""A running trial's next operation: its chief asks the runner at the end of one (issue 27).
+
+Determined's trials ask their searcher for operations until it closes them
+(``core.searcher.operations()``). det-lite's runner starts a run per length the searcher asks
+of a trial; when the spec says ``ask_next_op`` (the run's length is below the searcher's
+``max_length``, so the searcher may ask for more), the chief asks, once its run reached that
+length with its validation there and its checkpoint registered, whether to go on in this process:
+
+- ``<result>.ask.json``: the chief's question, ``{"length", "metric"}`` (written atomically);
+- the runner claims it by renaming it to ``<result>.ask.taken`` (a rename succeeds once), gives
+  the metric to the searcher and writes ``<result>.answer.json``: ``{"length": n, "ask": bool}``
+  (a promotion decided at once: train on to ``n`` searcher units, asking again at ``n`` when
+  ``ask``) or ``{"length": null}`` (end this run as before; the runner resumes the trial from
+  its checkpoint when the searcher asks for more later).
+- The chief waits at most :func:`claim_wait` seconds for the claim; then it withdraws the
+  question (unlink: the unlink and the runner's rename cannot both succeed) and the run ends as
+  before (the runner reads the metric from ``result.json``). A claimed question is answered in
+  the same runner call; the chief waits for that answer at most ``ANSWER_WAIT_S``.
+
+The files sit beside ``result.json``, which every executor shares between the runner and the
+chief (the Ray executor's shared storage included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any, Dict, Optional
+
+from determined_lite.runtime._spec import WorkerSpec
+
+NEXT_OP_ENV = "DET_LITE_NEXT_OP"  # 0: runs never ask (every promotion starts a new process)
+CLAIM_WAIT_ENV = "DET_LITE_NEXT_OP_WAIT"
+DEFAULT_CLAIM_WAIT_S = 2.0  # the runner polls every 0.1 s; seconds under a heavy load
+ANSWER_WAIT_S = 60.0  # a claimed question is answered in the same call of the runner
+POLL_S = 0.002
+
+
+def question_path(result_path: str) -> str:
+    return result_path + ".ask.json"
+
+
+def answer_path(result_path: str) -> str:
+    return result_path + ".answer.json"
+
+
+def _taken_path(result_path: str) -> str:
+    return result_path + ".ask.taken"
+
+
+def enabled(env: Dict[str, str]) -> bool:
+    """Whether runs may ask for their next operation (``DET_LITE_NEXT_OP=0`` says no; ``env``:
+    the trials' environment, which wins over this process's)."""
+    return env.get(NEXT_OP_ENV, os.environ.get(NEXT_OP_ENV, "1")).strip() not in ("0", "false", "no")
+
+
+def claim_wait() -> float:
+    """Seconds a chief waits for the runner to take its question (``$DET_LITE_NEXT_OP_WAIT``)."""
+    value = os.environ.get(CLAIM_WAIT_ENV, "").strip()
+    try:
+        return max(0.0, float(value)) if value else DEFAULT_CLAIM_WAIT_S
+    except ValueError:
+        return DEFAULT_CLAIM_WAIT_S
+
+
+def _write(path: str, data: Dict[str, Any]) -> None:
+    """Atomically (renamed into place), 0600, not fsynced: the file matters only while both
+    processes live."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def remove_next_op_files(result_path: str) -> None:
+    """What an earlier run of the trial left (the runner, before it starts a run)."""
+    for path in (question_path(result_path), answer_path(result_path), _taken_path(result_path)):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+# --- the chief's side -------------------------------------------------------------------------
+
+
+def ask_next_length(spec: WorkerSpec, metric: Optional[float]) -> Optional[int]:
+    """The length (searcher units) this run trains on to in this process, None to end it; on a
+    new length ``spec`` is updated (``max_length``, ``ask_next_op``), so the trial reads it."""
+    if not spec.ask_next_op or metric is None or not isinstance(metric, (int, float)):
+        return None
+    unit, length = next(iter(spec.max_length.items()))
+    answer = _ask(spec.result_path, {"length": length, "metric": float(metric)})
+    spec.ask_next_op = False
+    if answer is None or answer.get("length") is None:
+        return None
+    new = int(answer["length"])
+    spec.max_length = {unit: new}
+    spec.ask_next_op = bool(answer.get("ask"))
+    return new
+
+
+def _ask(result_path: str, question: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    answer = answer_path(result_path)
+    if os.path.exists(answer):
+        os.unlink(answer)
+    _write(question_path(result_path), question)
+    deadline = time.monotonic() + claim_wait()
+    while not os.path.exists(answer):
+        if time.monotonic() >= deadline:
+            try:
+                os.unlink(question_path(result_path))
+                return None  # withdrawn before the runner saw it: the run ends as before
+            except FileNotFoundError:  # the runner took it just now: its answer follows
+                deadline = time.monotonic() + ANSWER_WAIT_S
+                if not _wait_for(answer, deadline):
+                    raise RuntimeError(
+                        f"the runner took this trial's question ({question_path(result_path)}) "
+                        f"but wrote no answer in {ANSWER_WAIT_S:.0f} s"
+                    ) from None
+                break
+        time.sleep(POLL_S)
+    with open(answer) as f:
+        text = f.read()
+    os.unlink(answer)
+    return dict(json.loads(text))
+
+
+def _wait_for(path: str, deadline: float) -> bool:
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
+# --- the runner's side ------------------------------------------------------------------------
+
+
+def take_question(result_path: str) -> Optional[Dict[str, Any]]:
+    """The chief's question, claimed (None when it asked nothing or withdrew it); the caller
+    must then :func:`answer` it."""
+    taken = _taken_path(result_path)
+    try:
+        os.rename(question_path(result_path), taken)
+    except FileNotFoundError:
+        return None
+    with open(taken) as f:
+        question = dict(json.load(f))
+    os.unlink(taken)
+    metric = question.get("metric")
+    if not isinstance(metric, (int, float)) or isinstance(metric, bool):
+        question["metric"] = None
+    return question
+
+
+def answer(result_path: str, length: Optional[int], ask: bool = False) -> None:
+    """Answer a claimed question: train on to ``length`` (asking again there when ``ask``), or
+    end the run (None)."""
+    _write(answer_path(result_path), {"length": length, "ask": bool(ask and length is not None)})
