@@ -14,7 +14,7 @@ import torch
 
 from determined_lite.experiment._next_ops import answer_next_ops
 from determined_lite.runtime._next_op import answer_path, question_path
-from tests.cli_helpers import asha_overrides, cli
+from tests.cli_helpers import asha_overrides, cli, describe
 from tests.cli_helpers import write_config as _write_config
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 
@@ -29,7 +29,7 @@ LRS = {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]}
 def _search(
     tmp_path: Any, source: str, context: str, in_process: bool, wait: str = "2", **changes: Any
 ) -> Tuple[Dict, str]:
-    """Run the search in a home of its own; (``describe --json``, the runner's output);
+    """Run the search in a home of its own; (the experiment's records, the runner's output);
     ``wait``: how long runs wait for the runner to take their question."""
     which = f"in-process-{wait}" if in_process else "new-process"
     home = os.path.join(str(tmp_path), f"home-{which}")
@@ -38,10 +38,7 @@ def _search(
     path = _write_config(source, tmp_path, f"{which}.yaml", **changes)
     proc = cli("experiment", "create", path, context, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    described = cli("experiment", "describe", "1", "--json", env=env, check=True).stdout
-    import json
-
-    return json.loads(described), proc.stdout
+    return describe(1, home=home), proc.stdout
 
 
 def _by_lr(described: Dict[str, Any]) -> Dict[float, Dict[str, Any]]:
