@@ -41,6 +41,7 @@ class TrialProcess:
         cwd: str,
         pass_fds: Sequence[int] = (),
         forked: Optional[_forkserver.ForkedChild] = None,
+        on_end: Optional[Callable[[], None]] = None,
     ) -> None:
         self.argv = argv
         self._proc: Union["subprocess.Popen[str]", _forkserver.ForkedChild]
@@ -59,6 +60,7 @@ class TrialProcess:
             start_new_session=True,  # its own process group: stop() reaches every worker
         )
         self._on_output = on_output
+        self._on_end = on_end
         self._reader = threading.Thread(target=self._pump, name=f"trial-output-{self._proc.pid}", daemon=True)
         self._reader.start()
 
@@ -67,12 +69,17 @@ class TrialProcess:
         return self._proc.pid
 
     def _pump(self) -> None:
+        """Hand on every output line; at the end of the output (the workers closed it, as they
+        do when they exit), wait for the process and call ``on_end``."""
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
             if self._on_output is not None:
                 self._on_output(line.rstrip("\n"))
             else:
                 sys.stdout.write(line)
+        if self._on_end is not None:
+            self._proc.wait()
+            self._on_end()
 
     def poll(self) -> Optional[int]:
         return self._proc.poll()
@@ -109,11 +116,13 @@ def launch(
     on_output: Optional[OutputFn] = None,
     env: Optional[Dict[str, str]] = None,
     pass_fds: Sequence[int] = (),
+    on_end: Optional[Callable[[], None]] = None,
 ) -> TrialProcess:
     """Write ``spec`` to ``spec_path`` and start the trial's workers.
 
     ``pass_fds``: file descriptors the trial's first process inherits (the experiment's runner
-    lock, held until that process exits).
+    lock, held until that process exits); ``on_end``: called from the output's reader thread
+    once the output ended and the first process exited.
     """
     spec.save(spec_path)
     argv, engine_env = engine_command(spec, spec_path, hosts)
@@ -124,7 +133,9 @@ def launch(
     # worker given GPUs starts plainly (a fork of a process that may have touched CUDA cannot use it).
     one_worker = argv == worker_command(spec_path) and not full_env.get("CUDA_VISIBLE_DEVICES")
     forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds) if one_worker else None
-    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked)
+    return TrialProcess(
+        argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked, on_end=on_end
+    )
 
 
 def _worker_env(env: Optional[Dict[str, str]], engine_env: Dict[str, str]) -> Dict[str, str]:
