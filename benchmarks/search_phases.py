@@ -1,6 +1,6 @@
 """Where the time of a search of small trials goes, phase by phase (issue 27; not a benchmark row).
 
-``PYTHONPATH=$PWD python benchmarks/search_phases.py [TRIALS] [BATCHES]`` runs one random search
+``PYTHONPATH=$PWD python benchmarks/search_phases.py [TRIALS] [BATCHES] [asha]`` runs one random search
 of the search measure's trial (``_search_model.py``, 2 at a time on 2 cores) through
 ``det-lite experiment create`` in a fresh ``$DET_LITE_HOME`` and prints, from the files and the
 store it leaves, the medians per trial run of:
@@ -15,7 +15,7 @@ store it leaves, the medians per trial run of:
 - ``gap``: ``result.json`` -> that next spec (the slot's idle time between two runs);
 
 and the fixed costs: the command's start -> the first spec, and the last ``result.json`` -> the
-command's exit.
+command's exit. With ``asha``: an adaptive ASHA search (the search measure's), whole command only.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 from _search import _config  # noqa: E402
 
 
-def main(trials: int = 8, batches: int = 320) -> None:
+def main(trials: int = 8, batches: int = 320, kind: str = "random") -> None:
     tmp = tempfile.mkdtemp(prefix="search-phases-")
     context = os.path.join(tmp, "context")
     os.makedirs(context)
@@ -49,7 +49,7 @@ def main(trials: int = 8, batches: int = 320) -> None:
     env["DET_LITE_HOME"] = home
     code = f"import _search_model as m; m.write_digits({data!r})"
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
-    config = _config("random", "quick", 2, data, stamps)
+    config = _config("adaptive_asha" if kind == "asha" else "random", "quick", 2, data, stamps)
     config["searcher"].update(max_trials=trials, max_length={"batches": batches})
     path = os.path.join(tmp, "search.json")
     with open(path, "w") as f:
@@ -59,6 +59,9 @@ def main(trials: int = 8, batches: int = 320) -> None:
     argv = [sys.executable, "-m", "determined_lite.cli", "experiment", "create", path, context]
     subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL)
     end = time.time()
+    if kind == "asha":
+        print(f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}; whole command {end - start:.2f} s")
+        return
     report(home, stamps, start, end, load)
 
 
@@ -109,4 +112,4 @@ def report(home: str, stamps: str, start: float, end: float, load: float) -> Non
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    main(*(int(a) for a in sys.argv[1:3]), *sys.argv[3:4])
