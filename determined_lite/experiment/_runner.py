@@ -49,9 +49,7 @@ from determined_lite.store._states import Action, ExperimentState, TrialState
 
 logger = logging.getLogger("determined_lite.experiment")
 
-# The loop wakes on a run's end and on Ctrl-C (_wakeup.py); it looks at the store (pause, kill)
-# and the progress files at least this often.
-POLL_S = 0.5
+POLL_S = 0.5  # the loop wakes on a run's end and Ctrl-C (_wakeup.py); on the store at least this often
 
 
 class _StopSearch(Exception):
