@@ -9,7 +9,9 @@ from typing import Any, Callable, Dict, Optional
 
 from determined_lite.config import SearcherSettings
 from determined_lite.experiment._exit import errored_note
+from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock, RunnerPhase
+from determined_lite.experiment._progress import summary
 from determined_lite.experiment._requests import TrialRequest
 from determined_lite.reporting._retention import RetentionPolicy, apply_retention
 from determined_lite.store._states import ExperimentState, TrialState
@@ -26,13 +28,29 @@ class RunnerEndings:
     metric: str
     searcher_settings: SearcherSettings
     final_line: Optional[str]
+    varying: Any
     _log: Callable[..., None]
 
     def _save_state(self) -> None:
         raise NotImplementedError
 
     def summary(self, width: Optional[int] = None) -> str:
-        raise NotImplementedError
+        """The trials best first by the searcher metric, their best checkpoints, the best trial
+        (fitted to ``width``: a terminal's)."""
+        return summary(
+            self.store.describe_experiment(self.id, metrics=False),  # the metrics are not shown
+            metric=self.metric,
+            smaller_is_better=self.searcher_settings.smaller_is_better,
+            varying=self.varying,
+            stopped_early={r.trial_id for r in self.requests.values() if r.stopped_early},
+            width=width,
+        )
+
+    def _reconcile(self) -> None:
+        """Register or remove what dead trial processes left in the checkpoint root (_gc.py)."""
+        report = reconcile_experiment(self.store, self.id)
+        for line in report.lines() + report.problems:
+            self._log(None, line)
 
     def _stopping(self) -> None:
         """Tell contenders for the lock that this runner is exiting (before the state says so)."""

@@ -15,6 +15,17 @@ from typing import Any, Optional
 
 from determined_lite.runtime._next_op import answer, take_question
 
+# How often the loop looks for questions while a run may ask (no event announces one: a run's
+# question is a file, which a run on a Ray node writes too).
+QUESTION_POLL_S = 0.02
+
+
+def wait_s(runner: Any, idle_s: float) -> float:
+    """How long the runner's loop may wait for an event: ``idle_s``, or ``QUESTION_POLL_S``
+    while one of its runs may ask "what next?"."""
+    asking = any(r.spec.ask_next_op and not r.reported for r in runner.running.values())
+    return min(idle_s, QUESTION_POLL_S) if asking else idle_s
+
 
 def answer_next_ops(runner: Any) -> None:
     """Answer the questions of the runner's running trials (each a ``_runner._Run``)."""

@@ -28,15 +28,15 @@ from determined_lite.config import (
     searched_paths,
 )
 from determined_lite.experiment._endings import RunnerEndings
-from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._lock import RunnerLock
-from determined_lite.experiment._next_ops import answer_next_ops
-from determined_lite.experiment._progress import SHORT_UUID, Progress, summary, where_text
+from determined_lite.experiment._next_ops import answer_next_ops, wait_s
+from determined_lite.experiment._progress import SHORT_UUID, Progress, where_text
 from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
 from determined_lite.experiment._shared_machine import warn_shared_machine
 from determined_lite.experiment._trial_kills import apply_trial_kills
 from determined_lite.experiment._trial_launch import TrialLauncher
 from determined_lite.experiment._trial_logs import TrialLogs
+from determined_lite.experiment._wakeup import Wakeup
 from determined_lite.launch import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.launch._executor import TrialRun
 from determined_lite.reporting._retention import RetentionPolicy
@@ -49,7 +49,7 @@ from determined_lite.store._states import Action, ExperimentState, TrialState
 
 logger = logging.getLogger("determined_lite.experiment")
 
-POLL_S = 0.1
+POLL_S = 0.5  # the loop wakes on a run's end and Ctrl-C (_wakeup.py); on the store at least this often
 
 
 class _StopSearch(Exception):
@@ -117,11 +117,12 @@ class ExperimentRunner(RunnerEndings):
         self.failed_at: Dict[str, Optional[FailurePoint]] = {}  # each trial's last failure
         self.fail_fast: Optional[str] = None  # why the search stops: a check every trial would fail
         self._saved_state: Optional[str] = None  # the searcher state last stored, as JSON
+        self._wakeup = Wakeup()  # what ends the loop's wait (_wakeup.py)
 
     # --- state ------------------------------------------------------------------------------
     def _save_state(self) -> None:
         state = SearchState(self.requests, self.queue, self.shutdown, self.held).to_json(self.searcher)
-        if (text := dumps_json(state, "searcher state")) != self._saved_state:  # loop: every POLL_S
+        if (text := dumps_json(state, "searcher state")) != self._saved_state:  # once per loop or more
             self.store.save_searcher_state(self.id, state)
             self._saved_state = text
 
@@ -231,11 +232,13 @@ class ExperimentRunner(RunnerEndings):
                 self.progress.close()
             self.store.set_experiment_pid(self.id, None)
             self.launcher.executor.close()
+            self._wakeup.close()  # after the signal handlers that write to it are gone
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:
         """Ctrl-C or SIGTERM: the first pauses the experiment as `det-lite experiment pause` does
         (the loop requests it: trials stop at a checkpoint where they are); the second stops now."""
         self.stop_signals += 1
+        self._wakeup.wake_from_signal()
         if self.stop_signals > 1:
             raise KeyboardInterrupt
 
@@ -264,9 +267,10 @@ class ExperimentRunner(RunnerEndings):
                 self.pausing = True
             apply_trial_kills(self)
             answer_next_ops(self)
+            # Runs that ended first: the slots they free are filled in the same pass.
+            self._poll_running(self.pausing)
             if not self.pausing:
                 self._start_queued()
-            self._poll_running(self.pausing)
             self.logs.flush()
             if not self.running:
                 if self.pausing:
@@ -281,7 +285,7 @@ class ExperimentRunner(RunnerEndings):
                             None, "searcher has no more work but did not shut down; ending the experiment"
                         )
                     return self._complete()
-            time.sleep(POLL_S)
+            self._wakeup.wait(wait_s(self, POLL_S))  # a run's end, a signal; else the store again
 
     def _capacity(self) -> bool:
         max_concurrent = self.searcher_settings.max_concurrent_trials
@@ -318,6 +322,7 @@ class ExperimentRunner(RunnerEndings):
             request.pending,
             path,
             on_output=lambda line: self.logs.on_output(trial_id, line),
+            on_end=self._wakeup.wake,
         )
         self.running[request.request_id] = _Run(request, process, process.spec, request.pending)
         warn_shared_machine(self)
@@ -478,22 +483,3 @@ class ExperimentRunner(RunnerEndings):
         self.running.clear()
         self._save_state()
         self._reconcile()
-
-    def _reconcile(self) -> None:
-        """Register or remove what dead trial processes left in the checkpoint root (_gc.py)."""
-        report = reconcile_experiment(self.store, self.id)
-        for line in report.lines() + report.problems:
-            self._log(None, line)
-
-    # --- summary ----------------------------------------------------------------------------
-    def summary(self, width: Optional[int] = None) -> str:
-        """The trials best first by the searcher metric, their best checkpoints, the best trial
-        (fitted to ``width``: a terminal's)."""
-        return summary(
-            self.store.describe_experiment(self.id, metrics=False),  # the metrics are not shown
-            metric=self.metric,
-            smaller_is_better=self.searcher_settings.smaller_is_better,
-            varying=self.varying,
-            stopped_early={r.trial_id for r in self.requests.values() if r.stopped_early},
-            width=width,
-        )

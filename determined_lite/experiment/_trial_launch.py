@@ -95,8 +95,10 @@ class TrialLauncher:
         length: int,
         latest: Optional[str],
         on_output: Callable[[str], None],
+        on_end: Optional[Callable[[], None]] = None,
     ) -> TrialRun:
-        """Start a run of ``trial_id`` to ``length`` searcher units, from checkpoint ``latest``."""
+        """Start a run of ``trial_id`` to ``length`` searcher units, from checkpoint ``latest``
+        (``on_end``: the executor's, called once the run's processes ended)."""
         trial_dir = os.path.join(self.run_dir, f"trial_{trial_id}")
         make_private_dirs(trial_dir)
         spec = WorkerSpec(
@@ -133,6 +135,7 @@ class TrialLauncher:
             on_output=on_output,
             env=self.worker_env(),
             pass_fds=self.pass_fds,
+            on_end=on_end,
         )
 
     def asks_next_op(self, length: int) -> bool:

@@ -27,6 +27,7 @@ from determined_lite.launch._failures import STOP_GRACE_S
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec
 
 OutputFn = Callable[[str], None]
+EndFn = Callable[[], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,13 +110,17 @@ class Executor(abc.ABC):
         on_output: OutputFn,
         env: Dict[str, str],
         pass_fds: Sequence[int] = (),
+        on_end: Optional[EndFn] = None,
     ) -> TrialRun:
         """Place a gang of ``spec.slots`` slots and start the trial's workers on it.
 
         ``spec`` is written to ``spec_path`` for the workers; ``env`` is added to their
         environment; ``on_output`` gets every output line (rank-prefixed by the workers) from a
         reader thread; ``pass_fds``: file descriptors the trial's first process inherits (the
-        runner lock). Called only when :meth:`capacity` holds the gang (else ``RuntimeError``).
+        runner lock); ``on_end``: called once, from another thread, when the run has ended
+        (its :meth:`TrialRun.poll` then says so: the runner's loop waits for it instead of
+        polling; an executor that never calls it is polled). Called only when :meth:`capacity`
+        holds the gang (else ``RuntimeError``).
         """
 
     def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
@@ -152,6 +157,7 @@ def executor_problem(config: Mapping[str, Any]) -> Optional[str]:
 
 
 __all__: List[str] = [
+    "EndFn",
     "Executor",
     "OutputFn",
     "Placement",

@@ -22,6 +22,12 @@ worker would read. ``DET_LITE_FORKSERVER=0`` turns it off. When the server canno
 ready within :data:`READY_TIMEOUT_S` or dies, a trial starts as a plain process; a trial
 running when the server dies is waited for until its process is gone, and its
 ``result.json`` says how it ended.
+
+:meth:`ForkServer.spawn` never waits for the server's warm-up: a trial asked for before the
+server is ready gets its :class:`ForkedChild` at once (``pid`` 0, running) and is forked, or
+started plainly, by a thread once the server is ready (or is not within the timeout); a stop
+before then means it never starts. The runner's loop goes on meanwhile (logs, progress, pause,
+kill, the next trials' specs).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence
 
 from determined_lite.runtime._cluster import SPEC_ENV
 
@@ -62,6 +68,12 @@ def enabled(env: Dict[str, str]) -> bool:
     return env.get(FORKSERVER_ENV, os.environ.get(FORKSERVER_ENV, "1")).strip() not in ("0", "false", "no")
 
 
+# Starts the worker as a plain process, its stdout and stderr on the given descriptor (the
+# fallback when the server cannot fork it).
+PlainStart = Callable[[int], "subprocess.Popen[bytes]"]
+WAIT_STEP_S = 0.05  # how often a trial waiting for the warm-up looks whether it was stopped
+
+
 def _server_env(env: Dict[str, str]) -> Dict[str, str]:
     return {k: v for k, v in env.items() if k not in PER_TRIAL_ENV}
 
@@ -70,23 +82,45 @@ def _server_env(env: Dict[str, str]) -> Dict[str, str]:
 
 
 class ForkedChild:
-    """A forked worker, as much of ``subprocess.Popen`` as ``TrialProcess`` uses."""
+    """A worker started through the server, as much of ``subprocess.Popen`` as ``TrialProcess``
+    uses: forked, or a plain process when the server could not fork it; ``pid`` is 0 until then."""
 
     def __init__(self, server: "ForkServer", rid: int, out: IO[str]) -> None:
         self._server = server
         self.rid = rid
         self.stdout = out
         self.pid = 0
+        self.plain = False  # started as a plain process (the server could not)
         self.returncode: Optional[int] = None
         self._started = threading.Event()
         self._ended = threading.Event()
+        self._state = threading.Lock()
+        self.cancelled = False  # stopped before it started: it never starts
 
     def _set_exit(self, code: int) -> None:
         self.returncode = code
         self._ended.set()
 
+    def _started_as(self, pid: int, plain: bool) -> None:
+        """The process is running; killed at once when a stop came before it started."""
+        with self._state:
+            self.pid, self.plain = pid, plain
+            cancelled = self.cancelled
+        if cancelled:
+            _killpg(pid, signal.SIGKILL)
+        self._started.set()
+
+    def kill_group(self, sig: int) -> None:
+        """Signal the worker's process group; before it started, make sure it never does."""
+        with self._state:
+            pid = self.pid
+            if not pid:
+                self.cancelled = True
+                return
+        _killpg(pid, sig)
+
     def poll(self) -> Optional[int]:
-        if not self._ended.is_set() and self._server.lost:
+        if not self._ended.is_set() and self._server.lost and self.pid and not self.plain:
             self._orphan_check()
         return self.returncode
 
@@ -105,6 +139,13 @@ class ForkedChild:
         its ``result.json`` (or its absence) say how it ended."""
         if not _alive(self.pid):
             self._set_exit(0)
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _alive(pid: int) -> bool:
@@ -163,8 +204,7 @@ class ForkServer:
         if child is None:
             return
         if "pid" in message:
-            child.pid = int(message["pid"])
-            child._started.set()
+            child._started_as(int(message["pid"]), plain=False)
         if "code" in message:
             self._children.pop(child.rid, None)
             child._set_exit(int(message["code"]))
@@ -173,10 +213,12 @@ class ForkServer:
         return not self.lost and self._proc.poll() is None and _server_env(env) == self.env
 
     def spawn(
-        self, argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int]
+        self, argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], plain: PlainStart
     ) -> Optional[ForkedChild]:
-        """Fork a worker running ``argv``'s spec; None when the server cannot (start it plainly)."""
-        if not self._ready.wait(READY_TIMEOUT_S) or self.lost:
+        """A worker running ``argv``'s spec: forked now when the server is ready, else by a
+        thread once it is (``plain`` starts it when the server cannot); None when the server is
+        lost already (the caller starts it plainly)."""
+        if self.lost:
             return None
         read_end, write_end = os.pipe()
         out = os.fdopen(read_end, "r", buffering=1, errors="replace")
@@ -187,19 +229,45 @@ class ForkServer:
         umask = os.umask(0o077)
         os.umask(umask)
         request = {"rid": child.rid, "argv": list(argv), "env": env, "cwd": cwd, "umask": umask}
-        try:
-            with self._lock:
-                socket.send_fds(self._sock, [json.dumps(request).encode()], [write_end, *pass_fds])
-        except OSError:
-            self.lost = True
-        finally:
-            os.close(write_end)
-        child._started.wait(READY_TIMEOUT_S)
-        if not child.pid:
-            self._children.pop(child.rid, None)
-            out.close()
-            return None
+        start = (child, request, write_end, tuple(pass_fds), plain)
+        if self._ready.is_set():
+            self._start(*start)
+        else:  # warming up: the runner goes on, the child starts once the server is ready
+            threading.Thread(target=self._start, args=start, name="det-lite-fork-wait", daemon=True).start()
         return child
+
+    def _start(
+        self, child: ForkedChild, request: Dict[str, Any], out: int, fds: Sequence[int], plain: PlainStart
+    ) -> None:
+        """Fork ``child`` (or start it plainly when the server cannot); ``out`` is closed here."""
+        try:
+            if self._await_ready(child):
+                try:
+                    with self._lock:
+                        socket.send_fds(self._sock, [json.dumps(request).encode()], [out, *fds])
+                except OSError:
+                    self.lost = True
+                child._started.wait(READY_TIMEOUT_S)
+            if child.pid:
+                return
+            self._children.pop(child.rid, None)
+            if child.cancelled:
+                child._set_exit(-signal.SIGKILL)
+                return
+            popen = plain(out)
+            child._started_as(popen.pid, plain=True)
+            threading.Thread(target=lambda: child._set_exit(popen.wait()), daemon=True).start()
+        finally:
+            os.close(out)
+
+    def _await_ready(self, child: ForkedChild) -> bool:
+        """Wait for the warm-up (up to :data:`READY_TIMEOUT_S`) unless ``child`` is stopped
+        meanwhile; whether the server can fork it."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not child.cancelled and not self._ready.wait(WAIT_STEP_S):
+            if time.monotonic() > deadline:
+                return False
+        return self._ready.is_set() and not self.lost and not child.cancelled
 
     def close(self) -> None:
         self._sock.close()
@@ -216,12 +284,12 @@ _server_lock = threading.Lock()
 
 
 def spawn(
-    argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int]
+    argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], plain: PlainStart
 ) -> Optional[ForkedChild]:
-    """A forked 1-slot worker for ``argv`` (``python -u -m determined_lite.launch.worker SPEC``),
-    or None: the caller starts it as a plain process."""
+    """A 1-slot worker for ``argv`` (``python -u -m determined_lite.launch.worker SPEC``) through
+    the server (forked, or by ``plain`` when it cannot), or None: the caller starts it plainly."""
     server = start(env)
-    return None if server is None else server.spawn(argv, env, cwd, pass_fds)
+    return None if server is None else server.spawn(argv, env, cwd, pass_fds, plain)
 
 
 def start(env: Dict[str, str]) -> Optional[ForkServer]:

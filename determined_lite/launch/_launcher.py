@@ -9,6 +9,7 @@ private umask (``store._paths.private_umask``): their files are 0600, their dire
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import determined_lite
 from determined_lite.launch import _forkserver
@@ -41,38 +42,33 @@ class TrialProcess:
         cwd: str,
         pass_fds: Sequence[int] = (),
         forked: Optional[_forkserver.ForkedChild] = None,
+        on_end: Optional[Callable[[], None]] = None,
     ) -> None:
         self.argv = argv
         self._proc: Union["subprocess.Popen[str]", _forkserver.ForkedChild]
-        self._proc = forked or subprocess.Popen(
-            argv,
-            env=env,
-            cwd=cwd,
-            umask=private_umask(),
-            pass_fds=tuple(pass_fds),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            errors="replace",
-            start_new_session=True,  # its own process group: stop() reaches every worker
-        )
+        self._proc = forked or _popen(argv, env, cwd, pass_fds, subprocess.PIPE)
         self._on_output = on_output
-        self._reader = threading.Thread(target=self._pump, name=f"trial-output-{self._proc.pid}", daemon=True)
+        self._on_end = on_end
+        self._reader = threading.Thread(target=self._pump, name="trial-output", daemon=True)
         self._reader.start()
 
     @property
     def pid(self) -> int:
+        """The first process's id (0 while a forked worker waits for the fork server)."""
         return self._proc.pid
 
     def _pump(self) -> None:
+        """Hand on every output line; at the end of the output (the workers closed it, as they
+        do when they exit), wait for the process and call ``on_end``."""
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
             if self._on_output is not None:
                 self._on_output(line.rstrip("\n"))
             else:
                 sys.stdout.write(line)
+        if self._on_end is not None:
+            self._proc.wait()
+            self._on_end()
 
     def poll(self) -> Optional[int]:
         return self._proc.poll()
@@ -95,10 +91,32 @@ class TrialProcess:
         return self.wait()
 
     def _kill_group(self, sig: int) -> None:
+        if isinstance(self._proc, _forkserver.ForkedChild):
+            self._proc.kill_group(sig)  # one that has not started yet never starts
+            return
         try:
             os.killpg(self._proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _popen(argv: List[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], stdout: int) -> Any:
+    """A trial's first process in its own session (``stop()`` signals its group), output and
+    errors to ``stdout`` (``subprocess.PIPE``: read as text by the caller)."""
+    piped = stdout == subprocess.PIPE
+    text: Dict[str, Any] = {"text": True, "bufsize": 1, "errors": "replace"} if piped else {}
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        umask=private_umask(),
+        pass_fds=tuple(pass_fds),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: stop() reaches every worker
+        **text,
+    )
 
 
 def launch(
@@ -109,11 +127,13 @@ def launch(
     on_output: Optional[OutputFn] = None,
     env: Optional[Dict[str, str]] = None,
     pass_fds: Sequence[int] = (),
+    on_end: Optional[Callable[[], None]] = None,
 ) -> TrialProcess:
     """Write ``spec`` to ``spec_path`` and start the trial's workers.
 
     ``pass_fds``: file descriptors the trial's first process inherits (the experiment's runner
-    lock, held until that process exits).
+    lock, held until that process exits); ``on_end``: called from the output's reader thread
+    once the output ended and the first process exited.
     """
     spec.save(spec_path)
     argv, engine_env = engine_command(spec, spec_path, hosts)
@@ -123,8 +143,13 @@ def launch(
     # A 1-slot CPU worker is forked from a warm server when it can be (launch/_forkserver.py); a
     # worker given GPUs starts plainly (a fork of a process that may have touched CUDA cannot use it).
     one_worker = argv == worker_command(spec_path) and not full_env.get("CUDA_VISIBLE_DEVICES")
-    forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds) if one_worker else None
-    return TrialProcess(argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked)
+    forked = None
+    if one_worker:
+        plain = functools.partial(_popen, argv, full_env, spec.context_dir, pass_fds)
+        forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds, plain)
+    return TrialProcess(
+        argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked, on_end=on_end
+    )
 
 
 def _worker_env(env: Optional[Dict[str, str]], engine_env: Dict[str, str]) -> Dict[str, str]:

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from determined_lite.config import ExperimentSettings
 from determined_lite.launch._engines import engine_problem
-from determined_lite.launch._executor import Executor, OutputFn, Placement, TrialRun
+from determined_lite.launch._executor import EndFn, Executor, OutputFn, Placement, TrialRun
 from determined_lite.launch._failures import STOP_GRACE_S
 from determined_lite.launch._launcher import TrialProcess, launch, prestart
 from determined_lite.runtime._spec import WorkerSpec
@@ -175,6 +175,7 @@ class LocalExecutor(Executor):
         on_output: OutputFn,
         env: Dict[str, str],
         pass_fds: Sequence[int] = (),
+        on_end: Optional[EndFn] = None,
     ) -> TrialRun:
         placement = self._place(spec.slots)
         run_env = dict(env)
@@ -182,7 +183,13 @@ class LocalExecutor(Executor):
             run_env["CUDA_VISIBLE_DEVICES"] = ",".join(placement.devices)
         try:
             process = launch(
-                spec, spec_path, hosts=self.hosts or None, on_output=on_output, env=run_env, pass_fds=pass_fds
+                spec,
+                spec_path,
+                hosts=self.hosts or None,
+                on_output=on_output,
+                env=run_env,
+                pass_fds=pass_fds,
+                on_end=on_end,
             )
         except BaseException:
             self._release(placement)

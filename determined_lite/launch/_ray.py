@@ -35,7 +35,7 @@ import determined_lite
 from determined_lite.config import check_ddp_options
 from determined_lite.config._resources import DDP_OPTIONS_ENV
 from determined_lite.launch._engines import engine_problem
-from determined_lite.launch._executor import Executor, Placement, TrialRun
+from determined_lite.launch._executor import EndFn, Executor, Placement, TrialRun
 from determined_lite.launch._failures import (
     STOP_GRACE_S,
     stopped_exit_code,
@@ -79,11 +79,12 @@ class RayRun(TrialRun):
         env: Dict[str, str],
         on_output: Optional[OutputFn],
         release: Callable[["RayRun"], None],
+        on_end: Optional[EndFn] = None,
     ) -> None:
         self.spec, self.spec_path, self.options = spec, os.path.abspath(spec_path), options
         self.placement = Placement(host="ray cluster (placing)", slots=spec.slots)
         self._release = release
-        self._env, self._on_output = env, on_output
+        self._env, self._on_output, self._on_end = env, on_output, on_end
         self.slots: List[Slot] = []  # where each rank runs, once placed
         self._actors: List[Any] = []
         self._pg: Any = None
@@ -128,6 +129,8 @@ class RayRun(TrialRun):
             self._code = code
             self._done.set()
             self.placed.set()
+            if self._on_end is not None:
+                self._on_end()
 
     def _run(self) -> int:
         import ray
@@ -326,12 +329,13 @@ class RayExecutor(Executor):
         on_output: OutputFn,
         env: Dict[str, str],
         pass_fds: Sequence[int] = (),
+        on_end: Optional[EndFn] = None,
     ) -> TrialRun:
         """Start the run on the cluster (``pass_fds`` stay with the driver, which holds the
         runner lock itself: processes on other nodes cannot)."""
         spec.save(spec_path)  # on the storage every node sees
         with self._lock:
-            run = RayRun(spec, spec_path, self.options, env, on_output, self._release)
+            run = RayRun(spec, spec_path, self.options, env, on_output, self._release, on_end)
             self._used[id(run)] = spec.slots
         # The runner records where the run is: wait for the placement (the runner starts a run
         # only when capacity() holds its gang); on a cluster busy with others' work the run is

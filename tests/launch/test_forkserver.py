@@ -5,13 +5,17 @@ killed or server-less trial never poisons the next."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import textwrap
 
 import pytest
 import yaml
 
 from determined_lite.launch import _forkserver
-from tests.cli_helpers import cli, describe
+from tests.cli_helpers import REPO, cli, describe
+from tests.timing import budget
 
 # ``mode``: 0 a clean trial; 1 pollutes every global it can reach, then trains; 2 pollutes, then
 # dies by SIGKILL in its first batch; 3 raises in __init__ after polluting; 4 SIGKILLs its parent
@@ -171,4 +175,35 @@ def test_the_switch(monkeypatch):
     assert not _forkserver.enabled({"DET_LITE_FORKSERVER": "0"})
     monkeypatch.setenv(_forkserver.FORKSERVER_ENV, "0")
     assert not _forkserver.enabled({})
-    assert _forkserver.spawn(["python", "spec.json"], {}, "/", ()) is None
+    assert _forkserver.spawn(["python", "spec.json"], {}, "/", (), _no_plain_start) is None
+
+
+def _no_plain_start(fd: int) -> subprocess.Popen:
+    raise AssertionError("not started plainly")
+
+
+def test_a_trial_asked_for_during_the_warm_up_gets_its_handle_at_once(tmp_path):
+    """spawn never waits for the server's warm-up: a trial stopped before the server is ready
+    never starts; one waiting when the server dies before it is ready starts plainly."""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    server = _forkserver.ForkServer(env)
+    said = "started plainly"
+
+    def plain(fd: int) -> subprocess.Popen:
+        argv = [sys.executable, "-c", f"print({said!r})"]
+        return subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True)
+
+    try:
+        argv = ["python", "-m", "determined_lite.launch.worker", str(tmp_path / "spec.json")]
+        stopped = server.spawn(argv, env, str(tmp_path), (), _no_plain_start)
+        waiting = server.spawn(argv, env, str(tmp_path), (), plain)
+        assert not server._ready.is_set()  # torch's import takes seconds: both returned before
+        assert stopped is not None and waiting is not None and stopped.pid == waiting.pid == 0
+        assert stopped.poll() is None and waiting.poll() is None  # running, as far as the runner knows
+        stopped.kill_group(signal.SIGTERM)
+        os.kill(server._proc.pid, signal.SIGKILL)  # the server dies during its warm-up
+        assert stopped.wait(budget(120)) == -signal.SIGKILL and stopped.pid == 0  # never started
+        assert waiting.wait(budget(120)) == 0 and waiting.plain and waiting.pid > 0
+        assert waiting.stdout.read() == said + "\n"
+    finally:
+        server.close()
