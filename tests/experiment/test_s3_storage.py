@@ -334,7 +334,8 @@ def test_core_api_asha_on_two_slots_uploads_from_the_chief(tmp_path, s3, _det_li
         checkpoint_storage=storage(s3),
         **{"reproducibility.experiment_seed": 1, "resources.slots_per_trial": 2},
     )
-    proc = cli("experiment", "create", path, scripts)
+    # A promotion in a new process (not in the running one): it restores from the bucket.
+    proc = cli("experiment", "create", path, scripts, env={**os.environ, "DET_LITE_NEXT_OP": "0"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     exp = describe(1)
     assert exp["state"] == "COMPLETED"
