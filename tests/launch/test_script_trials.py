@@ -140,7 +140,9 @@ def test_trainer_script_grid_in_list_form_after_the_launcher(tmp_path):
 def test_trainer_script_adaptive_asha_with_time_metric_batches(tmp_path):
     """``time_metric: batches`` + ``max_time``: ASHA's rungs are batches; the promoted trial
     resumes from its rung checkpoint (``info.latest_checkpoint``, a uuid, given to fit) and
-    reaches the uninterrupted run's weights."""
+    reaches the uninterrupted run's weights (``DET_LITE_NEXT_OP=0``: a promotion decided at
+    once would otherwise train on in its process, when the better trial happens to report
+    last; tests/experiment/test_next_ops.py covers that path)."""
     path = write_config(
         tmp_path,
         "trainer.yaml",
@@ -156,7 +158,7 @@ def test_trainer_script_adaptive_asha_with_time_metric_batches(tmp_path):
         },
         **{"hyperparameters.lr": {"type": "double", "minval": 0.005, "maxval": 0.02}},
     )
-    proc = cli("experiment", "create", path, SCRIPTS)
+    proc = cli("experiment", "create", path, SCRIPTS, env=dict(os.environ, DET_LITE_NEXT_OP="0"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     exp = describe(1)
     assert sorted(t["total_batches"] for t in exp["trials"]) == [4, 8]
