@@ -9,10 +9,10 @@ import os
 from typing import Mapping, Optional
 
 
-def env_seconds(name: str, default: float) -> float:
-    """``$name`` as a number of seconds >= 0 (``default`` when unset or empty); a ValueError
-    naming the variable for anything else."""
-    text = os.environ.get(name, "").strip()
+def env_seconds(name: str, default: float, env: Optional[Mapping[str, str]] = None) -> float:
+    """``$name`` of ``env`` (default ``os.environ``) as a number of seconds >= 0 (``default``
+    when unset or empty); a ValueError naming the variable for anything else."""
+    text = str((os.environ if env is None else env).get(name, "")).strip()
     if not text:
         return default
     try:
@@ -60,11 +60,8 @@ def seconds_env_problem(env: Mapping[str, str], where: str = "shell environment"
     """The first variable of ``SECONDS_ENV`` in ``env`` that is not a number of seconds >= 0, as
     one line naming ``where`` it was set (None when all are valid)."""
     for name in SECONDS_ENV:
-        text = str(env.get(name, "")).strip()
         try:
-            value = float(text) if text else 0.0
-        except ValueError:
-            value = math.nan
-        if not value >= 0 or math.isinf(value):
-            return f"{where}: ${name} must be a number of seconds >= 0, got {text!r}"
+            env_seconds(name, 0.0, env)
+        except ValueError as e:
+            return f"{where}: {e}"
     return None
