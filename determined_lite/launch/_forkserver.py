@@ -2,26 +2,30 @@
 
 A fresh worker spends ~3.5 s of its start-up importing torch, ``torch._dynamo`` (imported by
 the first ``torch.optim`` optimizer) and det-lite's harness, and ~0.05 s on everything else
-(``benchmarks/README.md``, "Trial start-up"). The runner therefore starts, once, a server
-process (``python -m determined_lite.launch._forkserver``) that imports those modules and
-never runs any trial code; each 1-slot worker is then ``fork()``-ed from it. The child is a
-full fresh worker: its own session and process group (``stop()`` and the kill/pause paths
-signal the group), the trial's environment, working directory and umask, stdout/stderr on
-the trial's output pipe, the runner lock's file descriptor, and nothing else of the server's
-(its other descriptors are closed, its random generators reseeded). A trial cannot leak into
-the next one: each child starts from the server's untouched image.
+(``benchmarks/README.md``, "Trial start-up"). 1-slot workers are therefore ``fork()``-ed from a
+server process (``launch/_forkserver_serve.py``) that imported those modules once and never runs
+trial code. The child is a full fresh worker: its own session and process group (``stop()`` and
+the kill/pause paths signal the group), the trial's environment, working directory and umask,
+stdout/stderr on the trial's output pipe, the runner lock's file descriptor, and nothing else of
+the server's (its other descriptors are closed, its random generators reseeded). A trial cannot
+leak into the next one: each child starts from the server's untouched image.
 
-Transport: one ``AF_UNIX`` ``SOCK_SEQPACKET`` socket pair between the runner and the server
-(no file, no port; only the two processes hold its ends). The runner sends one JSON message per
-trial with the pipe's and the lock's descriptors (``SCM_RIGHTS``); the server answers with the
-child's pid, and with its exit status (``Popen.returncode`` style) when it ends.
+One server serves every runner of the user whose workers would import the same thing: its
+**key** is the Python, det-lite's and torch's files (paths, sizes, modification times) and the
+workers' environment but for :data:`NOT_KEYED` (variables that differ between runs and that
+nothing reads at import time). A runner connects to the key's socket
+(``<runtime dir>/det-lite-<uid>/fs-<key>.sock``, a directory only the user can enter) or, when
+no server answers there, starts one; a search's second command, or a second search, finds its
+server warm. A server ends once it has served no runner for ``$DET_LITE_FORKSERVER_IDLE_S``
+(default :data:`DEFAULT_IDLE_S`; 0: when its last runner is gone).
 
-The server is used only when the trial's environment is the one it was started with (but for
-the per-trial :data:`PER_TRIAL_ENV`): what torch reads at import time is then what a fresh
-worker would read. ``DET_LITE_FORKSERVER=0`` turns it off. When the server cannot start, is not
-ready within :data:`READY_TIMEOUT_S` or dies, a trial starts as a plain process; a trial
-running when the server dies is waited for until its process is gone, and its
-``result.json`` says how it ended.
+Transport: one ``AF_UNIX`` ``SOCK_SEQPACKET`` connection per runner, one JSON message per trial
+with the output pipe's and the runner lock's descriptors (``SCM_RIGHTS``); the server answers
+with the child's pid, and with its exit status (``Popen.returncode`` style) when it ends.
+
+``DET_LITE_FORKSERVER=0`` turns it off. When the server cannot start, is not ready within
+:data:`READY_TIMEOUT_S` or dies, a trial starts as a plain process; a trial running when the
+server dies is waited for until its process is gone, and its ``result.json`` says how it ended.
 
 :meth:`ForkServer.spawn` never waits for the server's warm-up: a trial asked for before the
 server is ready gets its :class:`ForkedChild` at once (``pid`` 0, running) and is forked, or
@@ -33,34 +37,36 @@ kill, the next trials' specs).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
 import json
 import os
-import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import IO, Any, Callable, Dict, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import determined_lite
+from determined_lite._timeouts import FORKSERVER_IDLE_ENV, env_seconds
+from determined_lite.launch._forkserver_serve import MAX_MESSAGE
 from determined_lite.runtime._cluster import SPEC_ENV
 
 FORKSERVER_ENV = "DET_LITE_FORKSERVER"
-# Environment variables that differ between the trials of one server.
-PER_TRIAL_ENV = (SPEC_ENV,)
-READY_TIMEOUT_S = 120.0
-_MAX_MESSAGE = 1 << 20
-_MAX_FDS = 16
-# What the server imports before it forks (the lazy ``torch._dynamo`` import of the first
-# optimizer alone is ~1.5 s).
-WARM_MODULES = (
-    "torch",
-    "torch._dynamo",
-    "determined_lite.launch.worker",
-    "determined_lite.pytorch",
-    "determined_lite.distributed",
+# Variables that differ between the runs one server serves, read by nothing at import time.
+NOT_KEYED = frozenset(
+    {SPEC_ENV, "DET_LITE_SUPERVISOR_PID", "DET_LITE_SUPERVISOR_HOST", "DET_LITE_HOME"}
+    | {"PWD", "OLDPWD", "SHLVL", "_"}  # the shell's
 )
+READY_TIMEOUT_S = 120.0
+DEFAULT_IDLE_S = 600.0
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 
 
 def enabled(env: Dict[str, str]) -> bool:
@@ -75,7 +81,65 @@ WAIT_STEP_S = 0.05  # how often a trial waiting for the warm-up looks whether it
 
 
 def _server_env(env: Dict[str, str]) -> Dict[str, str]:
-    return {k: v for k, v in env.items() if k not in PER_TRIAL_ENV}
+    return {k: v for k, v in env.items() if k not in NOT_KEYED}
+
+
+def _files_stamp() -> List[Tuple[str, int, int]]:
+    """Path, size and modification time of each of det-lite's Python files and torch's
+    ``__init__.py``: an edited checkout or another torch means another server."""
+    stamps: List[Tuple[str, int, int]] = []
+    roots = [os.path.dirname(os.path.abspath(determined_lite.__file__))]
+    torch_spec = importlib.util.find_spec("torch")  # finds it without importing it
+    for top in roots:
+        for dirpath, _, names in os.walk(top):
+            stamps.extend(_stamp(os.path.join(dirpath, n)) for n in names if n.endswith(".py"))
+    if torch_spec is not None and torch_spec.origin:
+        stamps.append(_stamp(torch_spec.origin))
+    return sorted(stamps)
+
+
+def _stamp(path: str) -> Tuple[str, int, int]:
+    st = os.stat(path)
+    return path, st.st_size, st.st_mtime_ns
+
+
+def server_key(env: Dict[str, str]) -> str:
+    """What a server's image depends on, hashed (see the module's docstring)."""
+    parts = [sys.executable, sys.version, sorted(_server_env(env).items()), _files_stamp()]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def _private_dir(path: str) -> bool:
+    """Make ``path`` (mode 0700) or check that it is this user's own directory that nobody else
+    can enter (a symlink or anyone else's directory is refused)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    st = os.lstat(path)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def runtime_dir() -> str:
+    """Where this user's servers' sockets are: ``$XDG_RUNTIME_DIR`` or the temporary directory,
+    ``det-lite-<uid>``; a new private temporary directory when neither can be used."""
+    for base in (os.environ.get("XDG_RUNTIME_DIR", ""), tempfile.gettempdir(), "/tmp"):
+        path = os.path.join(base, f"det-lite-{os.getuid()}")
+        if base and len(path) + 32 <= _MAX_SOCKET_PATH and _private_dir(path):
+            return path
+    return tempfile.mkdtemp(prefix="det-lite-")
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 # --- the runner's side --------------------------------------------------------------------------
@@ -157,35 +221,64 @@ def _alive(pid: int) -> bool:
 
 
 class ForkServer:
-    """The runner's handle on one server process (started by :func:`spawn` when needed)."""
+    """The runner's connection to the server for its workers' key: the one running already, or
+    one it starts (see the module's docstring)."""
 
     def __init__(self, env: Dict[str, str]) -> None:
         self.env = _server_env(env)
+        self.key = server_key(env)
         self.lost = False
+        self.pid = 0  # the server's, once it said it is ready
+        self._proc: Optional["subprocess.Popen[bytes]"] = None  # when this runner started it
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._children: Dict[int, ForkedChild] = {}
         self._next = 0
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock = ours
+        self._sock = self._connect(env)
+        threading.Thread(target=self._receive, name="det-lite-forkserver", daemon=True).start()
+
+    def _connect(self, env: Dict[str, str]) -> socket.socket:
+        """Connect to the key's server, or start one and connect to it, under the socket's lock
+        (a server ends only under it: it never goes away between the two)."""
+        directory = runtime_dir()
+        path = os.path.join(directory, f"fs-{self.key}.sock")
+        with _locked(path + ".lock"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                sock.connect(path)
+                return sock
+            except (FileNotFoundError, ConnectionRefusedError):
+                pass  # none, or a dead one's name
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            self._start_server(path, directory, env_seconds(FORKSERVER_IDLE_ENV, DEFAULT_IDLE_S, env))
+            sock.connect(path)
+            return sock
+
+    def _start_server(self, path: str, directory: str, idle_s: float) -> None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
+            listener.bind(path)
+            listener.listen(64)
             self._proc = subprocess.Popen(
-                [sys.executable, "-u", "-m", __name__, str(theirs.fileno())],
+                [sys.executable, "-u", "-m", "determined_lite.launch._forkserver_serve"]
+                + [str(listener.fileno()), path, repr(idle_s)],
                 env=self.env,
-                pass_fds=(theirs.fileno(),),
+                cwd=directory,  # no project directory first on its sys.path
+                pass_fds=(listener.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,  # import-time warnings are not any trial's
                 start_new_session=True,  # a Ctrl-C meant for the runner's trials is not for it
             )
         finally:
-            theirs.close()
-        threading.Thread(target=self._receive, name="det-lite-forkserver", daemon=True).start()
+            listener.close()
+        threading.Thread(target=self._proc.wait, name="det-lite-forkserver-reaper", daemon=True).start()
 
     def _receive(self) -> None:
         try:
             while True:
-                data = self._sock.recv(_MAX_MESSAGE)
+                data = self._sock.recv(MAX_MESSAGE)
                 if not data:
                     break
                 self._dispatch(json.loads(data))
@@ -198,6 +291,7 @@ class ForkServer:
 
     def _dispatch(self, message: Dict[str, Any]) -> None:
         if message.get("ready"):
+            self.pid = int(message.get("pid", 0))
             self._ready.set()
             return
         child = self._children.get(int(message["rid"]))
@@ -210,7 +304,7 @@ class ForkServer:
             child._set_exit(int(message["code"]))
 
     def usable(self, env: Dict[str, str]) -> bool:
-        return not self.lost and self._proc.poll() is None and _server_env(env) == self.env
+        return not self.lost and _server_env(env) == self.env
 
     def spawn(
         self, argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], plain: PlainStart
@@ -270,13 +364,10 @@ class ForkServer:
         return self._ready.is_set() and not self.lost and not child.cancelled
 
     def close(self) -> None:
+        """Leave the server (it ends once idle: ``$DET_LITE_FORKSERVER_IDLE_S``)."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
 
 
 _server: Optional[ForkServer] = None
@@ -313,139 +404,3 @@ def start(env: Dict[str, str]) -> Optional[ForkServer]:
 def _close_server() -> None:
     if _server is not None:
         _server.close()
-
-
-# --- the server process -------------------------------------------------------------------------
-
-
-def _child(request: Dict[str, Any], fds: List[int]) -> None:
-    """In the forked child: become a fresh worker, run it, never return."""
-    code = 1
-    try:
-        _become_worker(request, fds)
-        from determined_lite.launch import worker
-
-        sys.argv = [worker.__file__, request["argv"][-1]]  # as ``python -m`` sets it
-        code = worker.main(sys.argv[1:])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:  # noqa: B036 -- whatever happens, the child ends here
-        import traceback
-
-        traceback.print_exc()
-    from determined_lite.launch._exit import exit_now
-
-    exit_now(code)
-
-
-def _become_worker(request: Dict[str, Any], fds: List[int]) -> None:
-    os.setsid()  # its own session and process group
-    signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    out, passed = fds[0], fds[1:]
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    keep = {0, 1, 2, *passed}
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    os.umask(int(request["umask"]))
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()  # ``python -m`` puts the working directory first
-    _reseed()
-
-
-def _reseed() -> None:
-    """Fresh random states, as a new interpreter has (det-lite seeds the trial's own later)."""
-    import random
-
-    random.seed()
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
-    import torch
-
-    torch.seed()
-    threads = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
-
-
-def _warm_up() -> None:
-    import importlib
-
-    for name in WARM_MODULES:
-        importlib.import_module(name)
-
-
-def serve(fd: int) -> int:
-    """The server's loop: fork a worker per request, report its pid and exit status."""
-    sock = socket.socket(fileno=fd)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    try:
-        _warm_up()
-    except Exception:  # noqa: BLE001 -- the runner starts its trials plainly
-        return 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sock.send(json.dumps({"ready": True}).encode())
-    children: Dict[int, int] = {}
-    while True:
-        readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
-        if wake_r in readable:
-            os.read(wake_r, 4096)
-        if sock.fileno() in readable and not _accept(sock, children):
-            return 0
-        _reap(sock, children)
-
-
-def _accept(sock: socket.socket, children: Dict[int, int]) -> bool:
-    """Fork the child of one request; False when the runner is gone."""
-    try:
-        data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, _MAX_FDS)
-    except OSError:
-        return False
-    if not data:
-        return False
-    request = json.loads(data)
-    pid = os.fork()
-    if pid == 0:
-        _child(request, fds)
-    for fd in fds:
-        os.close(fd)
-    children[pid] = int(request["rid"])
-    sock.send(json.dumps({"rid": request["rid"], "pid": pid}).encode())
-    return True
-
-
-def _reap(sock: socket.socket, children: Dict[int, int]) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        rid = children.pop(pid, None)
-        if rid is not None:
-            code = os.waitstatus_to_exitcode(status)
-            try:
-                sock.send(json.dumps({"rid": rid, "code": code}).encode())
-            except OSError:
-                pass
-
-
-if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1])))

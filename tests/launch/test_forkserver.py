@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
 import yaml
@@ -185,7 +186,7 @@ def _no_plain_start(fd: int) -> subprocess.Popen:
 def test_a_trial_asked_for_during_the_warm_up_gets_its_handle_at_once(tmp_path):
     """spawn never waits for the server's warm-up: a trial stopped before the server is ready
     never starts; one waiting when the server dies before it is ready starts plainly."""
-    env = dict(os.environ, PYTHONPATH=REPO)
+    env = dict(os.environ, PYTHONPATH=REPO, WARM_UP_TEST=uuid.uuid4().hex)  # a server of its own
     server = _forkserver.ForkServer(env)
     said = "started plainly"
 
