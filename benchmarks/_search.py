@@ -121,11 +121,12 @@ def _warm_server(tmp: str, config: Dict[str, Any]) -> None:
 
 
 def _runs(described: Dict[str, Any]) -> List[Tuple[Dict[str, Any], List[int]]]:
-    """Each trial's hyperparameters and the batches it validated at."""
+    """Each trial's hyperparameters (and seed) and the batches it validated at."""
     out = []
     for trial in described["trials"]:
         points = sorted({int(v["total_batches"]) for v in trial["validation_metrics"]})
         hp = {k: trial["hparams"][k] for k in ("hidden", "lr", "dropout")}
+        hp["seed"] = trial["seed"]  # the same initial weights as det-lite's trial
         out.append((hp, points or [int(trial["total_batches"])]))
     return out
 
@@ -144,6 +145,21 @@ def _side(side: str, job: Dict[str, Any], tmp: str) -> float:
     whole = time.perf_counter() - start
     reported = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
     return reported if side == "limit" else whole
+
+
+def _parallel_limit(job: Dict[str, Any], tmp: str) -> float:
+    """The limit's runs dealt over ``cores`` processes training at once: seconds until the last
+    one's training ended (each process's own, imports excluded). Against the limit, what the
+    cores give when all are busy (2 vCPUs sharing a core give less than 2x)."""
+    procs = []
+    for k in range(job["cores"]):
+        path = os.path.join(tmp, f"job-limit-{k}.json")
+        with open(path, "w") as f:
+            json.dump(dict(job, runs=job["runs"][k :: job["cores"]]), f)
+        argv = [sys.executable, os.path.join(HERE, "_search_peers.py"), "limit", path]
+        procs.append(subprocess.Popen(argv, env=child_env(threads=1), stdout=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=1800)[0] for p in procs]
+    return max(json.loads(out.strip().splitlines()[-1])["seconds"] for out in outs)
 
 
 def _bare_torch() -> float:
@@ -193,6 +209,7 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
         "cold": cold,
         "no_forkserver": plain,
         "limit": _side("limit", job, tmp) / cores,
+        "limit_parallel": _parallel_limit(job, tmp),
         "fresh": fresh,
         "resumed": resumed,
         "in_process": in_process,
@@ -251,7 +268,11 @@ def _search_rows(name: str, results: List[Dict[str, Any]], peers: bool) -> List[
         lead_peers=peers,
         load_average=os.getloadavg()[0],
     )
-    row["note"] = f"load {row['load_average']:.1f}"
+    row["limit_parallel_s"] = statistics.median(r["limit_parallel"] for r in results)
+    row["note"] = (
+        f"load {row['load_average']:.1f}; the limit's runs in {os.cpu_count()} processes at once "
+        f"{row['limit_parallel_s']:.1f} s"
+    )
     if results[0]["no_forkserver"] is not None:
         row["no_forkserver_s"] = statistics.median(r["no_forkserver"] for r in results)
         row["note"] += f"; without the fork server {row['no_forkserver_s']:.1f} s"

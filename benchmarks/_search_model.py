@@ -71,8 +71,8 @@ def evaluate(model: nn.Module, val: torch.utils.data.TensorDataset) -> float:
 class PlainRun:
     """One trial in a plain loop: ``train_to(n)`` trains to batch ``n`` and validates."""
 
-    def __init__(self, hp: Dict[str, Any], data_path: str, seed: int = 0) -> None:
-        torch.manual_seed(seed)
+    def __init__(self, hp: Dict[str, Any], data_path: str) -> None:
+        torch.manual_seed(int(hp.get("seed", 0)))  # a det-lite trial's seed: the same initial weights
         self.train_ds, self.val_ds = datasets(data_path)
         self.model, self.opt = build(hp)
         self.batches = 0
