@@ -122,14 +122,15 @@ def _private_dir(path: str) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
-def runtime_dir() -> str:
-    """Where this user's servers' sockets are: ``$XDG_RUNTIME_DIR`` or the temporary directory,
-    ``det-lite-<uid>``; a new private temporary directory when neither can be used."""
+def runtime_dir() -> Tuple[str, bool]:
+    """Where this user's servers' sockets are, and whether other runners find them there:
+    ``$XDG_RUNTIME_DIR`` or the temporary directory, ``det-lite-<uid>``; else a new private
+    temporary directory (its server serves this runner alone)."""
     for base in (os.environ.get("XDG_RUNTIME_DIR", ""), tempfile.gettempdir(), "/tmp"):
         path = os.path.join(base, f"det-lite-{os.getuid()}")
         if base and len(path) + 32 <= _MAX_SOCKET_PATH and _private_dir(path):
-            return path
-    return tempfile.mkdtemp(prefix="det-lite-")
+            return path, True
+    return tempfile.mkdtemp(prefix="det-lite-"), False
 
 
 @contextlib.contextmanager
@@ -240,8 +241,9 @@ class ForkServer:
     def _connect(self, env: Dict[str, str]) -> socket.socket:
         """Connect to the key's server, or start one and connect to it, under the socket's lock
         (a server ends only under it: it never goes away between the two)."""
-        directory = runtime_dir()
+        directory, shared = runtime_dir()
         path = os.path.join(directory, f"fs-{self.key}.sock")
+        idle_s = env_seconds(FORKSERVER_IDLE_ENV, DEFAULT_IDLE_S, env) if shared else 0.0
         with _locked(path + ".lock"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -251,7 +253,7 @@ class ForkServer:
                 pass  # none, or a dead one's name
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            self._start_server(path, directory, env_seconds(FORKSERVER_IDLE_ENV, DEFAULT_IDLE_S, env))
+            self._start_server(path, directory, idle_s)
             sock.connect(path)
             return sock
 

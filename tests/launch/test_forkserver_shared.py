@@ -114,7 +114,7 @@ def test_a_second_experiment_is_forked_by_the_first_ones_server_until_it_ends_id
     assert first == second == other == fresh  # bit-exact: every metric of both trials
     with open(f"/proc/{server}/cmdline", "rb") as f:
         socket_path = f.read().split(b"\0")[-3].decode()  # ... FD PATH IDLE_S
-    assert socket_path.startswith(_forkserver.runtime_dir()) and os.path.exists(socket_path)
+    assert socket_path.startswith(_forkserver.runtime_dir()[0]) and os.path.exists(socket_path)
     deadline = time.monotonic() + budget(60)
     while _alive(server) and time.monotonic() < deadline:  # idle for 20 s: it ends
         time.sleep(0.5)
@@ -147,8 +147,8 @@ def short_tmp():
 def test_sockets_live_in_a_directory_only_the_user_can_enter(short_tmp, monkeypatch):
     tmp_path = short_tmp
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    path = _forkserver.runtime_dir()
-    assert path == str(tmp_path / f"det-lite-{os.getuid()}")
+    path, shared = _forkserver.runtime_dir()
+    assert shared and path == str(tmp_path / f"det-lite-{os.getuid()}")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     os.chmod(path, 0o755)  # opened up to others: refused
     assert not _forkserver._private_dir(path)
@@ -158,6 +158,6 @@ def test_sockets_live_in_a_directory_only_the_user_can_enter(short_tmp, monkeypa
     os.symlink(target, link)  # a symlink planted under the name: refused
     assert not _forkserver._private_dir(link)
     monkeypatch.setattr(_forkserver, "_private_dir", lambda p: False)
-    fallback = _forkserver.runtime_dir()  # a new private directory of its own
-    assert fallback != path and stat.S_IMODE(os.stat(fallback).st_mode) == 0o700
+    fallback, shared = _forkserver.runtime_dir()  # a new private directory: this runner's alone
+    assert not shared and fallback != path and stat.S_IMODE(os.stat(fallback).st_mode) == 0o700
     os.rmdir(fallback)
