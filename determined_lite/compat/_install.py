@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 
@@ -43,7 +42,10 @@ def install_alias() -> bool:
         )
         return False
     sys.path.append(ALIAS_PATH)
-    importlib.invalidate_caches()
+    # A finder cached for this entry (had it been on the path before) is dropped; the import
+    # system makes one for a new entry anyway. Not importlib.invalidate_caches(): it walks every
+    # cached finder (~3 ms of CPU per trial worker, a twentieth of a small trial's fixed work).
+    sys.path_importer_cache.pop(ALIAS_PATH, None)
     return True
 
 

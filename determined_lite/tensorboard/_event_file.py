@@ -17,6 +17,11 @@ import struct
 import time
 from typing import Any, Dict, List, Optional, Union
 
+# At import, not per file: a process that forks trial workers can import them once for all its
+# trials (imported in each worker, they cost it ~25 ms of CPU; issue 27).
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.hparams import plugin_data_pb2
+
 from determined_lite.store._paths import make_private_dirs, open_private
 
 # TFRecord framing: every record is <length u64><masked crc32c of length><data><masked crc32c of data>.
@@ -71,10 +76,6 @@ class EventFile:
     """
 
     def __init__(self, log_dir: str) -> None:
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-
-        self._event_pb2 = event_pb2
-        self._summary_pb2 = summary_pb2
         make_private_dirs(log_dir)
         # SummaryWriter's naming: the first field after "tfevents" is the creation time, which
         # TensorBoard uses to order the files of one run.
@@ -87,15 +88,13 @@ class EventFile:
         self._file.write(frame(event.SerializeToString()))
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
-        summary = self._summary_pb2.Summary(
-            value=[self._summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
+        summary = summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
         )
-        self._write(self._event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+        self._write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
 
     def add_hparams_session(self, hparams: Dict[str, Union[int, float, str, bool]]) -> None:
         """The HParams plugin's session-start record: this directory is one row of its table."""
-        from tensorboard.plugins.hparams import plugin_data_pb2
-
         start = plugin_data_pb2.SessionStartInfo()
         for name, value in hparams.items():
             if isinstance(value, bool):
@@ -107,15 +106,15 @@ class EventFile:
         content = plugin_data_pb2.HParamsPluginData(
             version=_HPARAMS_DATA_VERSION, session_start_info=start
         ).SerializeToString()
-        metadata = self._summary_pb2.SummaryMetadata(
-            plugin_data=self._summary_pb2.SummaryMetadata.PluginData(
+        metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(
                 plugin_name=_HPARAMS_PLUGIN, content=content
             )
         )
-        summary = self._summary_pb2.Summary(
-            value=[self._summary_pb2.Summary.Value(tag=_SESSION_START_TAG, metadata=metadata)]
+        summary = summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=_SESSION_START_TAG, metadata=metadata)]
         )
-        self._write(self._event_pb2.Event(wall_time=time.time(), summary=summary))
+        self._write(event_pb2.Event(wall_time=time.time(), summary=summary))
 
     def flush(self) -> None:
         self._file.flush()

@@ -133,3 +133,20 @@ def test_the_alias_goes_last_on_sys_path():
         """
     )
     assert out.strip() == "True"
+
+
+@pytest.mark.slow
+def test_a_finder_cached_for_the_alias_entry_does_not_hide_it():
+    """``install_alias`` drops a finder cached for the alias's path entry (as left by an earlier
+    path that held it) instead of invalidating every cached finder."""
+    out = run_python(
+        """
+        import sys
+        from determined_lite.compat import ALIAS_PATH, install_alias
+        sys.path_importer_cache[ALIAS_PATH] = None  # "no finder for this entry", cached
+        assert install_alias() is True
+        import determined
+        print(determined.__file__.startswith(ALIAS_PATH + "/"), ALIAS_PATH in sys.path_importer_cache)
+        """
+    )
+    assert out.split() == ["True", "True"]
