@@ -36,6 +36,18 @@ def test_global_batch_larger_than_the_dataset_is_said_once(tmp_path, _det_lite_h
     assert out.count(expected) == 1, out
 
 
+def _first_trial_trained(home) -> bool:
+    """Whether experiment 1's first trial reported training (the store may exist before the
+    experiment is recorded in it)."""
+    if not os.path.exists(home / "det-lite.db"):
+        return False
+    try:
+        exp = describe(1)
+    except AssertionError:  # not recorded yet
+        return False
+    return bool(exp["trials"]) and exp["trials"][0]["total_batches"] > 0
+
+
 def test_two_experiments_at_once_say_they_share_the_cores(tmp_path, _det_lite_home):
     env = dict(os.environ, DET_LITE_SLOTS="1")
     slow = write_config(
@@ -55,8 +67,7 @@ def test_two_experiments_at_once_say_they_share_the_cores(tmp_path, _det_lite_ho
     try:
         deadline = time.monotonic() + budget(90)
         while time.monotonic() < deadline:
-            exp = describe(1) if os.path.exists(_det_lite_home / "det-lite.db") else None
-            if exp and exp["trials"] and exp["trials"][0]["total_batches"] > 0:
+            if _first_trial_trained(_det_lite_home):
                 break
             time.sleep(0.3)
         quick = write_config(
