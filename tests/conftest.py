@@ -28,6 +28,9 @@ _INSTALLED = tuple(
     for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
 )
 _OURS = ("determined_lite", "determined", "tests")
+# A fork server ends with its last runner in tests, module and session fixtures' runs included
+# (tests/launch/test_forkserver_shared.py tests one that outlives its runners).
+os.environ["DET_LITE_FORKSERVER_IDLE_S"] = "0"
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +43,6 @@ def _det_lite_home(tmp_path, monkeypatch):
     # scripts/device_check_slots.py checks real ones.
     if "DET_LITE_DEVICES" not in os.environ:
         monkeypatch.setenv("DET_LITE_DEVICES", "")
-    # A fork server ends with its last runner here (tests/launch/test_forkserver_shared.py
-    # tests one that outlives its runners).
-    monkeypatch.setenv("DET_LITE_FORKSERVER_IDLE_S", "0")
     return home
 
 
