@@ -88,11 +88,9 @@ def _files_stamp() -> List[Tuple[str, int, int]]:
     """Path, size and modification time of each of det-lite's Python files and torch's
     ``__init__.py``: an edited checkout or another torch means another server."""
     stamps: List[Tuple[str, int, int]] = []
-    roots = [os.path.dirname(os.path.abspath(determined_lite.__file__))]
+    for dirpath, _, names in os.walk(os.path.dirname(os.path.abspath(determined_lite.__file__))):
+        stamps.extend(_stamp(os.path.join(dirpath, n)) for n in names if n.endswith(".py"))
     torch_spec = importlib.util.find_spec("torch")  # finds it without importing it
-    for top in roots:
-        for dirpath, _, names in os.walk(top):
-            stamps.extend(_stamp(os.path.join(dirpath, n)) for n in names if n.endswith(".py"))
     if torch_spec is not None and torch_spec.origin:
         stamps.append(_stamp(torch_spec.origin))
     return sorted(stamps)

@@ -86,14 +86,6 @@ def _experiment(tmp_path, name: str, env: dict) -> dict:
     return {t["hparams"]["lr"]: t["validation_metrics"][-1]["metrics"] for t in trials}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _servers(metrics: dict) -> set:
     return {int(m.pop("server")) for m in metrics.values()}
 
@@ -116,9 +108,9 @@ def test_a_second_experiment_is_forked_by_the_first_ones_server_until_it_ends_id
         socket_path = f.read().split(b"\0")[-3].decode()  # ... FD PATH IDLE_S
     assert socket_path.startswith(_forkserver.runtime_dir()[0]) and os.path.exists(socket_path)
     deadline = time.monotonic() + budget(60)
-    while _alive(server) and time.monotonic() < deadline:  # idle for 20 s: it ends
+    while _forkserver._alive(server) and time.monotonic() < deadline:  # idle for 20 s: it ends
         time.sleep(0.5)
-    assert not _alive(server) and not os.path.exists(socket_path)
+    assert not _forkserver._alive(server) and not os.path.exists(socket_path)
 
 
 def test_the_key_follows_what_workers_import_and_not_per_run_variables(monkeypatch):
