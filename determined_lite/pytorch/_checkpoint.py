@@ -248,6 +248,7 @@ def _refusal_reason(error: BaseException) -> str:
 
 _PLAIN_LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size)
 _PLAIN_CONTAINERS = (dict, collections.OrderedDict, list, tuple)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def check_loadable(state_path: str, state: Dict[str, Any]) -> None:
@@ -263,9 +264,7 @@ def check_loadable(state_path: str, state: Dict[str, Any]) -> None:
         raise UnloadableStateError(_describe_unloadable(state, _refusal_reason(e))) from None
 
 
-_WALKED_CONTAINERS = (dict, collections.OrderedDict, list, tuple)
 _WALKED_LEAVES = (str, int, float, bool, type(None))
-_WALKED_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _WALKED_DEVICES = ("cpu", "cuda")
 _WALKED_DTYPES = frozenset(
     (torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.complex64, torch.complex128)
@@ -286,11 +285,11 @@ def plainly_loadable(state: Any) -> bool:
         kind = type(obj)
         if kind in _WALKED_LEAVES:
             continue
-        if kind in _WALKED_TENSORS:
+        if kind in _PLAIN_TENSORS:
             if not _plain_tensor(obj):
                 return False
             continue
-        if kind not in _WALKED_CONTAINERS:
+        if kind not in _PLAIN_CONTAINERS:
             return False
         if id(obj) in seen:
             continue
@@ -349,7 +348,7 @@ def _first_unloadable(obj: Any, where: List[Any]) -> Optional[Tuple[List[Any], A
             if found is not None:
                 return found
         return None
-    if kind in _PLAIN_LEAVES or kind in (torch.Tensor, torch.nn.Parameter) or _loads_alone(obj):
+    if kind in _PLAIN_LEAVES or kind in _PLAIN_TENSORS or _loads_alone(obj):
         return None
     return where, obj
 
