@@ -71,16 +71,26 @@ def write_config(source: str, tmp_path: object, name: str = "exp.yaml", **change
     return path
 
 
+def trials_so_far(exp_id: int) -> list:
+    """The trials of experiment ``exp_id`` as ``describe`` gives them, or [] while the experiment
+    is not in the store yet (its process may have made the store file but not the row)."""
+    from determined_lite.store._paths import default_db_path
+
+    if not os.path.exists(default_db_path()):
+        return []
+    try:
+        return describe(exp_id)["trials"]
+    except AssertionError:
+        return []
+
+
 def wait_for_batches(exp_id: int, at_least: int, proc: subprocess.Popen, timeout: float = 90) -> None:
     """Wait until the first trial of experiment ``exp_id`` reported ``at_least`` batches while
     ``proc`` (the experiment's foreground process) still runs."""
     deadline = time.monotonic() + budget(timeout)
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        try:
-            trials = describe(exp_id)["trials"]
-        except (AssertionError, json.JSONDecodeError):
-            trials = []
+        trials = trials_so_far(exp_id)
         if trials and trials[0]["total_batches"] >= at_least:
             return
         time.sleep(0.2)

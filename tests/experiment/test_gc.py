@@ -20,7 +20,7 @@ import pytest
 from determined_lite.experiment._gc import collect_garbage
 from determined_lite.storage import TMP_GRACE_S, writer_record
 from determined_lite.store import Store
-from tests.cli_helpers import cli, describe, write_config
+from tests.cli_helpers import cli, describe, trials_so_far, write_config
 from tests.experiment.test_experiment_e2e import LINEAR, REPO, assert_closed_form_validations
 from tests.timing import budget
 
@@ -223,7 +223,7 @@ def test_kill_of_an_experiment_without_a_process_removes_what_it_left(
     while not (trials and trials[0]["checkpoints"]):
         assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint registered in time"
         time.sleep(0.3)
-        trials = describe(1)["trials"] if os.path.exists(_det_lite_home / "det-lite.db") else []
+        trials = trials_so_far(1)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=budget(10))
     time.sleep(3)  # its workers notice and stop
