@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Tuple
 
-from _common import REPO, Row, absolute_row, log, run_child
+from _common import REPO, Row, absolute_row, child_env, log, run_child
 
 GOAL_S = 0.3
 # mode -> (experiments, runs per command)
@@ -103,7 +103,7 @@ def run(mode: str, repeats: Optional[int] = None) -> List[Row]:
         start = time.perf_counter()
         build_store(home, experiments)
         log(f"cli: {experiments} experiments stored in {time.perf_counter() - start:.1f} s; {runs} runs each")
-        env = dict(os.environ, DET_LITE_HOME=home)
+        env = child_env(DET_LITE_HOME=home)
         rows = []
         for args, suffix in ((["experiment", "list"], ""), (["experiment", "list", "--all"], "_all")):
             times = time_command(det_lite_command() + args, env, runs)

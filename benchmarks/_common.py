@@ -21,11 +21,13 @@ A result row is a dict with at least ``name``, ``det_lite_s``, ``baseline_s``, `
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,12 +49,29 @@ def pythonpath() -> str:
     return os.pathsep.join(parts)
 
 
+_PYCACHE: List[str] = []  # this run's bytecode cache (child_env), removed when the run ends
+
+
+def _pycache() -> str:
+    if not _PYCACHE:
+        _PYCACHE.append(tempfile.mkdtemp(prefix="det-lite-bench-pycache-"))
+        atexit.register(shutil.rmtree, _PYCACHE[0], True)
+    return _PYCACHE[0]
+
+
 def child_env(threads: int = 1, **extra: str) -> Dict[str, str]:
-    """Environment of a benchmark child process: ``threads`` intra-op threads, repo importable."""
+    """Environment of a benchmark child process: ``threads`` intra-op threads, repo importable.
+
+    Children cache their bytecode as Python does by default (in this run's own cache folder):
+    a machine with ``PYTHONDONTWRITEBYTECODE`` set would otherwise compile every module of an
+    editable install (det-lite's, the benchmark's) in every command, which no user pays after
+    their first command (about 0.2 s a command here), while installed peers load theirs."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
         {
             "PYTHONPATH": pythonpath(),
+            "PYTHONPYCACHEPREFIX": _pycache(),
             "OMP_NUM_THREADS": str(threads),
             "MKL_NUM_THREADS": str(threads),
             "PYTHONUNBUFFERED": "1",

@@ -355,7 +355,7 @@ def store_rows(mode: str) -> List[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-search-store-") as home:
         _cli.build_store(home, experiments - 1)
         exp = _dashboard.build_store(home, trials, rows, rows // 100)
-        env = dict(os.environ, DET_LITE_HOME=home)
+        env = child_env(DET_LITE_HOME=home)
         scale = f"{experiments} experiments, {trials} trials x {rows} rows"
         size = f"{trials}_trials_{trials * rows}_rows"
         describe = _cli.det_lite_command() + ["experiment", "describe", str(exp)]

@@ -34,6 +34,7 @@ from typing import Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from _common import child_env  # noqa: E402
 from _search import _config  # noqa: E402
 
 
@@ -45,8 +46,7 @@ def main(trials: int = 8, batches: int = 320, kind: str = "random") -> None:
         f.write("from _search_model import SearchTrial  # noqa: F401\n")
     data, stamps, home = (os.path.join(tmp, n) for n in ("digits.npz", "stamps", "home"))
     os.makedirs(stamps)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), HERE]), OMP_NUM_THREADS="1")
-    env["DET_LITE_HOME"] = home
+    env = child_env(DET_LITE_HOME=home)
     code = f"import _search_model as m; m.write_digits({data!r})"
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     config = _config("adaptive_asha" if kind == "asha" else "random", "quick", 2, data, stamps)

@@ -288,8 +288,8 @@ class CallbackList:
                     f"{type(cb).__name__}"
                 )
         self._named = list(named)
-        # per hook: (name, callback, called without arguments: the legacy form)
-        self._by_hook: Dict[Hook, List[Tuple[str, PyTorchCallback, bool]]] = {}
+        # per hook: (name, callback, its method's name, called without arguments: the legacy form)
+        self._by_hook: Dict[Hook, List[Tuple[str, PyTorchCallback, str, bool]]] = {}
         for spec in HOOK_TABLE:
             hook = spec.hook
             base = getattr(PyTorchCallback, hook.value)
@@ -297,7 +297,9 @@ class CallbackList:
             if spec.chief_only and not is_chief:
                 users = []
             legacy = spec.legacy_no_args
-            self._by_hook[hook] = [(n, cb, legacy and self._legacy(n, cb, hook)) for n, cb in users]
+            self._by_hook[hook] = [
+                (n, cb, hook.value, legacy and self._legacy(n, cb, hook)) for n, cb in users
+            ]
             if spec.alias_of is not None:
                 use = spec.alias_of.value
                 for n, _ in users:
@@ -322,20 +324,20 @@ class CallbackList:
         return bool(self._by_hook[hook])
 
     def call(self, hook: Hook, *args: Any) -> None:
-        for name, cb, legacy in self._by_hook[hook]:
+        for name, cb, method, legacy in self._by_hook[hook]:
             try:
-                getattr(cb, hook.value)(*(() if legacy else args))
+                getattr(cb, method)(*(() if legacy else args))
             except Exception as e:
-                raise _raised(name, cb, hook.value, e) from e
+                raise _raised(name, cb, method, e) from e
 
     def call_chain(self, hook: Hook, value: Any, *args: Any) -> Any:
         """Run ``hook(value, *args)`` on each callback; one that returns something other than
         None replaces ``value`` for the next callbacks and the caller (``on_before_backward``)."""
-        for name, cb, _ in self._by_hook[hook]:
+        for name, cb, method, _ in self._by_hook[hook]:
             try:
-                result = getattr(cb, hook.value)(value, *args)
+                result = getattr(cb, method)(value, *args)
             except Exception as e:
-                raise _raised(name, cb, hook.value, e) from e
+                raise _raised(name, cb, method, e) from e
             if result is not None:
                 if not isinstance(result, type(value)):
                     raise CallbackError(

@@ -39,7 +39,7 @@ from determined_lite.pytorch._harness import TrialInfo
 from determined_lite.pytorch._hooks import Hook
 from determined_lite.pytorch._reducer import check_evaluation_reducer, merge_reducer_metrics, plain_metrics
 from determined_lite.pytorch._restore import Restored, Restorer, resume_batches
-from determined_lite.pytorch._schedule import Plan, decide, is_better
+from determined_lite.pytorch._schedule import Plan, decide, is_better, quiet_until
 from determined_lite.pytorch._sharding import set_epoch
 from determined_lite.pytorch._train_result import TrainResult
 from determined_lite.pytorch._training_metrics import training_cross_slot, training_partial
@@ -163,6 +163,10 @@ class TrialController:
 
     def _training_batches(self, start: int) -> Iterator[Any]:
         loader = self._train_loader
+        # Batches already on the device (a TensorDataset's there) skip to_device's walk.
+        self._batches_on_device = isinstance(loader, DataLoader) and loader.sharding.batches_on(
+            self.context.device
+        )
         if isinstance(loader, DataLoader):
             return in_process_batches(
                 loader.sharding.training_loader(
@@ -301,6 +305,7 @@ class TrialController:
             logger.info("already trained %d of %d batches; nothing to do", start, plan.max_batches)
             return
         self._pending_checkpoint = False
+        self._quiet_until = 0  # the next batch end decides (schedule.quiet_until)
         # An external stop (spec.should_stop, asked on the chief at reports) seen mid-window is kept until
         # the next optimizer-step boundary, where training stops.
         self._external_stop = False
@@ -318,7 +323,7 @@ class TrialController:
         if batch_idx % epoch_len == 0:
             cbs.call(Hook.ON_TRAINING_EPOCH_START, epoch_idx)
         batch = next(batches)
-        if harness.auto_to_device:
+        if harness.auto_to_device and not self._batches_on_device:
             batch = self.context.to_device(batch)
         cbs.call(Hook.ON_TRAIN_BATCH_START, batch, batch_idx)
         update = state.is_step_batch()
@@ -336,9 +341,13 @@ class TrialController:
             cbs.call(Hook.ON_TRAINING_EPOCH_END, epoch_idx)
 
     def _after_batch(self, done: int) -> bool:
-        """Report, validate and checkpoint as the plan says after ``done`` batches; True to stop."""
+        """Report, validate and checkpoint as the plan says after ``done`` batches; True to stop.
+        Before the plan's next event, with nothing pending or asked, there is nothing to decide."""
         plan, harness = self.plan, self.harness
         stop = harness.stop_requested or self._external_stop
+        if done < self._quiet_until and not (stop or self._pending_checkpoint):
+            return False
+        self._quiet_until = quiet_until(plan, done)
         decision = decide(plan, done, checkpoint_pending=self._pending_checkpoint, stop=stop)
         if decision.report and self._flush_training(done) and not stop:
             stop = self._external_stop = True
@@ -373,6 +382,7 @@ class TrialController:
             return False
         self.spec = dataclasses.replace(self.spec, max_length=length)
         self.plan = self.state.plan = self._writer.plan = self._plan()
+        self._quiet_until = 0
         return True
 
     def _batch_context(self, update: bool) -> ContextManager[Any]:

@@ -20,7 +20,7 @@ def worker_batch_seed(seed: int, purpose: int, rank: int, index: int) -> int:
 class SeededBatch(list):
     """A batch of dataset keys with the seed its records are loaded with in a worker."""
 
-    def __init__(self, keys: Sequence, seed: int) -> None:
+    def __init__(self, keys: Iterable, seed: int) -> None:
         super().__init__(keys)
         self.seed = seed
 
@@ -74,8 +74,9 @@ class BatchedTensorDataset(torch.utils.data.Dataset):
         return self.dataset[key]
 
     def __getitems__(self, keys: Sequence) -> tuple:
-        index = torch.as_tensor(list(keys), dtype=torch.long)
-        return tuple(t[index] for t in self.dataset.tensors)
+        """``keys``: a tensor of indices (``Sharding.index_keys``) or a sequence of them."""
+        index = keys if isinstance(keys, torch.Tensor) else torch.as_tensor(list(keys), dtype=torch.long)
+        return tuple([t[index] for t in self.dataset.tensors])
 
 
 def already_collated(batch: Any) -> Any:
@@ -102,8 +103,13 @@ def _fetch_in_process(
 ) -> Iterator[Any]:
     getitems = getattr(dataset, "__getitems__", None)
 
-    def fetch(keys: Sequence) -> Any:
+    def fetch_and_collate(keys: Sequence) -> Any:
         return collate(getitems(keys) if getitems else [dataset[k] for k in keys])
+
+    # A batch read at once (BatchedTensorDataset) needs no collate call.
+    fetch: Callable[[Sequence], Any] = (
+        getitems if collate is already_collated and getitems is not None else fetch_and_collate
+    )
 
     for keys in batch_sampler:
         if torch.autograd._profiler_enabled():

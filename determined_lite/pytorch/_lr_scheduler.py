@@ -115,6 +115,8 @@ class LRStepper:
         self.schedulers.append(scheduler)
 
     def _with_mode(self, mode: "LRScheduler.StepMode") -> List[LRScheduler]:
+        if not self.schedulers:  # asked after every optimizer step
+            return self.schedulers
         return [s for s in self.schedulers if s.step_mode is mode]
 
     def after_optimizer_step(

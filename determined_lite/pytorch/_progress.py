@@ -74,8 +74,8 @@ class ProgressMeter(PyTorchCallback):
             raise RuntimeError("ProgressMeter needs the loop's state: pass state= or call bind(context)")
         return self._state
 
-    def _publish(self, force: bool = False) -> None:
-        now = self._clock()
+    def _publish(self, force: bool = False, now: Optional[float] = None) -> None:
+        now = self._clock() if now is None else now
         if not force and now - self._published < self._interval_s:
             return
         self._published = now
@@ -103,7 +103,8 @@ class ProgressMeter(PyTorchCallback):
             self._first = (done, now)
         elif now > self._first[1]:
             self._progress.batches_per_s = (done - self._first[0]) / (now - self._first[1])
-        self._publish()
+        if now - self._published >= self._interval_s:  # checked here: this runs every batch
+            self._publish(now=now)
 
     def on_validation_start(self) -> None:
         self._progress.validating = True

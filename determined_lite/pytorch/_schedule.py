@@ -101,6 +101,17 @@ def _due(done: int, every: Optional[int]) -> bool:
     return every is not None and done % every == 0
 
 
+def quiet_until(plan: Plan, done: int) -> int:
+    """The first batch count after ``done`` at which :func:`decide` can ask for anything while no
+    checkpoint is pending and no stop is asked: the end, or a multiple of a period. The loop
+    skips the decision on the batches before it (a decision there is all False)."""
+    nearest = plan.max_batches if plan.max_batches > done else done + 1
+    for every in (plan.validation_every, plan.checkpoint_every, plan.report_every):
+        if every is not None:
+            nearest = min(nearest, (done // every + 1) * every)
+    return nearest
+
+
 def decide(plan: Plan, done: int, *, checkpoint_pending: bool, stop: bool) -> Decision:
     """The end-of-batch decision once ``done`` batches are trained.
 

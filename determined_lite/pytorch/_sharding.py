@@ -1,4 +1,4 @@
-"""How det-lite cuts a DataLoader's data into batches per rank: sharding arithmetic and samplers.
+"""How det-lite cuts a DataLoader's data into batches per rank: the sharding arithmetic.
 
 :class:`Sharding` is the one internal view of a :class:`~determined_lite.pytorch.DataLoader`
 that the harness uses: the epoch length per rank, the infinite training stream of one rank from
@@ -12,22 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
 import torch.utils.data
 
+from determined_lite.pytorch._batch_samplers import (
+    Batch,
+    PassBatchSampler,
+    StreamBatchSampler,
+    TrainingBatchSampler,
+)
 from determined_lite.pytorch._fetch import (
     BatchedTensorDataset,
-    SeededBatch,
     WorkerSeededDataset,
     already_collated,
     fetches_batches,
     worker_batch_seed,
 )
-
-_Batch = list  # one batch: a list of dataset keys (ints for the default order)
 
 _TRAINING = 0
 _VALIDATION = 1
@@ -81,130 +84,30 @@ def _check_replicas(rank: int, num_replicas: int) -> None:
 
 
 def _rank_training_batches(
-    order: Sequence, batch_size: int, num_replicas: int, rank: int, drop_last: bool
-) -> list[_Batch]:
-    """One epoch's training batches of ``rank``: its contiguous chunk of every global batch."""
+    order: Batch, batch_size: int, num_replicas: int, rank: int, drop_last: bool
+) -> list[Batch]:
+    """One epoch's training batches of ``rank``: its contiguous chunk of every global batch
+    (slices of ``order``, a list or a tensor of keys)."""
     global_size = batch_size * num_replicas
     full, tail = divmod(len(order), global_size)
     lo = rank * batch_size
-    batches = [list(order[j * global_size + lo : j * global_size + lo + batch_size]) for j in range(full)]
+    batches = [order[j * global_size + lo : j * global_size + lo + batch_size] for j in range(full)]
     if tail >= num_replicas and not drop_last:
         start, count = _contiguous_share(tail, num_replicas, rank)
         start += full * global_size
-        batches.append(list(order[start : start + count]))
+        batches.append(order[start : start + count])
     return batches
+
+
+def _permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    """det-lite's record order of a shuffled epoch (int64)."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
 
 
 def _training_length(num_records: int, batch_size: int, num_replicas: int, drop_last: bool) -> int:
     """Global batches per training epoch under the rules of :func:`_rank_training_batches`."""
     full, tail = divmod(num_records, batch_size * num_replicas)
     return full + (1 if tail >= num_replicas and not drop_last else 0)
-
-
-class _TrainingBatchSampler(torch.utils.data.Sampler):
-    """Infinite stream of one rank's batches from global batch ``start_batch`` on.
-
-    ``epoch_batches(e)`` builds epoch ``e``'s batches for this rank once; the
-    stream crosses epoch boundaries by asking for the next epoch.
-    """
-
-    def __init__(
-        self,
-        epoch_batches: Callable[[int], list[_Batch]],
-        epoch_length: int,
-        start_batch: int,
-        batch_seed: Optional[Callable[[int], int]] = None,
-    ) -> None:
-        super().__init__()
-        self._epoch_batches = epoch_batches
-        self._epoch_length = epoch_length
-        self._start_batch = start_batch
-        self._batch_seed = batch_seed
-
-    def __iter__(self) -> Iterator[_Batch]:
-        epoch, offset = divmod(self._start_batch, self._epoch_length)
-        while True:
-            batches = self._epoch_batches(epoch)
-            if len(batches) != self._epoch_length:
-                raise RuntimeError(
-                    f"training epoch {epoch} has {len(batches)} batches on this rank, but the "
-                    f"epoch length is {self._epoch_length}; det-lite needs every epoch to have "
-                    "the same size (check your sampler/batch_sampler)"
-                )
-            if self._batch_seed is None:
-                yield from batches[offset:]
-            else:
-                first = epoch * self._epoch_length
-                for i in range(offset, len(batches)):
-                    yield SeededBatch(batches[i], self._batch_seed(first + i))
-            offset = 0
-            epoch += 1
-
-
-class _StreamBatchSampler(torch.utils.data.Sampler):
-    """Determined's training stream over a batch_sampler: its passes repeated end to end (pass
-    ``p`` after ``set_epoch(p)``), dealt round-robin (global batch ``g`` to rank ``g % N``), from
-    this rank's batch ``start_batch`` on. Epoch boundaries are a count of batches, not passes."""
-
-    def __init__(
-        self,
-        pass_batches: Callable[[int], list[_Batch]],
-        num_replicas: int,
-        rank: int,
-        start_batch: int,
-        batch_seed: Optional[Callable[[int], int]] = None,
-    ) -> None:
-        super().__init__()
-        self._pass_batches = pass_batches
-        self._num_replicas = num_replicas
-        self._rank = rank
-        self._start_batch = start_batch
-        self._batch_seed = batch_seed
-
-    def __iter__(self) -> Iterator[_Batch]:
-        n, index = self._num_replicas, self._start_batch  # this rank's batch index
-        wanted = index * n + self._rank  # its global batch index in the stream
-        first, pass_idx = 0, 0  # global index of the current pass's first batch
-        while True:
-            batches = self._pass_batches(pass_idx)
-            if not batches:
-                raise RuntimeError(f"the batch_sampler yielded no batch in pass {pass_idx}")
-            while wanted < first + len(batches):
-                batch = batches[wanted - first]
-                yield batch if self._batch_seed is None else SeededBatch(batch, self._batch_seed(index))
-                index, wanted = index + 1, wanted + n
-            first, pass_idx = first + len(batches), pass_idx + 1
-
-
-class _PassBatchSampler(torch.utils.data.Sampler):
-    """One finite pass over batches that ``make_batches()`` builds when iterated."""
-
-    def __init__(
-        self,
-        make_batches: Callable[[], list[_Batch]],
-        length: int,
-        batch_seed: Optional[Callable[[int], int]] = None,
-    ) -> None:
-        super().__init__()
-        self._make_batches = make_batches
-        self._length = length
-        self._batch_seed = batch_seed
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __iter__(self) -> Iterator[_Batch]:
-        batches = self._make_batches()
-        if len(batches) != self._length:
-            raise RuntimeError(
-                f"expected {self._length} batches in this pass, got {len(batches)}; det-lite "
-                "needs your sampler/batch_sampler to yield the same amount every epoch"
-            )
-        if self._batch_seed is None:
-            yield from batches
-        else:
-            for i, batch in enumerate(batches):
-                yield SeededBatch(batch, self._batch_seed(i))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,7 +206,7 @@ class Sharding:
             return list(self.args.sampler)
         n = len(self.args.dataset)
         if self.args.shuffle:
-            return np.random.default_rng([seed, epoch]).permutation(n).tolist()
+            return _permutation(seed, epoch, n).tolist()
         return list(range(n))
 
     # --- training --------------------------------------------------------------------
@@ -355,13 +258,43 @@ class Sharding:
             stacklevel=3,
         )
 
-    def rank_epoch_batches(self, seed: int, rank: int, num_replicas: int, epoch: int) -> list[_Batch]:
+    def rank_epoch_batches(self, seed: int, rank: int, num_replicas: int, epoch: int) -> list[Batch]:
         """Training batches of ``rank`` for one epoch."""
-        units = self.epoch_units(seed, epoch)
         if self.args.batch_sampler is not None:
+            units = self.epoch_units(seed, epoch)
             usable = len(units) - len(units) % num_replicas
             return units[rank:usable:num_replicas]
-        return _rank_training_batches(units, self.batch_size, num_replicas, rank, self.args.drop_last)
+        order = self._epoch_keys(seed, epoch)
+        return _rank_training_batches(order, self.batch_size, num_replicas, rank, self.args.drop_last)
+
+    def index_keys(self) -> bool:
+        """Whether batches are tensors of indices: a TensorDataset read a batch at a time
+        (:func:`fetches_batches`) in this process, in det-lite's order (no batch_sampler).
+        The epoch's order becomes a tensor once and each batch is a slice of it, instead of a
+        list of ints made a tensor on every batch. Worker processes get lists (their batches
+        carry seeds)."""
+        return (
+            self.batched_fetch
+            and self.args.batch_sampler is None
+            and self.args.num_workers == 0
+            and fetches_batches(self.args.dataset, self.args.collate_fn)
+        )
+
+    def _epoch_keys(self, seed: int, epoch: int) -> Union[list, torch.Tensor]:
+        """:meth:`epoch_units` without a batch_sampler, as a tensor under :meth:`index_keys`
+        (det-lite's own shuffle made one without a list between)."""
+        if not self.index_keys():
+            return self.epoch_units(seed, epoch)
+        if self.args.sampler is None and self.args.shuffle:
+            return torch.from_numpy(_permutation(seed, epoch, len(self.args.dataset)))
+        return torch.as_tensor(self.epoch_units(seed, epoch), dtype=torch.long)
+
+    def batches_on(self, device: torch.device) -> bool:
+        """Whether every batch is already a tuple of tensors on ``device`` (a TensorDataset read
+        a batch at a time, its tensors there): moving one to the device changes nothing."""
+        return fetches_batches(self.args.dataset, self.args.collate_fn) and self.batched_fetch and all(
+            t.device == device for t in self.args.dataset.tensors
+        )
 
     def training_loader(
         self, *, seed: int, rank: int = 0, num_replicas: int = 1, start_batch: int = 0
@@ -374,15 +307,15 @@ class Sharding:
         length = self.epoch_length(num_replicas)
         seeds = self.worker_seeds(seed, _TRAINING, rank, 0)
         if self.sampler_len_differs():
-            stream = _StreamBatchSampler(
+            stream = StreamBatchSampler(
                 lambda p: self.epoch_units(seed, p), num_replicas, rank, start_batch, seeds
             )
             return self.torch_loader(stream, _loader_generator(seed, start_batch, rank, _TRAINING))
 
-        def epoch_batches(epoch: int) -> list[_Batch]:
+        def epoch_batches(epoch: int) -> list[Batch]:
             return self.rank_epoch_batches(seed, rank, num_replicas, epoch)
 
-        sampler = _TrainingBatchSampler(epoch_batches, length, start_batch, seeds)
+        sampler = TrainingBatchSampler(epoch_batches, length, start_batch, seeds)
         return self.torch_loader(sampler, _loader_generator(seed, start_batch, rank, _TRAINING))
 
     # --- validation ------------------------------------------------------------------
@@ -400,11 +333,11 @@ class Sharding:
             total = -(-units // self.batch_size)
         return _contiguous_share(total, num_replicas, rank)
 
-    def validation_batches(self, seed: int, first: int, count: int) -> list[_Batch]:
+    def validation_batches(self, seed: int, first: int, count: int) -> list[Batch]:
         """Single-process validation batches ``first .. first+count-1`` (epoch-0 order)."""
-        units = self.epoch_units(seed, 0)
         if self.args.batch_sampler is not None:
-            return units[first : first + count]
+            return self.epoch_units(seed, 0)[first : first + count]
+        units = self._epoch_keys(seed, 0)
         b = self.batch_size
         usable = len(units) - len(units) % b if self.args.drop_last else len(units)
         stop = min((first + count) * b, usable)
@@ -421,12 +354,12 @@ class Sharding:
         skip = min(skip, count)
         first, count = first + skip, count - skip
 
-        def make_batches() -> list[_Batch]:
+        def make_batches() -> list[Batch]:
             return self.validation_batches(seed, first, count)
 
         # Keyed by the single-process batch index: the same records load with the same
         # seeds however many ranks share the pass.
-        sampler = _PassBatchSampler(make_batches, count, self.worker_seeds(seed, _VALIDATION, 0, first))
+        sampler = PassBatchSampler(make_batches, count, self.worker_seeds(seed, _VALIDATION, 0, first))
         return self.torch_loader(sampler, _loader_generator(seed, skip, rank, _VALIDATION))
 
     def validation_loader(

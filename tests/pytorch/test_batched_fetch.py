@@ -68,6 +68,30 @@ def test_worker_processes_read_the_same_batches():
     _same(list(itertools.islice(fast, 9)), list(itertools.islice(slow, 9)))
 
 
+def test_in_process_batches_are_slices_of_one_index_tensor_and_workers_get_lists():
+    # Issue 27: the epoch's order becomes a tensor once; each batch is a slice of it (a view,
+    # no per-batch list -> tensor), read a batch at a time. Worker batches carry seeds: lists.
+    loader = pytorch.DataLoader(_data(), batch_size=4, shuffle=True)
+    keys = list(itertools.islice(iter(loader.sharding.training_loader(seed=3).batch_sampler), 7))
+    assert all(isinstance(k, torch.Tensor) and k.dtype == torch.long for k in keys)
+    assert keys[1]._base is keys[0]._base is not None  # views of one epoch's order
+    assert sorted(torch.cat(keys[:6]).tolist()) == list(range(23))  # epoch 0: every record once
+    val = list(loader.sharding.validation_loader().batch_sampler)
+    assert all(isinstance(k, torch.Tensor) for k in val)
+    assert sorted(torch.cat(val).tolist()) == list(range(23))
+    workers = pytorch.DataLoader(_data(), batch_size=4, shuffle=True, num_workers=1)
+    first = next(iter(workers.sharding.training_loader(seed=3).batch_sampler))
+    assert type(first).__name__ == "SeededBatch" and first == keys[0].tolist()
+
+
+def test_batches_on_the_device_are_those_of_a_tensor_dataset_there():
+    cpu = torch.device("cpu")
+    assert pytorch.DataLoader(_data(), batch_size=4).sharding.batches_on(cpu)
+    assert not pytorch.DataLoader(_data(), batch_size=4).sharding.batches_on(torch.device("meta"))
+    assert not pytorch.DataLoader(_Items(), batch_size=3, collate_fn=_collate).sharding.batches_on(cpu)
+    assert not _per_item(pytorch.DataLoader(_data(), batch_size=4)).batches_on(cpu)
+
+
 def test_only_a_plain_tensor_dataset_under_the_default_collate_is_read_in_batches():
     class Augmented(torch.utils.data.TensorDataset):
         def __getitem__(self, index: int) -> Any:

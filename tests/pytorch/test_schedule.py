@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import List, Optional, Tuple
 
 import pytest
 
 from determined_lite.config import Batch, CheckpointPolicy, Epoch, Record
-from determined_lite.pytorch._schedule import Decision, Plan, TrainingState, decide, is_better, is_step_batch
+from determined_lite.pytorch._schedule import (
+    Decision,
+    Plan,
+    TrainingState,
+    decide,
+    is_better,
+    is_step_batch,
+    quiet_until,
+)
 
 
 def _plan(**kwargs) -> Plan:
@@ -117,6 +126,34 @@ def test_checkpoint_policy_after_validations(policy, improved, checkpoints) -> N
 def test_a_stop_is_honoured_at_the_next_boundary_with_a_report_and_a_checkpoint() -> None:
     plan = _plan(max_length=Batch(20), aggregation_frequency=4, reporting_period=None)
     assert _run(plan, stop_at=5) == [(8, "report"), (8, "checkpoint"), (8, "stop")]
+
+
+@pytest.mark.parametrize(
+    "periods",
+    [
+        {},
+        {"validation_period": Batch(7)},
+        {"validation_period": Batch(5), "checkpoint_period": Batch(3), "reporting_period": Batch(4)},
+        {"reporting_period": None, "checkpoint_period": Epoch(1)},
+    ],
+)
+@pytest.mark.parametrize("k", [1, 3])
+def test_the_loop_skips_only_batches_where_nothing_is_decided(periods, k) -> None:
+    # Issue 27: the loop asks decide() only from quiet_until() on (nothing pending or asked);
+    # every batch it skips would have been all False, and the one it stops at is not.
+    plan = _plan(max_length=Batch(40), aggregation_frequency=k, **periods)
+    nothing = Decision(end=False, boundary=True, report=False, validate=False, checkpoint_pending=False)
+    done = 0
+    while done < plan.max_batches:
+        until = quiet_until(plan, done)
+        assert done < until <= plan.max_batches
+        for skipped in range(done + 1, until):
+            d = decide(plan, skipped, checkpoint_pending=False, stop=False)
+            assert dataclasses.replace(d, boundary=True) == nothing, (skipped, d)
+        d = decide(plan, until, checkpoint_pending=False, stop=False)
+        assert d.end or d.report or d.validate or d.checkpoint_pending, (until, d)
+        done = until
+    assert quiet_until(plan, plan.max_batches) == plan.max_batches + 1  # a longer run decides on
 
 
 def test_decision_is_a_value() -> None:
