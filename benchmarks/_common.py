@@ -21,13 +21,11 @@ A result row is a dict with at least ``name``, ``det_lite_s``, ``baseline_s``, `
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,20 +47,19 @@ def pythonpath() -> str:
     return os.pathsep.join(parts)
 
 
-_PYCACHE: List[str] = []  # this run's bytecode cache (child_env), removed when the run ends
-
-
 def _pycache() -> str:
-    if not _PYCACHE:
-        _PYCACHE.append(tempfile.mkdtemp(prefix="det-lite-bench-pycache-"))
-        atexit.register(shutil.rmtree, _PYCACHE[0], True)
-    return _PYCACHE[0]
+    """The benchmark children's bytecode cache: ``$XDG_CACHE_HOME/det-lite/bench-pycache``
+    (``~/.cache``), the user's own (0700), kept between runs as ``__pycache__`` folders are."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "det-lite", "bench-pycache")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
 
 
 def child_env(threads: int = 1, **extra: str) -> Dict[str, str]:
     """Environment of a benchmark child process: ``threads`` intra-op threads, repo importable.
 
-    Children cache their bytecode as Python does by default (in this run's own cache folder):
+    Children cache their bytecode as Python does by default (in a cache folder of the user's):
     a machine with ``PYTHONDONTWRITEBYTECODE`` set would otherwise compile every module of an
     editable install (det-lite's, the benchmark's) in every command, which no user pays after
     their first command (about 0.2 s a command here), while installed peers load theirs."""

@@ -192,6 +192,10 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
     ours, described = _det_lite(tmp, config, forkserver=True)
     fresh, resumed, in_process = _startups(stamps)
     log(f"search {kind}: det-lite {ours:.2f} s (load {os.getloadavg()[0]:.1f})")
+    runs = _runs(described)
+    points = sorted({p for _, pts in runs for p in pts}) if kind == "adaptive_asha" else [BATCHES[mode]]
+    job = {"data_path": data, "cores": cores, "runs": runs, "points": points, "divisor": RUNG_DIVISOR}
+    limit = _side("limit", job, tmp) / cores  # right after det-lite's: this box's speed drifts
     cold = None
     if kind == "random":  # the first search of a session: its own server's warm-up included
         cold_config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
@@ -201,14 +205,11 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
     if mode != "quick":  # the lever's gain: ~1.5 min more per search on 2 cores
         config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
         plain, _ = _det_lite(tmp, config, forkserver=False)
-    runs = _runs(described)
-    points = sorted({p for _, pts in runs for p in pts}) if kind == "adaptive_asha" else [BATCHES[mode]]
-    job = {"data_path": data, "cores": cores, "runs": runs, "points": points, "divisor": RUNG_DIVISOR}
     result: Dict[str, Any] = {
         "det_lite": ours,
         "cold": cold,
         "no_forkserver": plain,
-        "limit": _side("limit", job, tmp) / cores,
+        "limit": limit,
         "limit_parallel": _parallel_limit(job, tmp),
         "fresh": fresh,
         "resumed": resumed,
