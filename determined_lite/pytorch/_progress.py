@@ -103,8 +103,7 @@ class ProgressMeter(PyTorchCallback):
             self._first = (done, now)
         elif now > self._first[1]:
             self._progress.batches_per_s = (done - self._first[0]) / (now - self._first[1])
-        if now - self._published >= self._interval_s:  # checked here: this runs every batch
-            self._publish(now=now)
+        self._publish(now=now)
 
     def on_validation_start(self) -> None:
         self._progress.validating = True
