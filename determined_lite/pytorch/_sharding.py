@@ -267,18 +267,18 @@ class Sharding:
         order = self._epoch_keys(seed, epoch)
         return _rank_training_batches(order, self.batch_size, num_replicas, rank, self.args.drop_last)
 
+    def reads_batches(self) -> bool:
+        """Whether the dataset is read a batch at a time (:func:`fetches_batches`, unless this
+        view reads item by item)."""
+        return self.batched_fetch and fetches_batches(self.args.dataset, self.args.collate_fn)
+
     def index_keys(self) -> bool:
-        """Whether batches are tensors of indices: a TensorDataset read a batch at a time
-        (:func:`fetches_batches`) in this process, in det-lite's order (no batch_sampler).
+        """Whether batches are tensors of indices: a dataset read a batch at a time
+        (:meth:`reads_batches`) in this process, in det-lite's order (no batch_sampler).
         The epoch's order becomes a tensor once and each batch is a slice of it, instead of a
         list of ints made a tensor on every batch. Worker processes get lists (their batches
         carry seeds)."""
-        return (
-            self.batched_fetch
-            and self.args.batch_sampler is None
-            and self.args.num_workers == 0
-            and fetches_batches(self.args.dataset, self.args.collate_fn)
-        )
+        return self.args.batch_sampler is None and self.args.num_workers == 0 and self.reads_batches()
 
     def _epoch_keys(self, seed: int, epoch: int) -> Union[list, torch.Tensor]:
         """:meth:`epoch_units` without a batch_sampler, as a tensor under :meth:`index_keys`
@@ -292,9 +292,7 @@ class Sharding:
     def batches_on(self, device: torch.device) -> bool:
         """Whether every batch is already a tuple of tensors on ``device`` (a TensorDataset read
         a batch at a time, its tensors there): moving one to the device changes nothing."""
-        return fetches_batches(self.args.dataset, self.args.collate_fn) and self.batched_fetch and all(
-            t.device == device for t in self.args.dataset.tensors
-        )
+        return self.reads_batches() and all(t.device == device for t in self.args.dataset.tensors)
 
     def training_loader(
         self, *, seed: int, rank: int = 0, num_replicas: int = 1, start_batch: int = 0
@@ -381,9 +379,9 @@ class Sharding:
         self, batch_sampler: torch.utils.data.Sampler, generator: torch.Generator
     ) -> torch.utils.data.DataLoader:
         """A torch loader over the user's dataset driven by ``batch_sampler`` (a batch at a time
-        when :func:`fetches_batches` allows it)."""
+        when :meth:`reads_batches`)."""
         dataset, collate_fn = self.args.dataset, self.args.collate_fn
-        if self.batched_fetch and fetches_batches(dataset, collate_fn):
+        if self.reads_batches():
             dataset, collate_fn = BatchedTensorDataset(dataset), already_collated
         if self.args.num_workers > 0:
             dataset = WorkerSeededDataset(dataset)
