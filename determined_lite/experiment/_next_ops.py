@@ -15,16 +15,18 @@ from typing import Any, Optional
 
 from determined_lite.runtime._next_op import answer, take_question
 
-# How often the loop looks for questions while a run may ask (no event announces one: a run's
-# question is a file, which a run on a Ray node writes too).
+# How often the loop looks for questions while a run may ask that cannot announce its question
+# (its chief is on another machine: a Ray node's; on this machine it wakes the loop's FIFO).
 QUESTION_POLL_S = 0.02
 
 
 def wait_s(runner: Any, idle_s: float) -> float:
     """How long the runner's loop may wait for an event: ``idle_s``, or ``QUESTION_POLL_S``
-    while one of its runs may ask "what next?"."""
-    asking = any(r.spec.ask_next_op and not r.reported for r in runner.running.values())
-    return min(idle_s, QUESTION_POLL_S) if asking else idle_s
+    while one of its runs may ask "what next?" without waking it."""
+    polled = any(
+        r.spec.ask_next_op and not r.reported and not r.spec.wake_path for r in runner.running.values()
+    )
+    return min(idle_s, QUESTION_POLL_S) if polled else idle_s
 
 
 def answer_next_ops(runner: Any) -> None:
@@ -51,8 +53,7 @@ def _next_length(runner: Any, run: Any, question: Any) -> Optional[int]:
     runner._apply(runner.searcher.on_validation_completed(request.request_id, float(metric), run.length))
     if runner.pausing or request.closed or request.pending is None:
         return None
-    run.length, run.reported = request.pending, False
+    run.length, run.reported = request.pending, False  # (the run is not in the state _apply saved)
     trial_id, goal = request.trial_id, runner.launcher.goal(run.length)
     runner._log(trial_id, f"trial {trial_id} promoted at {request.trained}: {goal} in its process")
-    runner._save_state()
     return int(run.length)

@@ -66,10 +66,11 @@ class SearchState:
     held: List[Operation]
 
     def to_json(self, searcher: SearchMethod) -> Dict[str, Any]:
-        """With the searcher's own state: what the store keeps for the experiment."""
+        """With the searcher's own state: what the store keeps for the experiment (its values
+        are the live ones, not copies: encode it before anything changes)."""
         return {
             "searcher": searcher.state_dict(),
-            "requests": {rid: dataclasses.asdict(r) for rid, r in self.requests.items()},
+            "requests": {rid: dict(vars(r)) for rid, r in self.requests.items()},
             "queue": self.queue,
             "shutdown": self.shutdown,
             "held": [op_to_dict(op) for op in self.held],

@@ -121,8 +121,9 @@ class ExperimentRunner(RunnerEndings):
 
     # --- state ------------------------------------------------------------------------------
     def _save_state(self) -> None:
+        """Store the search's state (each change calls this; an unchanged state is not written)."""
         state = SearchState(self.requests, self.queue, self.shutdown, self.held).to_json(self.searcher)
-        if (text := dumps_json(state, "searcher state")) != self._saved_state:  # once per loop or more
+        if (text := dumps_json(state, "searcher state")) != self._saved_state:
             self.store.save_searcher_state(self.id, state)
             self._saved_state = text
 
@@ -198,6 +199,8 @@ class ExperimentRunner(RunnerEndings):
         self.launcher.prestart()  # the fork server warms up while the runner sets up
         self.store.set_experiment_running(self.id, os.getpid())
         make_private_dirs(self.run_dir)
+        if self.launcher.wake_path:
+            self._wakeup.listen(self.launcher.wake_path)  # the runs' chiefs announce their questions
         self._log(None, f"experiment {self.id} started by process {os.getpid()}")
         self._reconcile()
         if not (resume and self._load_state()):
@@ -294,13 +297,15 @@ class ExperimentRunner(RunnerEndings):
         return self.settings.slots_per_trial <= self.launcher.executor.capacity()
 
     def _start_queued(self) -> None:
+        if not (self.queue and self._capacity()):
+            return  # the loop's common pass: nothing changed, nothing to save
         while self.queue and self._capacity():
             rid = self.queue.pop(0)
             request = self.requests[rid]
             if request.pending is None or request.closed:
                 continue
             self._start(request)
-        self._save_state()
+        self._save_state()  # the queue it took from (every other change saves where it is made)
 
     def _latest_checkpoint(self, trial_id: int) -> Optional[Dict[str, Any]]:
         checkpoints = self.store.list_checkpoints(trial_id=trial_id)

@@ -121,6 +121,7 @@ class TrialLauncher:
             slots=self.settings.slots_per_trial,
             settings=self.training.to_json(),
             ask_next_op=self.asks_next_op(length),
+            wake_path=self.wake_path,
         )
         for stale in (spec.result_path, progress_path(spec.result_path)):
             if os.path.exists(stale):
@@ -143,6 +144,12 @@ class TrialLauncher:
         searcher may want more of it: an ASHA rung below the top; runtime/_next_op.py)."""
         own = length == OWN_LENGTH or self.test_mode
         return not own and length < self.searcher.max_length and next_op_enabled(self.worker_env())
+
+    @property
+    def wake_path(self) -> Optional[str]:
+        """The runner's FIFO its runs' chiefs write to (``_wakeup.py``), when they run on this
+        machine; None: the runner polls for their questions."""
+        return os.path.join(self.run_dir, "wake.fifo") if self.executor.chief_is_local() else None
 
     def prestart(self) -> None:
         """Start what the first trials would wait for (the fork server's imports) now."""

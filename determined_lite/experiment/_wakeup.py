@@ -6,13 +6,19 @@ waits for one with ``select`` up to its fallback period (``_runner.POLL_S``), af
 looks anyway: what no event announces (a pause, kill or trial kill the CLI or the SDK wrote to
 the store, the progress files) is seen within that period. A byte written while the loop is
 busy is read at its next wait, so no event is lost between two waits.
+
+Other processes on this machine wake it through a FIFO (:meth:`Wakeup.listen`, in the
+experiment's private run directory): a chief that asks "what next?" writes a byte there once its
+question is written (``runtime/_next_op.py``), so the loop answers at once instead of polling.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
+from typing import List, Optional
 
 
 class Wakeup:
@@ -24,6 +30,18 @@ class Wakeup:
         os.set_blocking(self._write, False)
         self._lock = threading.Lock()  # no write once closed (its descriptor could be reused)
         self._closed = False
+        self._fifo: Optional[str] = None
+        self._fifo_fds: List[int] = []  # its read end, then a write end held (no EOF when a writer closes)
+
+    def listen(self, path: str) -> None:
+        """Wake also on a byte another process writes to the FIFO made now at ``path`` (0600,
+        replacing what an earlier runner left there)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.mkfifo(path, 0o600)
+        self._fifo = path
+        reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self._fifo_fds = [reader, os.open(path, os.O_WRONLY | os.O_NONBLOCK)]
 
     def wake(self) -> None:
         """From any thread: the loop's next (or current) wait returns now."""
@@ -45,20 +63,22 @@ class Wakeup:
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for a wake-up; whether one came (all pending are taken)."""
-        readable, _, _ = select.select([self._read], [], [], timeout)
-        if not readable:
-            return False
-        try:
-            while os.read(self._read, 4096):
+        readable, _, _ = select.select([self._read, *self._fifo_fds[:1]], [], [], timeout)
+        for fd in readable:
+            try:
+                while os.read(fd, 4096):
+                    pass
+            except BlockingIOError:
                 pass
-        except BlockingIOError:
-            pass
-        return True
+        return bool(readable)
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            os.close(self._read)
-            os.close(self._write)
+            for fd in (self._read, self._write, *self._fifo_fds):
+                os.close(fd)
+            if self._fifo is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._fifo)

@@ -123,6 +123,12 @@ class Executor(abc.ABC):
         holds the gang (else ``RuntimeError``).
         """
 
+    def chief_is_local(self) -> bool:
+        """Whether every run's chief is a process on the runner's machine: it can then wake the
+        runner's loop through a FIFO (``spec.wake_path``, ``experiment/_wakeup.py``); else the
+        runner polls for what the chief writes. False by default."""
+        return False
+
     def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
         """Start, in the background, what the first trial run would otherwise wait for (the
         local executor's fork server); the runner calls it once, first. Nothing by default."""

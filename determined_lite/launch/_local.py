@@ -131,6 +131,9 @@ class LocalExecutor(Executor):
     def total(self) -> int:
         return len(self.devices) or cpu_slots()
 
+    def chief_is_local(self) -> bool:
+        return not self.hosts  # with resources.hosts, rank 0 may be on another machine
+
     def capacity(self) -> int:
         with self._lock:
             return self._capacity()

@@ -48,6 +48,7 @@ class WorkerSpec:
     backend: str = SINGLE_ENGINE
     slots: int = 1
     ask_next_op: bool = False  # the chief asks the runner for more at max_length (_next_op.py)
+    wake_path: Optional[str] = None  # the runner's FIFO: the chief announces a question there
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
