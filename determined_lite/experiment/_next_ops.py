@@ -23,8 +23,10 @@ QUESTION_POLL_S = 0.02
 def wait_s(runner: Any, idle_s: float) -> float:
     """How long the runner's loop may wait for an event: ``idle_s``, or ``QUESTION_POLL_S``
     while one of its runs may ask "what next?" without waking it."""
+    listening = runner._wakeup.listening
     polled = any(
-        r.spec.ask_next_op and not r.reported and not r.spec.wake_path for r in runner.running.values()
+        r.spec.ask_next_op and not r.reported and not (r.spec.wake_path and listening)
+        for r in runner.running.values()
     )
     return min(idle_s, QUESTION_POLL_S) if polled else idle_s
 

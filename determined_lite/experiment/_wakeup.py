@@ -33,15 +33,24 @@ class Wakeup:
         self._fifo: Optional[str] = None
         self._fifo_fds: List[int] = []  # its read end, then a write end held (no EOF when a writer closes)
 
-    def listen(self, path: str) -> None:
+    def listen(self, path: str) -> bool:
         """Wake also on a byte another process writes to the FIFO made now at ``path`` (0600,
-        replacing what an earlier runner left there)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        os.mkfifo(path, 0o600)
+        replacing what an earlier runner left there); False where no FIFO can be made there
+        (a file system without them): then the loop polls for what it would announce."""
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            os.mkfifo(path, 0o600)
+            reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return False
         self._fifo = path
-        reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         self._fifo_fds = [reader, os.open(path, os.O_WRONLY | os.O_NONBLOCK)]
+        return True
+
+    @property
+    def listening(self) -> bool:
+        return bool(self._fifo_fds)
 
     def wake(self) -> None:
         """From any thread: the loop's next (or current) wait returns now."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from typing import Any, List
 
 import pytest
@@ -186,3 +187,21 @@ def test_a_pass_of_the_loop_where_nothing_changed_encodes_no_state(tmp_path, mon
     assert create_experiment(config, LINEAR, out=io.StringIO()) == 0
     assert passes[0] >= 60, passes  # the runs take seconds: the loop passed many times
     assert encoded[0] <= 8 * 3, (encoded, passes)  # 11 here; each pass encoded it before
+
+
+def test_where_no_fifo_can_be_made_the_loop_polls_for_questions(tmp_path):
+    """A run directory without FIFOs: ``listen`` says so, and the loop's wait while a run may
+    ask is the question poll again, as for a chief on another machine."""
+    wakeup = _wakeup.Wakeup()
+    try:
+        assert wakeup.listen(os.path.join(str(tmp_path), "missing", "wake.fifo")) is False
+        spec = types.SimpleNamespace(ask_next_op=True, wake_path=os.path.join(str(tmp_path), "wake.fifo"))
+        run = types.SimpleNamespace(spec=spec, reported=False)
+        runner = types.SimpleNamespace(_wakeup=wakeup, running={"r": run})
+        assert _next_ops.wait_s(runner, 0.5) == _next_ops.QUESTION_POLL_S
+        assert wakeup.listen(spec.wake_path) is True
+        assert _next_ops.wait_s(runner, 0.5) == 0.5  # announced: no poll
+        spec.wake_path = None  # a chief elsewhere
+        assert _next_ops.wait_s(runner, 0.5) == _next_ops.QUESTION_POLL_S
+    finally:
+        wakeup.close()
