@@ -115,9 +115,10 @@ def _ask(result_path: str, question: Dict[str, Any], wake_path: Optional[str]) -
     if os.path.exists(answer):
         os.unlink(answer)
     _write(question_path(result_path), question)
-    if wake_path:
+    wait = claim_wait()
+    if wake_path and wait > 0:  # (a chief that waits 0 s withdraws its question at once)
         _announce(wake_path)
-    deadline = time.monotonic() + claim_wait()
+    deadline = time.monotonic() + wait
     while not os.path.exists(answer):
         if time.monotonic() >= deadline:
             try:

@@ -123,8 +123,8 @@ def test_a_question_not_taken_in_time_ends_the_run_as_before(tmp_path):
     ours, out = _search(tmp_path, source, LINEAR, True, wait="0", **_linear_asha())
     theirs, _ = _search(tmp_path, source, LINEAR, False, **_linear_asha())
     _assert_same_searches(ours, theirs)
-    # (The runner could take a question only in the microseconds between its write and its
-    # withdrawal, against a poll every 0.1 s.)
+    # (Such a chief does not announce its question: the runner could take it only in the
+    # microseconds between its write and its withdrawal, woken then by another event.)
     assert not _promotions(out)
     assert sum(len(t["runs"]) for t in ours["trials"]) == sum(len(t["runs"]) for t in theirs["trials"])
 
