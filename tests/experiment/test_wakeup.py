@@ -51,6 +51,19 @@ def test_a_wake_up_ends_the_wait_at_once_and_none_is_lost():
     wakeup.close()
 
 
+def _three_trials_one_at_a_time(tmp_path: Any) -> str:
+    """The linear fixture's grid of three learning rates, one trial at a time."""
+    return write_config(
+        os.path.join(LINEAR, "const.yaml"),
+        tmp_path,
+        **{
+            "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02, 0.03]},
+            "searcher.name": "grid",
+            "searcher.max_concurrent_trials": 1,
+        },
+    )
+
+
 @pytest.fixture
 def own_fork_server(monkeypatch):
     """The in-process runner's fork server, closed after the test."""
@@ -81,15 +94,7 @@ def test_each_trial_end_wakes_the_loop_before_its_fallback(
         return woken
 
     monkeypatch.setattr(_wakeup.Wakeup, "wait", spy)
-    config = write_config(
-        os.path.join(LINEAR, "const.yaml"),
-        tmp_path,
-        **{
-            "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02, 0.03]},
-            "searcher.name": "grid",
-            "searcher.max_concurrent_trials": 1,
-        },
-    )
+    config = _three_trials_one_at_a_time(tmp_path)
     start = time.monotonic()
     code = create_experiment(config, LINEAR, out=io.StringIO())
     elapsed = time.monotonic() - start
@@ -175,15 +180,7 @@ def test_a_pass_of_the_loop_where_nothing_changed_encodes_no_state(tmp_path, mon
 
     monkeypatch.setattr(_requests.SearchState, "to_json", to_json)
     monkeypatch.setattr(_wakeup.Wakeup, "wait", wait)
-    config = write_config(
-        os.path.join(LINEAR, "const.yaml"),
-        tmp_path,
-        **{
-            "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02, 0.03]},
-            "searcher.name": "grid",
-            "searcher.max_concurrent_trials": 1,
-        },
-    )
+    config = _three_trials_one_at_a_time(tmp_path)
     assert create_experiment(config, LINEAR, out=io.StringIO()) == 0
     assert passes[0] >= 60, passes  # the runs take seconds: the loop passed many times
     assert encoded[0] <= 8 * 3, (encoded, passes)  # 11 here; each pass encoded it before
