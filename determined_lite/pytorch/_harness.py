@@ -53,9 +53,9 @@ class WrappedOptimizer:
         self.steps = 0
         self.stepping = False  # inside step_optimizer
         self._warned: set = set()
-        optimizer.register_step_post_hook(self._after_step)
+        optimizer.register_step_post_hook(self.after_step)
 
-    def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.stepping:
             self.warn_once(
                 "manual_step",

@@ -16,7 +16,7 @@ before gradients are averaged or clipped, ``step(optimizer)`` for the optimizer 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 import torch
 
@@ -103,11 +103,18 @@ class Precision:
         if scaler is not None:
             scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer, scaler: Optional[Any] = None) -> None:
-        """Step ``optimizer`` (through its scaler, which skips steps with inf/NaN gradients)."""
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        scaler: Optional[Any] = None,
+        plain_step: Optional[Callable[[], Any]] = None,
+    ) -> None:
+        """Step ``optimizer`` through its scaler, which skips steps with inf/NaN gradients;
+        without one, through ``plain_step`` (the loop's: ``optimizer.step`` without torch's
+        profiler scope), else ``optimizer.step``."""
         scaler = self._scaler_for(scaler)
         if scaler is None:
-            optimizer.step()
+            (plain_step or optimizer.step)()
             return
         scaler.step(optimizer)
         if scaler is self.amp_scaler:
