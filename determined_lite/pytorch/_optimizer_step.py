@@ -96,8 +96,8 @@ def _step(
 
 def zero_grads(optimizer: torch.optim.Optimizer) -> None:
     """``optimizer.zero_grad()``: for torch's own (``set_to_none``), the same ``None`` gradients
-    without the profiler scope it opens around them. With :func:`step_unscoped`, 240,000 fewer
-    instructions a batch on the search measure's MLP (7 %; ``benchmarks/batch_instructions.py``).
+    without the profiler scope it opens around them. With :func:`step_unscoped`, ~215,000 fewer
+    instructions a batch on the search measure's MLP (6.5 %; ``benchmarks/batch_instructions.py``).
     An optimizer class with its own ``zero_grad`` (Horovod's), a patched one, or a recording
     profiler gets the call itself."""
     if type(optimizer).zero_grad is not _TORCH_ZERO_GRAD or torch.autograd._profiler_enabled():
