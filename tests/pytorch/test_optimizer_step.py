@@ -24,9 +24,9 @@ CONF = {"reproducibility": {"experiment_seed": 1}}
 XS = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]] * 2  # 8 batches of the 8-record dataset
 
 
-def _fit(trial_cls: type = LinearTrial, batches: int = 8, **hp: Any) -> Any:
-    with pytorch.init(hparams=dict(HP, **hp), exp_conf=CONF) as ctx:
-        trial = trial_cls(ctx)
+def _fit(batches: int = 8) -> LinearTrial:
+    with pytorch.init(hparams=HP, exp_conf=CONF) as ctx:
+        trial = LinearTrial(ctx)
         pytorch.Trainer(trial, ctx).fit(max_length=pytorch.Batch(batches))
     return trial
 
