@@ -88,24 +88,24 @@ def _step(
     callbacks.call(Hook.ON_AFTER_OPTIMIZER_STEP, opt)
     if auto_zero_grads:
         callbacks.call(Hook.ON_BEFORE_OPTIMIZER_ZERO_GRAD, opt)
-        zero_grads(opt)
+        zero_grads(wrapped)
         callbacks.call(Hook.ON_AFTER_OPTIMIZER_ZERO_GRAD, opt)
     wrapped.steps += 1
     harness.lr.after_optimizer_step(wrapped.owns, wrapped.steps, callbacks)
 
 
-def zero_grads(optimizer: torch.optim.Optimizer) -> None:
+def zero_grads(wrapped: WrappedOptimizer) -> None:
     """``optimizer.zero_grad()``: for torch's own (``set_to_none``), the same ``None`` gradients
     without the profiler scope it opens around them. With :func:`step_unscoped`, ~215,000 fewer
     instructions a batch on the search measure's MLP (6.5 %; ``benchmarks/batch_instructions.py``).
     An optimizer class with its own ``zero_grad`` (Horovod's), a patched one, or a recording
     profiler gets the call itself."""
+    optimizer = wrapped.optimizer
     if type(optimizer).zero_grad is not _TORCH_ZERO_GRAD or torch.autograd._profiler_enabled():
         optimizer.zero_grad()
         return
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            p.grad = None
+    for p in wrapped.parameters():
+        p.grad = None
 
 
 def step_unscoped(wrapped: WrappedOptimizer) -> None:

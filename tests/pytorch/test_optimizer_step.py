@@ -80,7 +80,7 @@ def test_unscoped_steps_are_bit_identical_to_torchs() -> None:
     model_b, opt_b = _model_and_adam()
     wrapped = WrappedOptimizer(opt_b, 1)
     wrapped.stepping = True
-    ours = _train(model_b, lambda: step_unscoped(wrapped), lambda: zero_grads(opt_b))
+    ours = _train(model_b, lambda: step_unscoped(wrapped), lambda: zero_grads(wrapped))
     theirs = _train(model_a, opt_a.step, opt_a.zero_grad)
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
     assert all(p.grad is None for p in model_b.parameters())
@@ -96,7 +96,7 @@ def test_step_hooks_still_run() -> None:
     opt.register_step_post_hook(lambda o, a, k: calls.append("post"))
     handle = register_optimizer_step_post_hook(lambda o, a, k: calls.append("global"))
     try:
-        _train(model, lambda: step_unscoped(wrapped), lambda: zero_grads(opt), batches=2)
+        _train(model, lambda: step_unscoped(wrapped), lambda: zero_grads(wrapped), batches=2)
     finally:
         handle.remove()
     assert calls == ["pre", "post", "global"] * 2
@@ -114,7 +114,7 @@ def test_an_lr_scheduler_counts_the_steps_it_sees() -> None:
             step_unscoped(wrapped)
             sched.step()
 
-        _train(model, step, lambda: zero_grads(opt), batches=3)
+        _train(model, step, lambda: zero_grads(wrapped), batches=3)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.01 / 8)
 
 
@@ -131,5 +131,5 @@ def test_an_optimizers_own_zero_grad_is_called() -> None:
     opt = OwnZeroGrad(model.parameters(), lr=0.1)
     OwnZeroGrad.zeroed = 0
     model(torch.ones(1, 2)).sum().backward()
-    zero_grads(opt)
+    zero_grads(WrappedOptimizer(opt, 1))
     assert OwnZeroGrad.zeroed == 1 and all(p.grad is None for p in model.parameters())
