@@ -3,33 +3,44 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 from typing import TextIO
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)")
+
 
 class _PrefixedStream(io.TextIOBase):
-    """Text stream that prefixes each line written through it."""
+    """Text stream that prefixes each line written through it.
+
+    A line reaches the underlying stream in one write, prefix and end together: workers share one
+    unbuffered pipe, and ``print`` writes its text and its ``\\n`` separately, so writing pieces
+    as they come would let another rank's line land between them. A line's unended tail waits for
+    its end, or for :meth:`flush`.
+    """
 
     def __init__(self, stream: TextIO, prefix: str) -> None:
         self._stream = stream
         self._prefix = prefix
-        self._at_line_start = True
+        self._pending = ""
+        self._mid_line = False  # a flush wrote the current line's prefix and start already
 
     def write(self, text: str) -> int:
-        if not text:
-            return 0
-        out = []
-        for piece in text.splitlines(keepends=True):
-            if self._at_line_start:
-                out.append(self._prefix)
-            out.append(piece)
-            self._at_line_start = piece.endswith("\n")
-        self._stream.write("".join(out))
-        if self._at_line_start:
+        data = self._pending + text
+        end = max(data.rfind("\n"), data.rfind("\r")) + 1
+        self._pending = data[end:]
+        if end:
+            lines = _LINE.findall(data[:end])
+            head = "" if self._mid_line else self._prefix
+            self._stream.write(head + self._prefix.join(lines))
             self._stream.flush()
+            self._mid_line = False
         return len(text)
 
     def flush(self) -> None:
+        if self._pending:
+            self._stream.write(("" if self._mid_line else self._prefix) + self._pending)
+            self._pending, self._mid_line = "", True
         self._stream.flush()
 
     def fileno(self) -> int:
