@@ -14,6 +14,7 @@ connects or starts a server) so that no runner connects to a server that is goin
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import select
@@ -114,10 +115,17 @@ def _reseed() -> None:
 
 
 def _warm_up() -> None:
+    """Import :data:`WARM_MODULES`, then move every object into the collector's permanent
+    generation, where a forked child's collections never walk them. Otherwise its first
+    collection walks the ~290,000 objects of torch's import and writes into each one's header,
+    copying the heap's pages from the server (a middle-generation collection 3.4 ms, a full one
+    210 ms here; 0.8 ms frozen)."""
     import importlib
 
     for name in WARM_MODULES:
         importlib.import_module(name)
+    gc.collect()
+    gc.freeze()
 
 
 def _identity(path: str) -> Optional[Tuple[int, int]]:
@@ -216,6 +224,7 @@ class Server:
             conn.close()
             return
         request = json.loads(data)
+        gc.freeze()  # the child's collector never walks the server's objects
         pid = os.fork()
         if pid == 0:
             _child(request, fds)

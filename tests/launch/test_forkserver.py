@@ -23,6 +23,7 @@ from tests.timing import budget
 # (the fork server, when forked) and then trains to the end.
 MODEL_DEF = textwrap.dedent(
     """
+    import gc
     import os
     import random
     import signal
@@ -54,6 +55,7 @@ MODEL_DEF = textwrap.dedent(
             with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
                 self.forked = float(b"_forkserver" in f.read())
             CONSTRUCTED.append(1)
+            self.collected = float(len(gc.get_objects()))  # what the collector walks
             mode = int(context.get_hparam("mode"))
             if mode in (1, 2, 3):
                 pollute()
@@ -99,7 +101,7 @@ MODEL_DEF = textwrap.dedent(
         def evaluate_batch(self, batch):
             x, y = batch
             loss = torch.nn.functional.mse_loss(self.model(x), y)
-            return {"val_loss": loss, "forked": self.forked, **self.seen}
+            return {"val_loss": loss, "forked": self.forked, "collected": self.collected, **self.seen}
     """
 )
 
@@ -134,12 +136,18 @@ def _search(tmp_path, modes, forkserver: bool) -> dict:
 
 
 def _final(trial: dict) -> dict:
-    """The trial's last validation metrics, but whether it was forked."""
-    return {k: v for k, v in trial["validation_metrics"][-1]["metrics"].items() if k != "forked"}
+    """The trial's last validation metrics, but whether it was forked and what its collector
+    walks."""
+    metrics = trial["validation_metrics"][-1]["metrics"]
+    return {k: v for k, v in metrics.items() if k not in ("forked", "collected")}
 
 
 def _forked(trial: dict) -> bool:
     return trial["validation_metrics"][-1]["metrics"]["forked"] == 1.0
+
+
+def _collected(trial: dict) -> float:
+    return trial["validation_metrics"][-1]["metrics"]["collected"]
 
 
 @pytest.mark.timeout(480)
@@ -157,6 +165,9 @@ def test_a_trial_that_pollutes_or_crashes_does_not_change_the_next(tmp_path):
     assert clean["constructed"] == 1.0 and clean["in_context"] == 1.0
     assert _final(forked[1])["float64"] == 1.0  # the pollution was real
     assert forked[0]["seed"] == fresh[0]["seed"]
+    # The server's objects (torch's import) are frozen: a forked worker's collector never walks
+    # them, so its collections copy none of the server's pages.
+    assert _collected(fresh[0]) > 100_000 and _collected(forked[0]) < _collected(fresh[0]) / 4
 
 
 @pytest.mark.timeout(480)
