@@ -46,6 +46,9 @@ IDLE_S = "120"  # the fork server the searches share ends 2 minutes after the la
 RUNG_DIVISOR = 2
 STARTUP_ABOVE_TORCH_S = 0.3
 GOAL = 1.25
+# det-lite searches per measure, each timed with its limit right after it: one pair on this
+# 2-vCPU VM moved by 0.3 between two runs of the same code (benchmarks/README.md, round 7)
+PAIRS = {"smoke": 1, "quick": 1, "full": 3}
 PEERS = ("ray_tune", "optuna")
 SPANS = {
     "fresh": "runner's start -> first batch",
@@ -183,19 +186,30 @@ def _startups(stamps: str) -> Tuple[List[float], List[float], List[float]]:
     return fresh, resumed, in_process
 
 
-def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
+def _pair(kind: str, mode: str, tmp: str, data: str) -> Tuple[float, float, Dict[str, Any], str]:
+    """One det-lite search, then the limit of the runs it made, right after it (this box's
+    speed drifts within minutes): (det-lite seconds, limit seconds, the limit's job, the
+    search's stamp directory)."""
     cores = os.cpu_count() or 1
-    data = os.path.join(tmp, "digits.npz")
     stamps = tempfile.mkdtemp(prefix="stamps-", dir=tmp)
-    config = _config(kind, mode, cores, data, stamps)
-    _warm_server(tmp, config)
-    ours, described = _det_lite(tmp, config, forkserver=True)
-    fresh, resumed, in_process = _startups(stamps)
+    ours, described = _det_lite(tmp, _config(kind, mode, cores, data, stamps), forkserver=True)
     log(f"search {kind}: det-lite {ours:.2f} s (load {os.getloadavg()[0]:.1f})")
     runs = _runs(described)
     points = sorted({p for _, pts in runs for p in pts}) if kind == "adaptive_asha" else [BATCHES[mode]]
     job = {"data_path": data, "cores": cores, "runs": runs, "points": points, "divisor": RUNG_DIVISOR}
-    limit = _side("limit", job, tmp) / cores  # right after det-lite's: this box's speed drifts
+    limit = _side("limit", job, tmp) / cores
+    log(f"search {kind}: limit {limit:.2f} s")
+    return ours, limit, job, stamps
+
+
+def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
+    cores = os.cpu_count() or 1
+    data = os.path.join(tmp, "digits.npz")
+    _warm_server(tmp, _config(kind, mode, cores, data, None))
+    pairs = [_pair(kind, mode, tmp, data) for _ in range(PAIRS[mode])]
+    job = pairs[-1][2]
+    runs = job["runs"]
+    fresh, resumed, in_process = (sum(x, []) for x in zip(*(_startups(p[3]) for p in pairs)))
     cold = None
     if kind == "random":  # the first search of a session: its own server's warm-up included
         cold_config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
@@ -206,10 +220,10 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
         config = _config(kind, mode, cores, data, tempfile.mkdtemp(dir=tmp))
         plain, _ = _det_lite(tmp, config, forkserver=False)
     result: Dict[str, Any] = {
-        "det_lite": ours,
+        "det_lite": [p[0] for p in pairs],
         "cold": cold,
         "no_forkserver": plain,
-        "limit": limit,
+        "limit": [p[1] for p in pairs],
         "limit_parallel": _parallel_limit(job, tmp),
         "fresh": fresh,
         "resumed": resumed,
@@ -218,11 +232,12 @@ def _one_search(kind: str, mode: str, tmp: str, peers: bool) -> Dict[str, Any]:
         "trials": len(runs),
         "batches": sum(max(p) for _, p in runs),
     }
-    log(f"search {kind}: limit {result['limit']:.2f} s")
     for side in PEERS if peers else ():
         result[side] = _side(side, job, tmp)
         log(f"search {kind}: {side} {result[side]:.2f} s")
-    log(f"search {kind}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items() if isinstance(v, float)))
+    pairs_text = ", ".join(f"{o:.2f}/{lim:.2f}" for o, lim in zip(result["det_lite"], result["limit"]))
+    others = ", ".join(f"{k} {v:.2f}" for k, v in result.items() if isinstance(v, float))
+    log(f"search {kind}: det-lite/limit {pairs_text}; {others}")
     log(f"   {os.getloadavg()[0]:.1f} load average (1 min)")
     return result
 
@@ -259,32 +274,34 @@ def run(mode: str, repeats: Optional[int] = None, peers: Any = ()) -> List[Row]:
 
 
 def _search_rows(name: str, results: List[Dict[str, Any]], peers: bool) -> List[Row]:
-    row = ratio_row(
+    row = ratio_row(  # every pair of every repeat: the ratio is the median of the pairs' ratios
         name,
-        [r["det_lite"] for r in results],
-        [r["limit"] for r in results],
+        [x for r in results for x in r["det_lite"]],
+        [x for r in results for x in r["limit"]],
         GOAL,
         trials=results[0]["trials"],
         batches=results[0]["batches"],
         lead_peers=peers,
         load_average=os.getloadavg()[0],
     )
+    row["pair_ratios"] = [round(o / b, 3) for r in results for o, b in zip(r["det_lite"], r["limit"])]
     row["limit_parallel_s"] = statistics.median(r["limit_parallel"] for r in results)
     row["note"] = (
-        f"load {row['load_average']:.1f}; the limit's runs in {os.cpu_count()} processes at once "
-        f"{row['limit_parallel_s']:.1f} s"
+        f"load {row['load_average']:.1f}; pairs {row['pair_ratios']}; "
+        f"the limit's runs in {os.cpu_count()} processes at once {row['limit_parallel_s']:.1f} s"
     )
     if results[0]["no_forkserver"] is not None:
         row["no_forkserver_s"] = statistics.median(r["no_forkserver"] for r in results)
         row["note"] += f"; without the fork server {row['no_forkserver_s']:.1f} s"
     rows = [row]
     if results[0]["cold"] is not None:  # reported: the search that starts the session's server
-        limits = [r["limit"] for r in results]
+        limits = [statistics.median(r["limit"]) for r in results]
         cold = ratio_row(f"{name}_own_server", [r["cold"] for r in results], limits, None)
         cold["note"] = "a search that starts its own fork server (its warm-up: torch's imports)"
         rows.append(cold)
     for side in PEERS if peers else ():
-        peer = ratio_row(name, [r[side] for r in results], [r["limit"] for r in results], GOAL)
+        limits = [statistics.median(r["limit"]) for r in results]
+        peer = ratio_row(name, [r[side] for r in results], limits, GOAL)
         rows.append(peer_row(peer, side))
     if peers:
         row["note"] += "; " + ", ".join(
