@@ -294,13 +294,12 @@ def _search_rows(name: str, results: List[Dict[str, Any]], peers: bool) -> List[
         row["no_forkserver_s"] = statistics.median(r["no_forkserver"] for r in results)
         row["note"] += f"; without the fork server {row['no_forkserver_s']:.1f} s"
     rows = [row]
+    limits = [statistics.median(r["limit"]) for r in results]  # what a single-run row is set against
     if results[0]["cold"] is not None:  # reported: the search that starts the session's server
-        limits = [statistics.median(r["limit"]) for r in results]
         cold = ratio_row(f"{name}_own_server", [r["cold"] for r in results], limits, None)
         cold["note"] = "a search that starts its own fork server (its warm-up: torch's imports)"
         rows.append(cold)
     for side in PEERS if peers else ():
-        limits = [statistics.median(r["limit"]) for r in results]
         peer = ratio_row(name, [r[side] for r in results], limits, GOAL)
         rows.append(peer_row(peer, side))
     if peers:
