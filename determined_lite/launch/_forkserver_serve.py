@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from determined_lite.launch._hugepages import HugePages
+
 # What the server imports before it forks (the lazy ``torch._dynamo`` import of the first
 # optimizer alone is ~1.5 s).
 WARM_MODULES = (
@@ -157,8 +159,11 @@ class Server:
         self.conns: Set[socket.socket] = set()
         self.children: Dict[int, Tuple[socket.socket, int]] = {}  # pid -> (connection, request id)
         self.idle_since = time.monotonic()
+        self.huge = HugePages()  # asked for while no child shares the memory (_hugepages.py)
+        self.forked = False  # since the last plan of huge pages
 
     def serve(self, wake: int) -> int:
+        self.huge.plan()
         while True:
             watched: List[Any] = [self.listener, wake, *self.conns]
             readable, _, _ = select.select(watched, [], [], self._timeout())
@@ -169,12 +174,25 @@ class Server:
             for conn in [c for c in readable if c in self.conns]:
                 self._request(conn)
             self._reap()
+            if not self.children:
+                self._huge_pages(busy=bool(readable))
             if self.conns or self.children:
                 self.idle_since = time.monotonic()
             elif self._should_end() and self._end():
                 return 0
 
+    def _huge_pages(self, busy: bool) -> None:
+        """With no child: plan again after forks (the server's own writes since may have split
+        some), and ask for one piece when no message is waiting."""
+        if self.forked:
+            self.forked = False
+            self.huge.plan()
+        if not busy:
+            self.huge.step()
+
     def _timeout(self) -> Optional[float]:
+        if self.huge.pending and not self.children:
+            return 0.0
         if self.conns or self.children:
             return None
         return max(0.0, min(_IDLE_CHECK_S, self.idle_since + self.idle_s - time.monotonic()))
@@ -225,6 +243,7 @@ class Server:
             return
         request = json.loads(data)
         gc.freeze()  # the child's collector never walks the server's objects
+        self.forked = True
         pid = os.fork()
         if pid == 0:
             _child(request, fds)
