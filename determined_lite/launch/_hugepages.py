@@ -13,8 +13,6 @@ nothing changes: the pages stay as they were, and a child's memory is the same e
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import sys
 from typing import Callable, List, Optional, Tuple
 
@@ -41,6 +39,9 @@ def collapsible_ranges(maps: str) -> List[Tuple[int, int]]:
 def _madvise() -> Optional[Callable[[int, int, int], int]]:
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # here: the runner imports the server's module for its constants, not this
+    import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         func = libc.madvise
