@@ -182,9 +182,11 @@ class Server:
                 return 0
 
     def _huge_pages(self, busy: bool) -> None:
-        """With no child: plan again after forks (the server's own writes since may have split
-        some), and ask for one piece when no message is waiting."""
-        if self.forked:
+        """With no child: ask for one piece when no message is waiting. After forks, plan again
+        once no runner is connected either (the server's own writes split some of the pages its
+        children shared; between two runs of a search, collapsing them again would cost more
+        than the next forks save)."""
+        if self.forked and not self.conns:
             self.forked = False
             self.huge.plan()
         if not busy:

@@ -7,7 +7,7 @@ small trial that cost ~3.5 ms of the server's ``fork()`` and ~5 ms of the child'
 puts a range on huge pages on request (``madvise(MADV_COLLAPSE)``, whatever the system's
 transparent-huge-page setting); the server asks for its heap and unnamed private mappings,
 one piece at a time, only while it has no child (pages a child shares do not collapse), so a
-request waits at most one piece (~20 ms). Elsewhere, or where the kernel refuses a range,
+request waits at most one piece (~20 ms), and plans again only between runners' commands. Elsewhere, or where the kernel refuses a range,
 nothing changes: the pages stay as they were, and a child's memory is the same either way.
 """
 
