@@ -7,8 +7,9 @@ small trial that cost ~3.5 ms of the server's ``fork()`` and ~5 ms of the child'
 puts a range on huge pages on request (``madvise(MADV_COLLAPSE)``, whatever the system's
 transparent-huge-page setting); the server asks for its heap and unnamed private mappings,
 one piece at a time, only while it has no child (pages a child shares do not collapse), so a
-request waits at most one piece (~20 ms), and plans again only between runners' commands. Elsewhere, or where the kernel refuses a range,
-nothing changes: the pages stay as they were, and a child's memory is the same either way.
+request waits at most one piece (~20 ms), and plans again only between runners' commands.
+Elsewhere, or where the kernel refuses a range, nothing changes: the pages stay as they were,
+and a child's memory is the same either way.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ class HugePages:
         self._madvise = _madvise()
         self._todo: List[Tuple[int, int]] = []
         self._collapsed = True  # whether the last pass collapsed anything
-        self.pieces_done = 0
 
     @property
     def pending(self) -> bool:
@@ -85,4 +85,3 @@ class HugePages:
         start, end = self._todo.pop(0)
         if self._madvise(start, end - start, MADV_COLLAPSE) == 0:
             self._collapsed = True
-            self.pieces_done += 1

@@ -15,6 +15,7 @@ from tests.cli_helpers import REPO
 from tests.timing import budget
 
 MIB = 1 << 20
+UNNAMED = 0x7F00_1000_0000  # the 64 MiB unnamed mapping of MAPS
 MAPS = f"""\
 {0x55d4_0000_0000:x}-{0x55d4_0000_0000 + 1 * MIB:x} r--p 00000000 08:01 123 /usr/bin/python3.11
 {0x55d4_0100_0000 + MIB:x}-{0x55d4_0100_0000 + 15 * MIB:x} rw-p 00000000 00:00 0 [heap]
@@ -36,7 +37,7 @@ def test_the_ranges_are_whole_huge_pages_of_private_writable_anonymous_memory():
         # 3 MiB unnamed: one whole huge page
         (0x7F00_0000_0000, 0x7F00_0000_0000 + HUGE_PAGE),
         # 64 MiB unnamed: pieces of PIECE
-        *[(0x7F00_1000_0000 + k * PIECE, 0x7F00_1000_0000 + (k + 1) * PIECE) for k in range(64 * MIB // PIECE)],
+        *[(UNNAMED + k * PIECE, UNNAMED + (k + 1) * PIECE) for k in range(64 * MIB // PIECE)],
     ]  # never a file's pages, an executable or read-only mapping, or the stack
 
 
