@@ -11,6 +11,8 @@ import only click and the standard library (never torch).
 
 from __future__ import annotations
 
+import atexit
+import gc
 from typing import Optional, Sequence
 
 import click
@@ -45,7 +47,14 @@ cli.add_command(ui)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Console-script entry point (``det-lite``); exits with the command's code."""
+    """Console-script entry point (``det-lite``); exits with the command's code.
+
+    The last exit handler moves every live object into the collector's permanent generation:
+    the interpreter's final collections then skip them, which took ~0.1 s of every command's
+    end once an experiment's modules are loaded (measured; 15 ms frozen). Objects still alive
+    at exit are not promised a collection anyway; module teardown and the other exit
+    handlers (logging's flush, temporary directories) run as before."""
+    atexit.register(gc.freeze)  # after every exit handler the command registers (reverse order)
     cli.main(args=list(argv) if argv is not None else None, prog_name="det-lite")
 
 

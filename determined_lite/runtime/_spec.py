@@ -129,14 +129,15 @@ def progress_path(result_path: str) -> str:
 
 
 def _write_json_atomic(path: str, data: Dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` whole (renamed into place), 0600, not fsynced: a run's spec and
+    result are messages between the runner and its live workers, written anew for every run;
+    after a crash, the store and the checkpoints (fsynced) are what resumes."""
     directory = os.path.dirname(os.path.abspath(path))
     make_private_dirs(directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")  # 0600
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, default=str)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

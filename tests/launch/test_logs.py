@@ -1,11 +1,15 @@
-"""Rank-prefixed worker output: each line reaches the shared pipe whole, prefix first."""
+"""Worker output: each rank-prefixed line reaches the shared pipe whole, prefix first; the
+worker's logging set-up."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from typing import List
+
+import pytest
 
 from determined_lite.launch._logs import _PrefixedStream
 
@@ -64,3 +68,24 @@ def test_two_unbuffered_workers_on_one_pipe_never_split_a_line() -> None:
         mine = [x for x in lines if x.startswith(f"[rank {r}] ")]
         assert mine == [f"[rank {r}] line {i} of rank {r}" for i in range(3000)]
     assert len(lines) == 6000
+
+
+def test_a_worker_logs_info_and_sets_the_root_level_only_when_it_differs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Setting a level clears every logger's cache (torch's hundreds, ~1 ms a worker): a worker
+    forked from the fork server, whose root is already at INFO, does not."""
+    from determined_lite.launch import worker
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    cleared: List[int] = []
+    monkeypatch.setattr(logging.Logger.manager, "_clear_cache", lambda: cleared.append(1))
+    worker._log_info()
+    assert (root.level, len(root.handlers), cleared) == (logging.INFO, 1, [1])
+    assert "%(asctime)s" in (root.handlers[0].formatter._fmt or "")  # type: ignore[union-attr]
+    root.handlers = []
+    cleared.clear()
+    worker._log_info()  # as in a forked worker: INFO already
+    assert (root.level, len(root.handlers), cleared) == (logging.INFO, 1, [])
