@@ -61,7 +61,7 @@ class WorkerSpec:
         return TrainingSettings.from_json(self.settings)
 
     def save(self, path: str) -> str:
-        _write_json_atomic(path, dataclasses.asdict(self))
+        _write_json_atomic(path, _fields(self))
         return path
 
     @classmethod
@@ -102,7 +102,7 @@ class WorkerResult:
         return self.checkpoints[-1] if self.checkpoints else None
 
     def save(self, path: str) -> str:
-        _write_json_atomic(path, dataclasses.asdict(self))
+        _write_json_atomic(path, _fields(self))
         return path
 
     @classmethod
@@ -128,6 +128,12 @@ def progress_path(result_path: str) -> str:
     return result_path + ".progress"
 
 
+def _fields(record: Any) -> Dict[str, Any]:
+    """A spec's or result's fields, values as they are (``dataclasses.asdict`` deep-copies every
+    nested dict of the config first, ~0.2 ms a run; the JSON written is the same)."""
+    return {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
+
+
 def _write_json_atomic(path: str, data: Dict[str, Any]) -> None:
     """Write ``data`` to ``path`` whole (renamed into place), 0600, not fsynced: a run's spec and
     result are messages between the runner and its live workers, written anew for every run;
@@ -137,7 +143,7 @@ def _write_json_atomic(path: str, data: Dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")  # 0600
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, default=str)
+            f.write(json.dumps(data, default=str))  # the C encoder: json.dump streams in Python
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
