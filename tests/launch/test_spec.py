@@ -18,10 +18,9 @@ CONFIG = {
 }
 
 
-def test_spec_round_trip_carries_settings(tmp_path):
+def _spec(tmp_path) -> WorkerSpec:
     config = validate_config(CONFIG)
-    settings = config.training_settings()
-    spec = WorkerSpec(
+    return WorkerSpec(
         entrypoint=config.entrypoint,
         context_dir=str(tmp_path),
         exp_conf=config.to_dict(),
@@ -29,8 +28,13 @@ def test_spec_round_trip_carries_settings(tmp_path):
         result_path=str(tmp_path / "result.json"),
         max_length={"batches": 20},
         trial_seed=1,
-        settings=settings.to_json(),
+        settings=config.training_settings().to_json(),
     )
+
+
+def test_spec_round_trip_carries_settings(tmp_path):
+    spec = _spec(tmp_path)
+    settings = spec.training_settings()
     path = spec.save(str(tmp_path / "spec.json"))
     with open(path) as f:
         assert json.load(f)["settings"] == settings.to_json()
@@ -53,17 +57,7 @@ def test_a_spec_and_a_result_are_written_whole_and_private_without_waiting_on_th
         raise AssertionError("a run's spec or result was fsynced")
 
     monkeypatch.setattr(os, "fsync", no_fsync)
-    config = validate_config(CONFIG)
-    spec = WorkerSpec(
-        entrypoint=config.entrypoint,
-        context_dir=str(tmp_path),
-        exp_conf=config.to_dict(),
-        hparams={"global_batch_size": 32},
-        result_path=str(tmp_path / "result.json"),
-        max_length={"batches": 20},
-        trial_seed=1,
-        settings=config.training_settings().to_json(),
-    )
+    spec = _spec(tmp_path)
     assert WorkerSpec.load(spec.save(str(tmp_path / "spec.json"))) == spec
     result = WorkerResult(WorkerStatus.COMPLETED, total_batches=20)
     assert WorkerResult.load(result.save(spec.result_path)) == result
