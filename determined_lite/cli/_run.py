@@ -9,6 +9,8 @@ and ``det.core.init()`` take their local forms. The exit status is the script's.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib.util
 import os
 import sys
@@ -43,6 +45,9 @@ def run(module: Optional[str], script_and_args: Tuple[str, ...]) -> None:
             raise BadInput(f"no script {path!r} in {os.getcwd()}")
         script = ScriptCommand(path, None, tuple(args))
     os.environ.pop(SPEC_ENV, None)  # a local run: no cluster info, also in its subprocesses
+    # The script's reference cycles are collected at exit, their finalizers run, as under
+    # python3: det-lite's own commands freeze the collector at exit instead (``cli.main``).
+    atexit.unregister(gc.freeze)
     install_alias()
     try:
         run_as_main(script, os.getcwd())

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 
 from determined_lite.config import Batch, CheckpointPolicy
-from determined_lite.launch import WorkerSpec
+from determined_lite.launch import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.searcher import validate_config
 
 CONFIG = {
@@ -49,9 +50,6 @@ def test_spec_round_trip_carries_settings(tmp_path):
 def test_a_spec_and_a_result_are_written_whole_and_private_without_waiting_on_the_disk(tmp_path, monkeypatch):
     """They are messages between a runner and its live workers: renamed into place, 0600, and
     never fsynced (an fsync per run's start and end only waited on the disk)."""
-    import os
-
-    from determined_lite.launch import WorkerResult, WorkerStatus
 
     def no_fsync(fd: int) -> None:
         raise AssertionError("a run's spec or result was fsynced")
