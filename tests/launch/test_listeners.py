@@ -1,8 +1,10 @@
 """Every socket a single-host trial listens on is bound to the loopback address.
 
 Real 2-process runs (torch.distributed and Horovod, Gloo on CPU) through ``det-lite experiment
-create``; while they train, the listening TCP sockets of the whole process tree (runner,
-torchrun agent or horovodrun wrapper, workers) are sampled with psutil.
+create``. A ``listen()`` shim preloaded into the whole process tree (runner, torchrun agent or
+horovodrun wrapper, workers) logs every TCP socket that starts listening, however briefly: Horovod's
+Gloo pair sockets live about 0.1 s, which sampling can miss on a busy box. psutil names each
+process's role while the run trains.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from tests.timing import budget
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 LOOPBACK_ADDRESSES = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+SHIM_SOURCE = os.path.join(REPO, "tests", "fixtures", "native", "listen_log.c")
 AGENT_MODULES = ("determined_lite.launch._torchrun", "determined_lite.launch._horovodrun")
 WORKER_MODULE = "determined_lite.launch.worker"
 
 pytestmark = pytest.mark.timeout(240)
 
 Listener = Tuple[str, int, str]  # address, port, the listening process's role
+Completed = subprocess.CompletedProcess
 
 
 def _role(proc: psutil.Process) -> str:
@@ -44,45 +48,64 @@ def _role(proc: psutil.Process) -> str:
     return " ".join(cmdline)[:80]
 
 
-def _listeners(root: psutil.Process) -> Set[Listener]:
-    """The TCP sockets that ``root`` and its descendants listen on right now."""
-    found: Set[Listener] = set()
+def _roles(root: psutil.Process) -> Dict[int, str]:
+    """The role of ``root`` and of each of its descendants alive right now, by pid.
+
+    A process that has exited but is not yet reaped shows an empty command line: it keeps the role
+    an earlier sample gave it.
+    """
+    found: Dict[int, str] = {}
     try:
         procs = [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
         return found
     for proc in procs:
         try:
-            connections = getattr(proc, "net_connections", None) or proc.connections
-            for c in connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN:
-                    found.add((c.laddr.ip, c.laddr.port, _role(proc)))
+            if proc.cmdline():
+                found[proc.pid] = _role(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
 
 
-def _run_sampling(config: str, timeout: float = 200) -> Tuple[subprocess.CompletedProcess, Set[Listener]]:
-    """Run ``det-lite experiment create CONFIG`` and collect its process tree's listeners."""
+@pytest.fixture(scope="module")
+def listen_shim(tmp_path_factory) -> str:
+    """The ``listen()`` shim, built by the C compiler that Horovod's build needs anyway."""
+    out = tmp_path_factory.mktemp("shim") / "liblisten.so"
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(out), SHIM_SOURCE, "-ldl"], check=True)
+    return str(out)
+
+
+def _run_logging(config: str, shim: str, log: str, timeout: float = 200) -> Tuple[Completed, Set[Listener]]:
+    """Run ``det-lite experiment create CONFIG`` with the shim; every listener with its role."""
+    preload = " ".join(filter(None, [shim, os.environ.get("LD_PRELOAD")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "determined_lite.cli", "experiment", "create", config, LINEAR],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
+        env={**os.environ, "LD_PRELOAD": preload, "LISTEN_LOG": log},
     )
     root = psutil.Process(proc.pid)
-    seen: Set[Listener] = set()
+    roles: Dict[int, str] = {}
     deadline = time.monotonic() + budget(timeout)
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            seen |= _listeners(root)
+            roles.update(_roles(root))
             time.sleep(0.05)
         out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    seen: Set[Listener] = set()
+    with open(log, "a+") as f:  # a run that fails before any process listens leaves none
+        f.seek(0)
+        for line in f:
+            pid, address, port = line.split()
+            seen.add((address, int(port), roles.get(int(pid), f"pid {pid}, gone before it was sampled")))
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, ""), seen
 
 
@@ -91,15 +114,15 @@ def _run_sampling(config: str, timeout: float = 200) -> Tuple[subprocess.Complet
     [("torch", None), ("horovod", None), ("torch", ["localhost:1", "127.0.0.1:1"])],
     ids=["torch", "horovod", "torch-two-local-hosts"],
 )
-def test_two_worker_run_listens_on_loopback_only(tmp_path, backend, hosts):
+def test_two_worker_run_listens_on_loopback_only(tmp_path, listen_shim, backend, hosts):
     resources: Dict[str, object] = {"slots_per_trial": 2, "distributed_backend": backend}
     if hosts:
         resources["hosts"] = hosts
-    # 0.2 s per batch: a few seconds of training while the listeners are sampled.
+    # 0.2 s per batch: a few seconds of training while the processes' roles are sampled.
     config = write_config(
         os.path.join(LINEAR, "const.yaml"), tmp_path, resources=resources, **{"hyperparameters.sleep_s": 0.2}
     )
-    result, seen = _run_sampling(config)
+    result, seen = _run_logging(config, listen_shim, str(tmp_path / "listen.log"))
     assert result.returncode == 0, result.stdout
     assert describe(1)["trials"][0]["total_batches"] == 12
     roles = {role for _, _, role in seen}
