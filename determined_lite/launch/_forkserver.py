@@ -7,8 +7,10 @@ server process (``launch/_forkserver_serve.py``) that imported those modules onc
 trial code. The child is a full fresh worker: its own session and process group (``stop()`` and
 the kill/pause paths signal the group), the trial's environment, working directory and umask,
 stdout/stderr on the trial's output pipe, the runner lock's file descriptor, and nothing else of
-the server's (its other descriptors are closed, its random generators reseeded). A trial cannot
-leak into the next one: each child starts from the server's untouched image.
+the server's (its other descriptors are closed, its random generators reseeded). Each child
+starts from the server's untouched image; a child whose trial ended well and left nothing
+behind may then run later trials of the same experiment for the same runner
+(``launch/_reuse.py``; ``DET_LITE_REUSE_WORKERS=0`` turns that off).
 
 One server serves every runner of the user whose workers would import the same thing: its
 **key** is the Python, det-lite's and torch's files (paths, sizes, modification times) and the
@@ -59,9 +61,11 @@ from determined_lite.launch._forkserver_serve import MAX_MESSAGE
 from determined_lite.runtime._cluster import SPEC_ENV
 
 FORKSERVER_ENV = "DET_LITE_FORKSERVER"
+REUSE_ENV = "DET_LITE_REUSE_WORKERS"
+MAX_PARKED = 8  # parked processes a runner remembers per key (the server ends the others)
 # Variables that differ between the runs one server serves, read by nothing at import time.
 NOT_KEYED = frozenset(
-    {SPEC_ENV, "DET_LITE_SUPERVISOR_PID", "DET_LITE_SUPERVISOR_HOST", "DET_LITE_HOME"}
+    {SPEC_ENV, REUSE_ENV, "DET_LITE_SUPERVISOR_PID", "DET_LITE_SUPERVISOR_HOST", "DET_LITE_HOME"}
     | {"PWD", "OLDPWD", "SHLVL", "_"}  # the shell's
 )
 READY_TIMEOUT_S = 120.0
@@ -69,9 +73,20 @@ DEFAULT_IDLE_S = 600.0
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 
 
+def _flag(env: Dict[str, str], name: str) -> bool:
+    """On unless ``env`` (or this process's environment) sets ``name`` to 0, false or no."""
+    return env.get(name, os.environ.get(name, "1")).strip() not in ("0", "false", "no")
+
+
 def enabled(env: Dict[str, str]) -> bool:
     """Whether 1-slot workers may be forked (``DET_LITE_FORKSERVER=0`` says no)."""
-    return env.get(FORKSERVER_ENV, os.environ.get(FORKSERVER_ENV, "1")).strip() not in ("0", "false", "no")
+    return _flag(env, FORKSERVER_ENV)
+
+
+def reuse_enabled(env: Dict[str, str]) -> bool:
+    """Whether a run may use a process parked by an earlier run of its experiment
+    (``DET_LITE_REUSE_WORKERS=0`` says no: every run is a fresh fork)."""
+    return _flag(env, REUSE_ENV)
 
 
 # Starts the worker as a plain process, its stdout and stderr on the given descriptor (the
@@ -148,9 +163,12 @@ class ForkedChild:
     """A worker started through the server, as much of ``subprocess.Popen`` as ``TrialProcess``
     uses: forked, or a plain process when the server could not fork it; ``pid`` is 0 until then."""
 
-    def __init__(self, server: "ForkServer", rid: int, out: IO[str]) -> None:
+    def __init__(self, server: "ForkServer", rid: int, out: IO[str], reuse_key: str = "") -> None:
         self._server = server
         self.rid = rid
+        self.reuse_key = reuse_key  # its process may run a later run of the same key
+        self.parked = False  # its run ended and its process waits for another (not this run's)
+        self.signalled = False  # a stop reached its process: never reused
         self.stdout = out
         self.pid = 0
         self.plain = False  # started as a plain process (the server could not)
@@ -174,13 +192,17 @@ class ForkedChild:
         self._started.set()
 
     def kill_group(self, sig: int) -> None:
-        """Signal the worker's process group; before it started, make sure it never does."""
+        """Signal the worker's process group; before it started, make sure it never does. Once
+        its run ended and the process parked, the process is no longer this run's: nothing."""
         with self._state:
             pid = self.pid
             if not pid:
                 self.cancelled = True
                 return
-        _killpg(pid, sig)
+            if self.parked:
+                return
+            self.signalled = True
+            _killpg(pid, sig)  # under the lock: the process is not parked meanwhile
 
     def poll(self) -> Optional[int]:
         if not self._ended.is_set() and self._server.lost and self.pid and not self.plain:
@@ -232,6 +254,7 @@ class ForkServer:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._children: Dict[int, ForkedChild] = {}
+        self._parked: Dict[str, List[int]] = {}  # reuse key -> processes parked for it, oldest first
         self._next = 0
         self._sock = self._connect(env)
         threading.Thread(target=self._receive, name="det-lite-forkserver", daemon=True).start()
@@ -301,28 +324,56 @@ class ForkServer:
             child._started_as(int(message["pid"]), plain=False)
         if "code" in message:
             self._children.pop(child.rid, None)
+            if message.get("parked"):
+                self._park(child)
             child._set_exit(int(message["code"]))
+
+    def _park(self, child: ForkedChild) -> None:
+        """``child``'s run ended and its process waits: a later run of its key may use it,
+        unless a stop signalled it (then it is left to the server's timeout)."""
+        with child._state:
+            child.parked = not child.signalled
+        if child.parked and child.reuse_key:
+            with self._lock:
+                pids = self._parked.setdefault(child.reuse_key, [])
+                pids.append(child.pid)
+                del pids[:-MAX_PARKED]
+
+    def _take_parked(self, reuse_key: str) -> int:
+        """The pid of the process that parked last for ``reuse_key`` (0: none)."""
+        with self._lock:
+            pids = self._parked.get(reuse_key)
+            return pids.pop() if pids else 0
 
     def usable(self, env: Dict[str, str]) -> bool:
         return not self.lost and _server_env(env) == self.env
 
     def spawn(
-        self, argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], plain: PlainStart
+        self,
+        argv: Sequence[str],
+        env: Dict[str, str],
+        cwd: str,
+        pass_fds: Sequence[int],
+        plain: PlainStart,
+        reuse_key: str = "",
     ) -> Optional[ForkedChild]:
-        """A worker running ``argv``'s spec: forked now when the server is ready, else by a
-        thread once it is (``plain`` starts it when the server cannot); None when the server is
-        lost already (the caller starts it plainly)."""
+        """A worker running ``argv``'s spec: in a process parked by an earlier run of
+        ``reuse_key`` (non-empty: runs of one experiment, ``_reuse.py``), or forked now when the
+        server is ready, else by a thread once it is (``plain`` starts it when the server
+        cannot); None when the server is lost already (the caller starts it plainly)."""
         if self.lost:
             return None
         read_end, write_end = os.pipe()
         out = os.fdopen(read_end, "r", buffering=1, errors="replace")
         with self._lock:
             self._next += 1
-            child = ForkedChild(self, self._next, out)
+            child = ForkedChild(self, self._next, out, reuse_key)
             self._children[child.rid] = child
         umask = os.umask(0o077)
         os.umask(umask)
         request = {"rid": child.rid, "argv": list(argv), "env": env, "cwd": cwd, "umask": umask}
+        if reuse_key and reuse_enabled(env):
+            request.update(reuse_key=reuse_key, reuse=self._take_parked(reuse_key))
         start = (child, request, write_end, tuple(pass_fds), plain)
         if self._ready.is_set():
             self._start(*start)
@@ -375,12 +426,18 @@ _server_lock = threading.Lock()
 
 
 def spawn(
-    argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], plain: PlainStart
+    argv: Sequence[str],
+    env: Dict[str, str],
+    cwd: str,
+    pass_fds: Sequence[int],
+    plain: PlainStart,
+    reuse_key: str = "",
 ) -> Optional[ForkedChild]:
     """A 1-slot worker for ``argv`` (``python -u -m determined_lite.launch.worker SPEC``) through
-    the server (forked, or by ``plain`` when it cannot), or None: the caller starts it plainly."""
+    the server (a parked process of ``reuse_key``, a fork, or by ``plain`` when it cannot), or
+    None: the caller starts it plainly."""
     server = start(env)
-    return None if server is None else server.spawn(argv, env, cwd, pass_fds, plain)
+    return None if server is None else server.spawn(argv, env, cwd, pass_fds, plain, reuse_key)
 
 
 def start(env: Dict[str, str]) -> Optional[ForkServer]:

@@ -82,10 +82,10 @@ def test_a_worker_logs_info_and_sets_the_root_level_only_when_it_differs(
     monkeypatch.setattr(root, "level", logging.WARNING)
     cleared: List[int] = []
     monkeypatch.setattr(logging.Logger.manager, "_clear_cache", lambda: cleared.append(1))
-    worker._log_info()
+    worker.log_info()
     assert (root.level, len(root.handlers), cleared) == (logging.INFO, 1, [1])
     assert "%(asctime)s" in (root.handlers[0].formatter._fmt or "")  # type: ignore[union-attr]
     root.handlers = []
     cleared.clear()
-    worker._log_info()  # as in a forked worker: INFO already
+    worker.log_info()  # as in a forked worker: INFO already
     assert (root.level, len(root.handlers), cleared) == (logging.INFO, 1, [])
