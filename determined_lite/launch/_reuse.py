@@ -8,16 +8,16 @@ faults of every page a trial touches and the process's teardown are then paid on
 instead of once per trial (~40 ms of CPU a trial, ``benchmarks/README.md``, round 11).
 
 What a trial leaves behind is reset or checked. **Reset** before the next trial: the modules it
-imported from its context directory (its own module globals), ``sys.path``, the warnings filters
-and their once-registries; the fork server's set-up of a child then gives the next trial its
-environment, working directory, umask, output and fresh random states, as for a fresh fork, and
-det-lite seeds it. **Checked** (:func:`left_behind`, after a collection, so that what the trial
-left unreachable is gone), and the worker exits instead of parking when any differs from before
-the trial: Python threads (det-lite's supervisor watch aside), processes in its process group,
-open file descriptors, ``atexit`` handlers and live ``weakref.finalize`` objects, signal
-handlers, torch's global settings, ``torch.compile``'s counters, the levels and handlers of the
-loggers that existed, and the attributes of :data:`WATCHED_MODULES` (set, rebound or, for a
-registry, resized).
+imported from its context directory (its own module globals) and det-lite's, ``sys.path``, the
+warnings filters and their once-registries; the fork server's set-up of a child then gives the
+next trial its environment, working directory, umask, output and fresh random states, as for a
+fresh fork, and det-lite seeds it. **Checked** (:func:`left_behind`, after a collection, so
+that what the trial left unreachable is gone), and the worker exits instead of parking when any
+differs from before the trial: Python threads (det-lite's supervisor watch aside), processes in
+its process group, open file descriptors, ``atexit`` handlers and live ``weakref.finalize``
+objects, signal handlers, the interpreter's streams and hooks, torch's global settings,
+``torch.compile``'s counters, the levels and handlers of the loggers that existed, and the
+attributes of :data:`WATCHED_MODULES` (set, rebound or, for a registry, resized).
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ WATCHED_MODULES = (
     "numpy.random",
     "determined_lite",
     "determined_lite.pytorch",
+    "determined_lite.pytorch._callback",  # global callbacks
     "determined_lite.core",
+    "determined_lite.tensorboard",
 )
 _CONTAINERS = (dict, list, set)
 _SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -114,6 +116,7 @@ def _checked(group: bool = True) -> Dict[str, Any]:
         "atexit handlers": atexit._ncallbacks(),
         "weakref.finalize objects": len(getattr(weakref.finalize, "_registry", ())),
         "signal handlers": tuple(signal.getsignal(s) for s in _SIGNALS),
+        "sys": _sys_state(),
         "torch settings": _torch_settings(),
         "torch.compile counters": _compile_counters(),
         "loggers": _loggers(),
@@ -156,6 +159,19 @@ def _group_members() -> int:
             continue
         count += int(fields[2]) == group
     return count
+
+
+def _sys_state() -> Tuple[Any, ...]:
+    """The interpreter's hooks and streams a trial may replace."""
+    return (
+        tuple(map(id, (sys.stdin, sys.stdout, sys.stderr, sys.excepthook, threading.excepthook))),
+        tuple(map(id, sys.meta_path)),
+        tuple(map(id, sys.path_hooks)),
+        sys.gettrace(),
+        sys.getprofile(),
+        sys.getrecursionlimit(),
+        sys.getswitchinterval(),
+    )
 
 
 def _torch_settings() -> Tuple[Any, ...]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 SPEC_ENV = "DET_LITE_TRIAL_SPEC"
 # ``host:port`` of the TCPStore that workers a trial's script starts itself join
@@ -131,19 +131,25 @@ def checkpoint_batches(path: Optional[str]) -> int:
         return 0
 
 
-_cache: Dict[str, ClusterInfo] = {}
+_cache: Dict[Tuple[str, int, int], ClusterInfo] = {}  # the current spec file's, alone
 
 
 def get_cluster_info() -> Optional[ClusterInfo]:
-    """The trial this process runs for, or None outside a det-lite trial."""
+    """The trial this process runs for, or None outside a det-lite trial. Read once per spec
+    file: a spec is written whole and renamed into place, so a later run's spec at the same
+    path (a restart, a promotion, in a reused worker) is another file."""
     path = os.environ.get(SPEC_ENV)
     if not path:
         return None
-    if path not in _cache:
+    st = os.stat(path)
+    key = (path, st.st_ino, st.st_mtime_ns)
+    if key not in _cache:
         from determined_lite.runtime._spec import WorkerSpec
 
-        _cache[path] = ClusterInfo(WorkerSpec.load(path))
-    return _cache[path]
+        info = ClusterInfo(WorkerSpec.load(path))
+        _cache.clear()
+        _cache[key] = info
+    return _cache[key]
 
 
 _active: Optional[Any] = None

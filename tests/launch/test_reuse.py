@@ -210,6 +210,19 @@ def _logger_level() -> None:
     logging.getLogger("torch").setLevel(logging.DEBUG)
 
 
+def _global_callback() -> None:
+    from determined_lite.pytorch import PyTorchCallback, register_global_callback
+
+    register_global_callback(PyTorchCallback())
+
+
+def _stdout() -> None:
+    import io
+    import sys
+
+    sys.stdout = io.StringIO()
+
+
 def _clean() -> None:
     import logging
 
@@ -227,6 +240,8 @@ def _clean() -> None:
         (_hook, "'module bindings'"),
         (_patch, "'module bindings'"),
         (_new_attribute, "'module bindings'"),
+        (_global_callback, "'module bindings'"),
+        (_stdout, "'sys'"),
         (_thread, "'threads'"),
         (_child, "'process group'"),
         (_fd, "'file descriptors'"),
@@ -291,6 +306,26 @@ def test_a_stop_after_the_run_parked_never_reaches_the_process(monkeypatch):
     other.kill_group(signal.SIGTERM)
     server._dispatch({"rid": 2, "code": 0, "parked": True})
     assert signalled == [4343] and not other.parked and server._take_parked("k") == 0
+
+
+def test_a_later_spec_at_the_same_path_is_read_anew(tmp_path, monkeypatch):
+    """A reused worker's next run of the same trial (a restart, a promotion) has a new spec at
+    the same path: ``det.get_cluster_info()`` reads it, not the last run's."""
+    from determined_lite.runtime import _cluster
+    from determined_lite.runtime._spec import WorkerSpec
+
+    path = str(tmp_path / "spec.json")
+    monkeypatch.setenv(_cluster.SPEC_ENV, path)
+    spec = dict(entrypoint="model_def:T", context_dir="/ctx", exp_conf={}, hparams={"lr": 1}, settings={})
+    common = dict(result_path="/r.json", max_length={"batches": 1}, trial_seed=1, trial_id=5, experiment_id=1)
+    WorkerSpec(**spec, **common).save(path)  # type: ignore[arg-type]
+    first = _cluster.get_cluster_info()
+    assert first is not None and first.latest_checkpoint is None
+    WorkerSpec(**spec, **common, latest_checkpoint=str(tmp_path)).save(path)  # type: ignore[arg-type]
+    second = _cluster.get_cluster_info()
+    assert second is not None and second.latest_checkpoint == tmp_path.name
+    assert second is _cluster.get_cluster_info()
+    assert len(_cluster._cache) == 1
 
 
 def test_runs_share_workers_only_within_a_trial_class_experiment():
