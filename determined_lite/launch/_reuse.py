@@ -73,7 +73,9 @@ class Before:
 
 
 def before_trial() -> Before:
-    """Take the state :func:`left_behind` compares with and :func:`reset` restores."""
+    """Take the state :func:`left_behind` compares with and :func:`reset` restores (after a
+    collection, as the check is: what was already unreachable is no trace of the trial's)."""
+    gc.collect()
     checked = _checked(group=False)
     checked["process group"] = 0  # a trial's worker starts alone in its group (its own session)
     return Before(frozenset(sys.modules), tuple(sys.path), tuple(warnings.filters), checked)
