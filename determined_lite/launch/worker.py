@@ -89,7 +89,6 @@ def _trial_class_names(namespace: Any) -> List[str]:
     return trials or list(classes)
 
 
-
 class ProgressWatch(PyTorchCallback):
     """A core callback that knows whether this run completed a batch (a failure before that is
     not restarted: it would recur). Costs nothing per batch: it reads the loop's state when asked."""
