@@ -97,13 +97,15 @@ def left_behind(before: Before) -> Optional[str]:
 
 
 def reset(before: Before, context_dir: str) -> None:
-    """Forget the modules the trial imported from ``context_dir`` and restore ``sys.path`` and
-    the warnings filters (their once-registries are invalidated, so the next trial sees each
-    warning again, as a fresh process would); collect what the trial left unreachable."""
+    """Forget the modules the trial imported from ``context_dir`` and det-lite's own that it
+    imported (the fork server's image has the rest), and restore ``sys.path`` and the warnings
+    filters (their once-registries are invalidated, so the next trial sees each warning again,
+    as a fresh process would)."""
     root = os.path.join(os.path.realpath(context_dir), "")
     for name in set(sys.modules) - before.modules:
         path = getattr(sys.modules.get(name), "__file__", None)
-        if path and os.path.realpath(path).startswith(root):
+        ours = name.split(".", 1)[0] in ("determined_lite", "determined")
+        if ours or (path and os.path.realpath(path).startswith(root)):
             del sys.modules[name]
     sys.path[:] = before.path
     warnings.filters[:] = before.warnings  # type: ignore[index]

@@ -267,12 +267,17 @@ def test_reset_forgets_the_trials_own_modules_and_restores_paths_and_warnings(tm
 
     users_module.VALUE.append(1)
     import sys
+    import types
     import warnings
+
+    ours = "determined_lite._imported_by_the_trial"
+    sys.modules[ours] = types.ModuleType(ours)
 
     sys.path.append("/a/path/of/the/trial")
     warnings.simplefilter("error")
     _reuse.reset(before, str(context))
     assert "users_module" not in sys.modules and "uuid" in sys.modules
+    assert ours not in sys.modules  # det-lite's own: imported fresh by the next trial
     assert "/a/path/of/the/trial" not in sys.path
     assert tuple(warnings.filters) == before.warnings
     import users_module as again  # type: ignore[import-not-found]
