@@ -31,7 +31,7 @@ from determined_lite.cli._describe import (
 )
 from determined_lite.cli._logs import print_logs
 from determined_lite.cli._table import Cut, Fit, echo_rows
-from determined_lite.store import Action, ExperimentState, det_lite_home
+from determined_lite.store import Action, det_lite_home
 
 DEFAULT_LIST_LIMIT = 100
 LIST_FIT = Fit(cut={"Name": Cut.END}, drop=("End Time", "Start Time"))
@@ -274,29 +274,22 @@ def kill(experiment_id: int) -> None:
 def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
     """Delete a finished or paused experiment: its records, checkpoints (registered or not),
     TensorBoard files and run directory ($DET_LITE_HOME/experiments/ID, with the context snapshot)."""
+    from determined_lite.experiment._gc import DeleteRefused, check_deletable, delete_experiment
+
     store = open_store()
     exp = get_experiment(store, experiment_id)
-    if exp["state"] == ExperimentState.ACTIVE or exp["running"]:
-        raise BadInput(
-            f"experiment {experiment_id} is {display_state(exp)}; kill or pause it before deleting it"
-        )
-    registered = store.registered_checkpoints(experiment_id)
-    if registered:
-        uuid, owner = next(iter(registered.items()))
-        more = f" and {len(registered) - 1} more" if len(registered) > 1 else ""
-        raise BadInput(
-            f"experiment {experiment_id} has checkpoints in the model registry (checkpoint {uuid}: "
-            f"{owner}{more}); delete those model versions first"
-        )
+    try:
+        check_deletable(store, exp)
+    except DeleteRefused as e:
+        raise BadInput(str(e)) from None
     if not yes and not click.confirm(
         f"Delete experiment {experiment_id} with its checkpoints and TensorBoard files?", default=False
     ):
         click.echo("Nothing deleted.", err=True)
         ctx.exit(EXIT_FAILED)
-    from determined_lite.experiment._gc import Fate, delete_experiment_files
+    from determined_lite.experiment._gc import Fate
 
-    checkpoints = store.delete_experiment(experiment_id)
-    report = delete_experiment_files(store, exp, checkpoints)
+    checkpoints, report = delete_experiment(store, exp)
     for problem in report.notes + report.problems:
         warn(problem)
     for fate, path, why in report.actions:
