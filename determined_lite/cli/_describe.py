@@ -143,12 +143,27 @@ def experiment_json(exp: Dict[str, Any]) -> Dict[str, Any]:
     return {"experiment": experiment, "config": config, "jobSummary": None}
 
 
+def varying_first(trials: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Each trial's hyperparameters with those whose values differ across ``trials`` first
+    (then the others, each group by name): a narrow H-Params column shows what was searched."""
+    params = [t["hparams"] or {} for t in trials]
+    names = sorted({name for hp in params for name in hp})
+
+    def varies(name: str) -> bool:
+        seen = {json.dumps([name in hp, hp.get(name)], sort_keys=True, default=str) for hp in params}
+        return len(seen) > 1
+
+    order = sorted(names, key=lambda name: not varies(name))
+    return [{k: hp[k] for k in order if k in hp} for hp in params]
+
+
 def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
+    hparams = varying_first(trials)
     rows = [
         [
             t["id"],
             trial_display_state(t),
-            t["hparams"],
+            hparams[i],
             t["seed"],
             t["total_batches"],
             t["restarts"],
@@ -158,7 +173,7 @@ def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
             format_time(t["ended_at"]),
             _where(t.get("runs") or []),
         ]
-        for t in trials
+        for i, t in enumerate(trials)
     ]
     fit = Fit(
         cut={"Latest Checkpoint": Cut.END, "H-Params": Cut.ITEMS},

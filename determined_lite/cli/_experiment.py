@@ -34,10 +34,13 @@ from determined_lite.cli._table import Cut, Fit, echo_rows
 from determined_lite.store import Action, det_lite_home
 
 DEFAULT_LIST_LIMIT = 100
+ALIASES = {"ls": "list", "lt": "list-trials", "unpause": "activate"}
 LIST_FIT = Fit(cut={"Name": Cut.END}, drop=("End Time", "Start Time"))
 
 
-@click.group("experiment", cls=AliasedGroup, aliases={"ls": "list"})
+@click.group(
+    "experiment", cls=AliasedGroup, aliases={"ls": "list", "lt": "list-trials", "unpause": "activate"}
+)
 def experiment() -> None:
     """Create and manage experiments."""
 
@@ -53,7 +56,7 @@ def _config_errors() -> Tuple[Type[BaseException], ...]:
     return (ConfigError,)
 
 
-def _exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
+def exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
     """Exit with the code of ``call`` (into the experiment layer, which imports torch when it runs
     trials); a config error or a request the experiment's state refuses is bad input (2); a full
     disk is one line and a failure (1)."""
@@ -77,7 +80,7 @@ def _exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
     ctx.exit(int(code))
 
 
-def _parse_overrides(overrides: Sequence[str]) -> List[str]:
+def parse_overrides(overrides: Sequence[str]) -> List[str]:
     for item in overrides:
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():
@@ -117,27 +120,34 @@ def create(
 ) -> None:
     """Create an experiment from CONFIG_FILE with the trial code in CONTEXT_DIR, and run it.
 
-    In the foreground, exits 0 only when the experiment COMPLETED.
+    In the foreground (this terminal shows its progress until it ends), exits 0 only when the
+    experiment COMPLETED. Ctrl-C pauses it: its trials stop at their next scheduling-unit
+    boundary with a checkpoint (a second Ctrl-C stops them at once); `det-lite experiment
+    activate ID` resumes it.
     """
     if detach and follow:
         raise click.UsageError("--detach returns at once; -f/--follow stays with the run: give one")
-    parsed = _parse_overrides(overrides)
+    parsed = parse_overrides(overrides)
     from determined_lite.experiment import create_experiment
 
-    _exit_with(
-        ctx, lambda: create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode)
-    )
+    exit_with(ctx, lambda: create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode))
 
 
-@experiment.command("activate", short_help="Resume a paused experiment.")
+@experiment.command("activate", short_help="Resume a paused experiment (in the foreground).")
 @click.argument("experiment_id", type=int)
-@click.option("--detach", is_flag=True, help="Resume in the background.")
+@click.option("--detach", is_flag=True, help="Resume in the background and return at once.")
 @click.pass_context
 def activate(ctx: click.Context, experiment_id: int, detach: bool) -> None:
-    """Resume a PAUSED experiment from its trials' latest checkpoints."""
+    """Resume a PAUSED experiment from its trials' latest checkpoints.
+
+    Unlike Determined's (which asks the master and returns), this runs the experiment in this
+    terminal, with its progress bars, until it ends, as `experiment create` does; --detach runs
+    it in the background instead. Ctrl-C pauses it again: its trials stop at their next
+    scheduling-unit boundary with a checkpoint (a second Ctrl-C stops them at once).
+    """
     from determined_lite.experiment import activate_experiment
 
-    _exit_with(ctx, lambda: activate_experiment(experiment_id, detach=detach))
+    exit_with(ctx, lambda: activate_experiment(experiment_id, detach=detach))
 
 
 # --- read ---------------------------------------------------------------------------------------
