@@ -67,7 +67,7 @@ def _ray_rows(address: Optional[str]) -> List[Tuple[Any, ...]]:
         have = node.get("Resources") or {}
         gpus, cpus = int(have.get("GPU", 0)), int(have.get("CPU", 0))
         kind, count = ("cuda", gpus) if gpus else ("cpu", cpus)
-        name = node.get("NodeManagerAddress") or node.get("NodeID", "")
+        name = f"{node.get('NodeManagerAddress', '')} ({str(node.get('NodeID', ''))[:8]})"
         rows.extend((name, i, kind, "", "") for i in range(count))
     return rows
 
