@@ -224,7 +224,8 @@ def test_experiment_describe_table(filled):
     ]
     trials = out.split("Trials:\n")[1].split("\n\n")[0].splitlines()
     first = [c.strip() for c in trials[2].split("|")]
-    assert first[:8] == ["1", "COMPLETED", "global_batch_size=32 lr=0.1", "11", "20", "0", "0.125", "uuid-a"]
+    # lr differs across the trials: it comes first (issue 43); global_batch_size is the same.
+    assert first[:8] == ["1", "COMPLETED", "lr=0.1 global_batch_size=32", "11", "20", "0", "0.125", "uuid-a"]
 
 
 @pytest.fixture
