@@ -53,7 +53,7 @@ def list_checkpoints(
         get_experiment(store, experiment_id)
     if trial_id is not None:
         get_trial(store, trial_id)
-    found = store.list_checkpoints(experiment_id=experiment_id, trial_id=trial_id)
+    found = store.checkpoints.list(experiment_id=experiment_id, trial_id=trial_id)
     if as_json:
         echo_json(found)
         return
@@ -162,14 +162,12 @@ def _copy_checkpoint(store: Store, uuid: str, dest: Optional[str]) -> None:
 def describe(uuid: str, as_json: bool) -> None:
     """Show checkpoint UUID (or a unique prefix of it): its experiment, trial, batch, time,
     validation metrics, metadata (the SDK's, else its metadata.json), model versions and path."""
-    from determined_lite.store import ModelRegistry
-
     store = open_store()
     found = get_checkpoint(store, uuid)
-    metadata = ModelRegistry().checkpoint_metadata(found["uuid"])
+    metadata = store.checkpoints.metadata(found["uuid"])
     if metadata is None:
         metadata = _file_metadata(found["path"])
-    registered = store.registered_checkpoints(found["experiment_id"]).get(found["uuid"])
+    registered = store.checkpoints.registered(found["experiment_id"]).get(found["uuid"])
     shown = {
         "Checkpoint UUID": found["uuid"],
         "Experiment ID": found["experiment_id"],

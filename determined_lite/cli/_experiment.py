@@ -168,7 +168,7 @@ def list_experiments(show_all: bool, as_json: bool, as_csv: bool) -> None:
         raise click.UsageError("give --json or --csv, not both")
     store = open_store()
     limit = None if show_all else DEFAULT_LIST_LIMIT
-    exps = store.list_experiments(limit=limit, with_config=as_json)
+    exps = store.experiments.list(limit=limit, with_config=as_json)
     if as_json:
         echo_json(exps)
         return
@@ -185,7 +185,7 @@ def list_experiments(show_all: bool, as_json: bool, as_csv: bool) -> None:
     ]
     echo_rows(["ID", "Name", "State", "Trials", "Start Time", "End Time"], rows, LIST_FIT, as_csv)
     if limit is not None and len(exps) == limit:
-        total = store.count_experiments()
+        total = store.experiments.count()
         if total > limit:
             click.echo(f"(the newest {limit} of {total} experiments; --all lists every one)", err=True)
 
@@ -220,7 +220,7 @@ def describe(
     store = open_store()
     exps = []
     for experiment_id in ids:
-        exp = store.describe_experiment(experiment_id, metrics=False)
+        exp = store.experiments.describe(experiment_id, metrics=False)
         if exp is None:
             raise BadInput(f"experiment {experiment_id} not found")
         exps.append(exp)
@@ -242,7 +242,7 @@ def logs(experiment_id: int, follow: bool, tail: int, timestamps: bool) -> None:
     store = open_store()
     get_experiment(store, experiment_id)
     print_logs(
-        lambda **kw: store.logs(experiment_id=experiment_id, **kw),
+        lambda **kw: store.logs.list(experiment_id=experiment_id, **kw),
         tail,
         follow,
         lambda: experiment_finished(store, experiment_id),

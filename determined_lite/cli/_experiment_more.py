@@ -26,7 +26,6 @@ from determined_lite.cli._table import Cut, Fit, echo_rows
 from determined_lite.store import (
     TERMINAL_STATES,
     ExperimentState,
-    ModelRegistry,
     context_snapshot_dir,
     trial_display_state,
 )
@@ -76,7 +75,7 @@ def list_trials(experiment_id: int, as_json: bool, as_csv: bool) -> None:
         raise click.UsageError("give --json or --csv, not both")
     store = open_store()
     get_experiment(store, experiment_id)
-    trials = store.list_trials(experiment_id)
+    trials = store.trials.list(experiment_id)
     if as_json:
         echo_json(trials)
         return
@@ -108,8 +107,7 @@ def set_attribute() -> None:
 @click.argument("description")
 def set_description(experiment_id: int, description: str) -> None:
     """Set the experiment's description (the config's `description`)."""
-    get_experiment(open_store(), experiment_id)
-    ModelRegistry().set_experiment_annotations(experiment_id, description=description)
+    open_store().experiments.set_annotations(experiment_id, description=description)
     click.echo(f"Set description of experiment {experiment_id} to '{description}'")
 
 
@@ -120,8 +118,7 @@ def set_name(experiment_id: int, name: str) -> None:
     """Set the experiment's name (`experiment list` shows it; the config's `name` too)."""
     if not name.strip():
         raise BadInput("an experiment's name must not be empty or blank")
-    get_experiment(open_store(), experiment_id)
-    ModelRegistry().set_experiment_annotations(experiment_id, name=name)
+    open_store().experiments.set_annotations(experiment_id, name=name)
     click.echo(f"Set name of experiment {experiment_id} to '{name}'")
 
 
@@ -131,9 +128,10 @@ def label() -> None:
 
 
 def _labels(experiment_id: int) -> List[str]:
-    get_experiment(open_store(), experiment_id)
-    found = ModelRegistry().experiment_annotations(experiment_id) or {}
-    return list(found.get("labels") or [])
+    found = open_store().experiments.annotations(experiment_id)
+    if found is None:
+        raise BadInput(f"experiment {experiment_id} not found")
+    return list(found["labels"] or [])
 
 
 @label.command("add", short_help="Add a label.")
@@ -142,7 +140,7 @@ def _labels(experiment_id: int) -> List[str]:
 def add_label(experiment_id: int, label_text: str) -> None:
     """Add LABEL to the experiment (a label it has already: nothing changes)."""
     labels = _labels(experiment_id)
-    ModelRegistry().set_experiment_annotations(experiment_id, labels=[*labels, label_text])
+    open_store().experiments.set_annotations(experiment_id, labels=[*labels, label_text])
     click.echo(f"Added label '{label_text}' to experiment {experiment_id}")
 
 
@@ -152,7 +150,7 @@ def add_label(experiment_id: int, label_text: str) -> None:
 def remove_label(experiment_id: int, label_text: str) -> None:
     """Remove LABEL from the experiment (a label it does not have: nothing changes)."""
     labels = _labels(experiment_id)
-    ModelRegistry().set_experiment_annotations(experiment_id, labels=[x for x in labels if x != label_text])
+    open_store().experiments.set_annotations(experiment_id, labels=[x for x in labels if x != label_text])
     click.echo(f"Removed label '{label_text}' from experiment {experiment_id}")
 
 

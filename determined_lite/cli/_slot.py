@@ -27,10 +27,10 @@ def _busy_devices() -> Dict[Tuple[str, str], int]:
     experiment (the store records where each run was placed)."""
     store = open_store()
     busy: Dict[Tuple[str, str], int] = {}
-    for exp in store.list_experiments(with_config=False):
+    for exp in store.experiments.list(with_config=False):
         if exp["state"] != ExperimentState.ACTIVE or not exp["running"]:
             continue
-        described = store.describe_experiment(exp["id"], metrics=False) or {}
+        described = store.experiments.describe(exp["id"], metrics=False) or {}
         for trial in described.get("trials", []):
             runs = trial.get("runs") or []
             if trial["state"] != TrialState.ACTIVE or not runs:

@@ -63,13 +63,13 @@ class TrialLogs:
                 who = f"[rank {rank}] " if rank is not None else ""
                 self.progress.write(f"{where}{who}{text}")
         for trial_id, lines in by_trial.items():
-            self.store.add_logs(trial_id, lines, experiment_id=self.experiment_id)
+            self.store.logs.add(trial_id, lines, experiment_id=self.experiment_id)
 
 
 def _user_paths(store: Any, experiment_id: int) -> Optional[Tuple[str, str]]:
     """``('File "<snapshot>/', 'File "<context dir>/')``: a traceback line's file in the snapshot,
     and the same file in the user's context directory; None without a recorded context."""
-    found = store.get_experiment(experiment_id) or {}
+    found = store.experiments.get(experiment_id) or {}
     context = found.get("context_dir")
     if not context:
         return None

@@ -15,7 +15,7 @@ import time
 import pytest
 import yaml
 
-from determined_lite.store import ModelRegistry, Store
+from determined_lite.store import Store
 from tests.cli_helpers import REPO, cli, write_config
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
@@ -29,11 +29,12 @@ HPARAMS = [
 def _search() -> int:
     """Experiment 1: a COMPLETED search of three trials whose lr and units vary."""
     with Store() as store:
-        exp = store.create_experiment({"name": "search", "searcher": {"name": "grid"}}, "/ctx", "/ctx/e.yaml")
+        config = {"name": "search", "searcher": {"name": "grid"}}
+        exp = store.experiments.create(config, "/ctx", "/ctx/e.yaml")
         for i, hp in enumerate(HPARAMS):
-            trial = store.create_trial(exp, i, hp, seed=i)
-            store.update_trial(trial, state="COMPLETED", total_batches=10 * (i + 1))
-        store.set_experiment_state(exp, "COMPLETED")
+            trial = store.trials.create(exp, i, hp, seed=i)
+            store.trials.update(trial, state="COMPLETED", total_batches=10 * (i + 1))
+        store.experiments.set_state(exp, "COMPLETED")
     return exp
 
 
@@ -45,14 +46,14 @@ def _one_line_error(proc: subprocess.CompletedProcess, text: str) -> None:
 
 def test_wait_exits_0_only_for_completed_and_follows_the_state(tmp_path):
     with Store() as store:
-        done = store.create_experiment({"name": "a"}, None, None)
-        store.set_experiment_state(done, "COMPLETED")
-        failed = store.create_experiment({"name": "b"}, None, None)
-        store.set_experiment_state(failed, "ERROR")
-        paused = store.create_experiment({"name": "c"}, None, None)
-        store.set_experiment_state(paused, "PAUSED")
-        orphan = store.create_experiment({"name": "d"}, None, None, pid=2**22 + 12345)  # no such process
-        later = store.create_experiment({"name": "e"}, None, None)
+        done = store.experiments.create({"name": "a"}, None, None)
+        store.experiments.set_state(done, "COMPLETED")
+        failed = store.experiments.create({"name": "b"}, None, None)
+        store.experiments.set_state(failed, "ERROR")
+        paused = store.experiments.create({"name": "c"}, None, None)
+        store.experiments.set_state(paused, "PAUSED")
+        orphan = store.experiments.create({"name": "d"}, None, None, pid=2**22 + 12345)  # no such process
+        later = store.experiments.create({"name": "e"}, None, None)
     proc = cli("e", "wait", str(done))
     assert (proc.returncode, proc.stdout) == (0, f"experiment {done} COMPLETED\n")
     proc = cli("experiment", "wait", str(failed))
@@ -75,7 +76,7 @@ def test_wait_exits_0_only_for_completed_and_follows_the_state(tmp_path):
         time.sleep(1.5)
         assert waiting.poll() is None  # ACTIVE: still waiting
         with Store() as store:
-            store.set_experiment_state(later, "CANCELED")
+            store.experiments.set_state(later, "CANCELED")
         out, _ = waiting.communicate(timeout=60)
     finally:
         if waiting.poll() is None:
@@ -125,7 +126,7 @@ def test_set_name_description_and_labels():
         ["cpu"],
     )
     assert "baseline" in cli("e", "list", check=True).stdout
-    assert ModelRegistry().experiment_annotations(exp)["labels"] == ["cpu"]
+    assert Store().experiments.annotations(exp)["labels"] == ["cpu"]
     _one_line_error(cli("e", "set", "name", str(exp), " "), "an experiment's name must not be empty or blank")
     _one_line_error(cli("e", "label", "add", "42", "x"), "experiment 42 not found")
 
@@ -178,14 +179,14 @@ def test_activate_and_create_help_say_they_run_in_the_foreground():
 
 def test_checkpoint_describe(tmp_path):
     with Store() as store:
-        exp = store.create_experiment({"name": "x"}, None, None)
-        trial = store.create_trial(exp, 0, {"lr": 0.1}, 1)
+        exp = store.experiments.create({"name": "x"}, None, None)
+        trial = store.trials.create(exp, 0, {"lr": 0.1}, 1)
         path = tmp_path / "ckpts" / "0123abcd-uuid"
         path.mkdir(parents=True)
         (path / "metadata.json").write_text(json.dumps({"steps_completed": 20, "hparams": {"lr": 0.1}}))
-        store.add_checkpoint(trial, "0123abcd-uuid", str(path), 20, {"loss": 0.125})
-    ModelRegistry().create_model("digits")
-    ModelRegistry().add_model_version("digits", "0123abcd-uuid")
+        store.checkpoints.add(trial, "0123abcd-uuid", str(path), 20, {"loss": 0.125})
+    Store().models.create("digits")
+    Store().models.add_version("digits", "0123abcd-uuid")
     lines = cli("checkpoint", "describe", "0123", check=True).stdout.splitlines()
     assert lines[:5] == [
         "Checkpoint UUID:    0123abcd-uuid",
@@ -208,9 +209,9 @@ def test_checkpoint_describe(tmp_path):
 def test_slot_list_shows_devices_or_cores_and_the_trial_holding_one():
     host = socket.gethostname()
     with Store() as store:
-        exp = store.create_experiment({"name": "running"}, None, None, pid=os.getpid())
-        trial = store.create_trial(exp, 0, {}, 1)
-        store.add_trial_run(trial, executor="local", host=host, slots=1, devices=["1"])
+        exp = store.experiments.create({"name": "running"}, None, None, pid=os.getpid())
+        trial = store.trials.create(exp, 0, {}, 1)
+        store.trials.add_run(trial, executor="local", host=host, slots=1, devices=["1"])
     gpus = cli("slot", "list", "--json", env=dict(os.environ, DET_LITE_DEVICES="0,1"), check=True).stdout
     assert json.loads(gpus) == [
         {"Node": host, "Slot ID": 0, "Type": "cuda", "Device": "0", "Trial": ""},
@@ -248,8 +249,8 @@ def test_fork_runs_another_experiments_config_and_code_with_overrides(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Forking experiment 1\nCreated experiment 2\n" in proc.stdout
     with Store() as store:
-        (trial,) = store.list_trials(2)
-        forked = store.get_experiment(2)
+        (trial,) = store.trials.list(2)
+        forked = store.experiments.get(2)
     assert trial["hparams"]["lr"] == 0.02 and trial["total_batches"] == 4 and trial["state"] == "COMPLETED"
     assert forked["config"]["searcher"]["max_length"] == {"batches": 4}
     assert forked["name"] == "linear-const"
@@ -262,6 +263,6 @@ def test_fork_runs_another_experiments_config_and_code_with_overrides(tmp_path):
     other.write_text(yaml.safe_dump(loaded))
     cli("e", "fork", "2", "--config-file", str(other), check=True)
     with Store() as store:
-        assert store.get_experiment(3)["name"] == "from-a-file"
-        assert [t["total_batches"] for t in store.list_trials(3)] == [2]
+        assert store.experiments.get(3)["name"] == "from-a-file"
+        assert [t["total_batches"] for t in store.trials.list(3)] == [2]
     _one_line_error(cli("e", "fork", "9"), "experiment 9 not found")

@@ -21,8 +21,8 @@ def _with_training_metrics(made: dict) -> None:
     store = Store()
     for request, trial_id in made["trials"].items():
         for batches in (4, 8):
-            store.add_training_metrics(trial_id, batches, {"loss": request + batches / 100})
-            store.add_validation_metrics(trial_id, batches, {"val_loss": request * 10 + batches})
+            store.metrics.add_training(trial_id, batches, {"loss": request + batches / 100})
+            store.metrics.add_validation(trial_id, batches, {"val_loss": request * 10 + batches})
 
 
 def test_name_description_and_labels_are_stored(tmp_path):
@@ -55,8 +55,8 @@ def test_get_trials_warns_and_await_first_trial(tmp_path):
     assert [t.id for t in trials] == [made["trials"][1], made["trials"][2]]
     assert exp.await_first_trial().id == made["trials"][1]
 
-    empty = Store().create_experiment({"name": "none", "searcher": {"metric": "x"}}, None, None)
-    Store().set_experiment_state(empty, "CANCELED")
+    empty = Store().experiments.create({"name": "none", "searcher": {"metric": "x"}}, None, None)
+    Store().experiments.set_state(empty, "CANCELED")
     with pytest.raises(RuntimeError, match="terminated before a trial was started"):
         client.get_experiment(empty).await_first_trial(interval=0.01)
 
@@ -84,7 +84,7 @@ def test_delete_removes_records_and_files_and_refuses_a_running_one(tmp_path):
         client.get_experiment(made["id"])
     assert gone.value.status_code == 404
 
-    active = Store().create_experiment({"name": "running", "searcher": {"metric": "x"}}, None, None)
+    active = Store().experiments.create({"name": "running", "searcher": {"metric": "x"}}, None, None)
     with pytest.raises(errors.APIException) as refused:
         client.get_experiment(active).delete()
     assert refused.value.status_code == 400
