@@ -38,9 +38,7 @@ ALIASES = {"ls": "list", "lt": "list-trials", "unpause": "activate"}
 LIST_FIT = Fit(cut={"Name": Cut.END}, drop=("End Time", "Start Time"))
 
 
-@click.group(
-    "experiment", cls=AliasedGroup, aliases={"ls": "list", "lt": "list-trials", "unpause": "activate"}
-)
+@click.group("experiment", cls=AliasedGroup, aliases=ALIASES)
 def experiment() -> None:
     """Create and manage experiments."""
 

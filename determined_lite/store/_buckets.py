@@ -231,9 +231,8 @@ def read(
         (json.dumps(trial_ids), kind, name, after // width * width, width, width),
     ).fetchall()
     nan = math.nan
-    return [
-        (r[0], r[1], r[2], r[3], nan if r[4] is None else r[4], nan if r[5] is None else r[5]) for r in rows
-    ]
+    return [(r[0], r[1], r[2], r[3], nan if r[4] is None else r[4], nan if r[5] is None else r[5])
+            for r in rows]
 
 
 def last_points(

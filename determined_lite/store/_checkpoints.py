@@ -122,14 +122,10 @@ class Checkpoints(Repository):
         delete refuses them, as Determined's master does."""
 
         def body(conn: sqlite3.Connection) -> Dict[str, str]:
-            where, params = (
-                ("", ())
-                if experiment_id is None
-                else (
-                    " WHERE v.checkpoint_uuid IN (SELECT c.uuid FROM checkpoints c JOIN trials t"
-                    " ON t.id = c.trial_id WHERE t.experiment_id = ?)",
-                    (int(experiment_id),),
-                )
+            where, params = ("", ()) if experiment_id is None else (
+                " WHERE v.checkpoint_uuid IN (SELECT c.uuid FROM checkpoints c JOIN trials t"
+                " ON t.id = c.trial_id WHERE t.experiment_id = ?)",
+                (int(experiment_id),),
             )
             rows = conn.execute(
                 "SELECT v.checkpoint_uuid, m.name, v.version FROM model_versions v"
