@@ -67,6 +67,7 @@ MAX_PARKED = 8  # parked processes a runner remembers per key (the server ends t
 NOT_KEYED = frozenset(
     {SPEC_ENV, REUSE_ENV, "DET_LITE_SUPERVISOR_PID", "DET_LITE_SUPERVISOR_HOST", "DET_LITE_HOME"}
     | {"PWD", "OLDPWD", "SHLVL", "_"}  # the shell's
+    | {"PYTEST_CURRENT_TEST"}  # pytest's name of the running test: a suite's tests share one
 )
 READY_TIMEOUT_S = 120.0
 DEFAULT_IDLE_S = 600.0

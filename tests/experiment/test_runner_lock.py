@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import psutil
 import pytest
@@ -163,6 +164,9 @@ def test_activate_right_after_sigkill_of_the_runner(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=REPO,
+        # A fork server of its own (a key no other run has), started by this runner: the worker
+        # is one of its descendants, not a child of a server an earlier test left warm.
+        env=dict(os.environ, OWN_FORK_SERVER=uuid.uuid4().hex),
     )
     store = Store()
     deadline = time.monotonic() + budget(90)

@@ -95,18 +95,19 @@ def test_a_second_experiment_is_forked_by_the_first_ones_server_until_it_ends_id
     # A key of this test's own: no other test's server serves it.
     env = dict(os.environ, DET_LITE_FORKSERVER_IDLE_S="20", SHARED_SERVER_TEST=uuid.uuid4().hex)
     first = _experiment(tmp_path, "first", env)
+    (server,) = _servers(first)
+    assert server > 0
+    with open(f"/proc/{server}/cmdline", "rb") as f:  # read while it is surely alive (idle < 20 s)
+        socket_path = f.read().split(b"\0")[-3].decode()  # ... FD PATH IDLE_S
+    assert socket_path.startswith(_forkserver.runtime_dir()[0]) and os.path.exists(socket_path)
     second = _experiment(tmp_path, "second", dict(env, PWD="/elsewhere"))  # not part of the key
     other = _experiment(tmp_path, "other", dict(env, SHARED_SERVER_TEST="another key"))
     fresh = _experiment(tmp_path, "fresh", dict(env, DET_LITE_FORKSERVER="0"))
-    (server,) = _servers(first)
-    assert server > 0 and _servers(second) == {server}  # one server for both experiments
+    assert _servers(second) == {server}  # one server for both experiments
     (another,) = _servers(other)
     assert another not in (0, server)
     assert _servers(fresh) == {0}
     assert first == second == other == fresh  # bit-exact: every metric of both trials
-    with open(f"/proc/{server}/cmdline", "rb") as f:
-        socket_path = f.read().split(b"\0")[-3].decode()  # ... FD PATH IDLE_S
-    assert socket_path.startswith(_forkserver.runtime_dir()[0]) and os.path.exists(socket_path)
     deadline = time.monotonic() + budget(60)
     while _forkserver._alive(server) and time.monotonic() < deadline:  # idle for 20 s: it ends
         time.sleep(0.5)
