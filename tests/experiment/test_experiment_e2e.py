@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from typing import Optional
 
 import pytest
 
@@ -272,13 +274,14 @@ def test_retention_keeps_exactly_what_the_policy_names(tmp_path, _det_lite_home)
     assert on_disk == {c["uuid"] for c in trial["checkpoints"]}
 
 
-def _start_foreground(path: str) -> subprocess.Popen:
+def _start_foreground(path: str, env: Optional[dict] = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "determined_lite.cli", "experiment", "create", path, LINEAR],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
+        env=env,
     )
 
 
@@ -465,7 +468,10 @@ def test_pause_creates_no_trial_until_activate(tmp_path):
             "scheduling_unit": 100,
         },
     )
-    proc = _start_foreground(path)
+    # The pause must land while the first trial runs its rung (1.2 s once started): a fork server
+    # of its own (a key no other run has) starts it after a cold start, not at once from a server
+    # an earlier test left warm.
+    proc = _start_foreground(path, env=dict(os.environ, OWN_FORK_SERVER=uuid.uuid4().hex))
     wait_for_batches(1, 0, proc)
     out = pause_foreground(1, proc)
     exp = describe(1)
