@@ -175,10 +175,12 @@ def test_unknown_bucket_and_unreachable_endpoint_are_one_line_at_create(tmp_path
     assert cli("experiment", "list", "--json", check=True).stdout.strip() == "[]"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def auth_s3():
     """moto's S3 server in a process of its own that checks credentials (IAM): its first four
-    calls (a user, its policy, its key, the bucket) are let through; then only that key works."""
+    calls (a user, its policy, its key, the bucket) are let through; then only that key works.
+    One for the module (a process start and four set-up calls): its tests read only the keys
+    of their own checkpoints, and the wrong-credentials test writes nothing."""
     port = free_port()
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
     server = subprocess.Popen(
