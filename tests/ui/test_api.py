@@ -69,16 +69,14 @@ def _status(srv, path: str, method: str = "GET", headers: Optional[Dict[str, str
         return e.code
 
 
-def test_every_request_needs_the_token(server):
-    cookie = {"Cookie": f"{server.cookie_name}={server.token}"}
-    for path in ("/", "/api/experiments", "/static/app.js", "/static/vendor/uPlot.iife.min.js"):
+def test_every_api_request_needs_the_token(server):
+    paths = ("/api/experiments", "/api/experiments/1", "/api/trials/1", "/api/curves?trials=1&metric=loss")
+    for path in paths:
         assert _status(server, path) == 403
         assert _status(server, path, headers={TOKEN_HEADER: "wrong"}) == 403
-        assert _status(server, path, headers=cookie) == 200
-    assert _status(server, f"/?token={server.token}") == 200
+        assert _status(server, path, headers={TOKEN_HEADER: server.token}) == 200
     assert _status(server, f"/api/experiments?token={server.token}") == 200
-    # Changing something: POST with the header; the cookie or the URL's token is not enough.
-    assert _status(server, "/api/experiments/2/kill", "POST", headers=cookie) == 403
+    # Changing something: POST with the header; the URL's token is not enough.
     assert _status(server, f"/api/experiments/2/kill?token={server.token}", "POST") == 403
     assert _status(server, "/api/experiments/2/kill", "GET", headers={TOKEN_HEADER: server.token}) == 404
     assert Store().get_experiment(2)["state"] == "PAUSED"

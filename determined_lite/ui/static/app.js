@@ -1,7 +1,8 @@
 // det-lite dashboard: experiments, an experiment's trials and curves, a trial; served by `det-lite ui`.
 // Plain browser JavaScript, no build step; charts are uPlot (static/vendor, MIT). Every request
-// carries the token of the printed URL (kept for this tab in sessionStorage). Text from the store
-// is always set as textContent, never parsed as HTML.
+// to /api/ carries the token of the printed URL in a header (kept in this origin's localStorage:
+// per port, never sent anywhere by the browser on its own). Text from the store is always set as
+// textContent, never parsed as HTML.
 "use strict";
 
 const TOKEN_KEY = "det-lite-ui-token";
@@ -17,14 +18,15 @@ window.detLite = detLite;
 
 function token() {
   const fromUrl = new URLSearchParams(window.location.search).get("token");
-  if (fromUrl) sessionStorage.setItem(TOKEN_KEY, fromUrl);
-  return fromUrl || sessionStorage.getItem(TOKEN_KEY) || "";
+  if (fromUrl) localStorage.setItem(TOKEN_KEY, fromUrl);
+  return fromUrl || localStorage.getItem(TOKEN_KEY) || "";
 }
 
 async function api(path, options) {
   const init = Object.assign({ headers: { "X-Det-Lite-Token": token() } }, options || {});
   const response = await fetch(path, init);
   const body = await response.json().catch(() => ({ error: response.statusText }));
+  if (response.status === 403) throw new Error("forbidden: open the URL det-lite ui printed (it carries the token)");
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
 }
