@@ -10,13 +10,36 @@ only writes, on a store of their own (the pages read through a read-only one).
 from __future__ import annotations
 
 import io
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from determined_lite.experiment import ActivationRefused, activate_experiment
 from determined_lite.experiment._control import control_experiment
-from determined_lite.store import Action, NotFoundError, Store
+from determined_lite.store import (
+    TERMINAL_STATES,
+    Action,
+    ExperimentKind,
+    ExperimentState,
+    NotFoundError,
+    Store,
+)
 
 ACTIONS = ("pause", "activate", "kill")
+
+
+def available_actions(exp: Dict[str, Any]) -> List[str]:
+    """The buttons that apply to ``exp`` (a store row with ``running``): none once it ended;
+    activate for a PAUSED one or one whose process died (or to withdraw a pending pause), only
+    for experiments det-lite's runner runs; pause for a running one; kill until it ended."""
+    if exp["state"] in TERMINAL_STATES:
+        return []
+    resumable = exp.get("kind", ExperimentKind.EXPERIMENT) == ExperimentKind.EXPERIMENT
+    running = exp["state"] == ExperimentState.ACTIVE and bool(exp.get("running"))
+    requested = exp.get("requested_action")
+    if requested == Action.KILL:
+        return []
+    if running and requested != Action.PAUSE:
+        return ["pause", "kill"]
+    return (["activate"] if resumable else []) + ["kill"]
 
 
 class ActionRefused(ValueError):

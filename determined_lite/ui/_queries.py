@@ -13,8 +13,15 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import yaml
 
 from determined_lite.config import searched_paths
-from determined_lite.store import TERMINAL_STATES, NotFoundError, Store
+from determined_lite.store import (
+    TERMINAL_STATES,
+    NotFoundError,
+    Store,
+    experiment_display_state,
+    trial_display_state,
+)
 from determined_lite.ui import _downsample
+from determined_lite.ui._actions import available_actions
 from determined_lite.ui._curves import CurveCache, default_points
 from determined_lite.ui._searcher import progress, rungs, searcher_metric
 
@@ -78,6 +85,8 @@ class Queries:
                 {
                     **{k: exp[k] for k in ("id", "name", "kind", "state", "running", "requested_action")},
                     **{k: exp[k] for k in ("created_at", "ended_at", "num_trials")},
+                    "display_state": experiment_display_state(exp),
+                    "actions": available_actions(exp),
                     "progress": self._progress(exp),
                     "metric": metric,
                     "smaller_is_better": smaller,
@@ -105,12 +114,15 @@ class Queries:
         return {
             "experiment": {
                 **head,
+                "display_state": experiment_display_state(exp),
+                "actions": available_actions(exp),
                 "progress": self._progress(exp),
                 "metric": metric,
                 "smaller_is_better": smaller,
             },
             "config_yaml": yaml.safe_dump(config, sort_keys=False, default_flow_style=False),
             "varying": varying,
+            "hparam_types": {name: _hparam_type(config, name) for name in varying},
             "trials": trials,
             "metrics": self.store.metric_names([t["id"] for t in trials]),
             "checkpoints": checkpoints,
@@ -130,6 +142,7 @@ class Queries:
         return {
             **{k: trial[k] for k in ("id", "request_id", "state", "total_batches", "restarts", "seed")},
             **{k: trial[k] for k in ("best_validation", "latest_checkpoint", "created_at", "ended_at")},
+            "display_state": trial_display_state(trial),
             "hparams": trial["hparams"],
             "varying": {name: _lookup(trial["hparams"], name.split(".")) for name in varying},
             "where": self._where(config),
@@ -201,6 +214,12 @@ class Queries:
         needle = search.lower()
         found = [line for line in self.store.logs(**{key: ident}) if needle in line["line"].lower()]
         return {"lines": found[-keep:], "matches": len(found)}
+
+
+def _hparam_type(config: Dict[str, Any], name: str) -> Optional[str]:
+    """The ``type`` of the searched hyperparameter ``name`` (``a.b``) in ``config``."""
+    spec = _lookup(config.get("hyperparameters") or {}, name.split("."))
+    return str(spec.get("type")) if isinstance(spec, dict) and spec.get("type") else None
 
 
 def _size(path: str) -> Optional[int]:

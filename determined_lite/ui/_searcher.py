@@ -39,7 +39,11 @@ def progress(config: Any, saved: Optional[Mapping[str, Any]]) -> Optional[float]
 
 
 def _rung_rows(
-    saved_rung: Mapping[str, Any], closed: set, trial_of: Mapping[str, int], smaller_is_better: bool
+    saved_rung: Mapping[str, Any],
+    closed: set,
+    trial_of: Mapping[str, int],
+    smaller_is_better: bool,
+    last: bool,
 ) -> List[Dict[str, Any]]:
     rows = []
     for request_id, metric, promoted in saved_rung.get("metrics", []):
@@ -49,7 +53,8 @@ def _rung_rows(
                 "request_id": request_id,
                 "metric": metric if smaller_is_better else -metric,  # ASHA ranks smaller-is-better
                 "promoted": bool(promoted),
-                "stopped": not promoted and str(request_id) in closed,
+                # a trial closed in the last rung finished its length: it was not stopped
+                "stopped": not last and not promoted and str(request_id) in closed,
             }
         )
     return rows
@@ -70,8 +75,9 @@ def rungs(
         out = []
         for b, (plan, bracket) in enumerate(zip(plans, brackets)):
             closed = {str(r) for r in bracket.get("closed", [])}
+            last = len(plan["rung_lengths"]) - 1
             for i, (length, saved_rung) in enumerate(zip(plan["rung_lengths"], bracket["rungs"])):
-                rows = _rung_rows(saved_rung, closed, trial_of, smaller_is_better)
+                rows = _rung_rows(saved_rung, closed, trial_of, smaller_is_better, i == last)
                 out.append({"bracket": b, "rung": i, "length": length, "trials": rows})
         return out
     except (KeyError, TypeError, ValueError):

@@ -34,7 +34,7 @@ def server(_det_lite_home):
         for batch in range(1, 11):
             store.add_training_metrics(trial, batch, {"loss": lr * batch})
             store.add_validation_metrics(trial, batch, {"val_loss": lr / batch})
-        store.update_trial(trial, best_validation=lr / 10, state="COMPLETED")
+        store.update_trial(trial, best_validation=lr / 10, state="COMPLETED", stopped_early=lr == 0.2)
         store.add_logs(trial, [f"trial {trial} says hello", f"lr is {lr}"])
     store.set_experiment_state(exp, ExperimentState.COMPLETED)
     store.create_experiment({**CONFIG, "name": "other"}, None, None, state=ExperimentState.PAUSED)
@@ -90,6 +90,8 @@ def test_experiments_list_and_filters(server):
     done = rows[1]
     assert done["name"] == "api-demo" and done["state"] == "COMPLETED" and done["num_trials"] == 2
     assert done["best_metric"] == pytest.approx(0.01) and done["metric"] == "val_loss"
+    assert done["display_state"] == "COMPLETED" and done["actions"] == []  # nothing to press
+    assert rows[0]["display_state"] == "PAUSED" and rows[0]["actions"] == ["activate", "kill"]
     assert [r["id"] for r in _get(server, "/api/experiments?state=PAUSED")["experiments"]] == [2]
     assert [r["id"] for r in _get(server, "/api/experiments?name=API")["experiments"]] == [1]
 
@@ -99,6 +101,9 @@ def test_experiment_document(server):
     assert doc["experiment"]["name"] == "api-demo"
     assert doc["varying"] == ["lr"]
     assert [t["varying"] for t in doc["trials"]] == [{"lr": 0.1}, {"lr": 0.2}]
+    # The CLI's words: the trial the searcher closed early is ASHA-stopped, not COMPLETED.
+    assert [t["display_state"] for t in doc["trials"]] == ["COMPLETED", "ASHA-stopped"]
+    assert doc["experiment"]["actions"] == []
     assert doc["metrics"] == {"training": ["loss"], "validation": ["val_loss"]}
     assert "metric: val_loss" in doc["config_yaml"]
     assert doc["rungs"] is None  # grid
@@ -163,3 +168,22 @@ def test_asha_rungs_and_progress_from_the_saved_searcher():
     assert 0 < progress(config, saved) < 1
     assert rungs({"searcher": {"searcher": "grid"}}, {}, True) is None
     assert progress(config, None) is None and progress({"searcher": "nonsense"}, saved) is None
+
+
+@pytest.mark.parametrize(
+    "row, buttons",
+    [
+        ({"state": "COMPLETED"}, []),
+        ({"state": "CANCELED"}, []),
+        ({"state": "PAUSED", "kind": "experiment"}, ["activate", "kill"]),
+        ({"state": "PAUSED", "kind": "local"}, ["kill"]),
+        ({"state": "ACTIVE", "running": True}, ["pause", "kill"]),
+        ({"state": "ACTIVE", "running": True, "requested_action": "pause"}, ["activate", "kill"]),
+        ({"state": "ACTIVE", "running": True, "requested_action": "kill"}, []),
+        ({"state": "ACTIVE", "running": False, "pid": 7}, ["activate", "kill"]),
+    ],
+)
+def test_only_the_actions_that_apply(row, buttons):
+    from determined_lite.ui._actions import available_actions
+
+    assert available_actions(row) == buttons

@@ -57,8 +57,16 @@ def _config(tmp: str, file: str, **changes: Any) -> str:
     return path
 
 
+ASHA_HPARAMS = {
+    "lr": {"type": "log", "base": 10, "minval": -3, "maxval": -1},
+    "global_batch_size": {"type": "categorical", "vals": [2, 4]},
+    "dataset_size": {"type": "int", "minval": 8, "maxval": 16},
+}
+
+
 def _experiments(tmp: str, env: Dict[str, str]) -> None:
-    """Experiment 1: a finished grid of two trials; experiment 2: running (0.5 s batches)."""
+    """Experiment 1: a finished grid of two trials; 2: a finished 3-hyperparameter ASHA search;
+    3: running (0.5 s batches)."""
     grid = _config(
         tmp,
         "grid.yaml",
@@ -68,6 +76,17 @@ def _experiments(tmp: str, env: Dict[str, str]) -> None:
         min_validation_period={"batches": 2},
     )
     _det_lite(env, "experiment", "create", grid, LINEAR)
+    asha = {
+        "name": "adaptive_asha",
+        "metric": "val_loss",
+        "max_trials": 6,
+        "max_length": {"batches": 8},
+        "divisor": 2,
+        "max_rungs": 2,
+        "mode": "aggressive",
+    }
+    asha_config = _config(tmp, "asha.yaml", name="asha-demo", searcher=asha, hyperparameters=ASHA_HPARAMS)
+    _det_lite(env, "experiment", "create", asha_config, LINEAR)
     searcher = {"name": "single", "metric": "val_loss", "max_length": {"batches": 4000}}
     slow = _config(tmp, "slow.yaml", name="slow-run", searcher=searcher, hyperparameters={"sleep_s": 0.5})
     _det_lite(env, "experiment", "create", "--detach", slow, LINEAR)
@@ -130,7 +149,7 @@ def site(tmp_path_factory) -> Iterator[Dict[str, Any]]:
         ui.send_signal(signal.SIGINT)
         assert ui.wait(timeout=WAIT_S) == 0
         subprocess.run(
-            [sys.executable, "-m", "determined_lite.cli", "experiment", "kill", "2"], env=env, cwd=REPO
+            [sys.executable, "-m", "determined_lite.cli", "experiment", "kill", "3"], env=env, cwd=REPO
         )
 
 
@@ -177,13 +196,41 @@ def test_list_shows_finished_and_running_experiments_live(site, page):
     _open(site, page, "/")
     done = _experiment_row(page, 1)
     assert done == {"name": "grid-demo", "state": "COMPLETED", "link": "#/experiments/1"}
-    assert _experiment_row(page, 2)["state"] == "ACTIVE"
+    assert _experiment_row(page, 3)["state"] == "ACTIVE"
     _store(site).create_experiment({"name": "appears-live"}, None, None, state="PAUSED")
-    _wait(page, "document.querySelector(`tr[data-experiment='3']`)", "the new experiment without a reload")
-    assert _experiment_row(page, 3)["name"] == "appears-live"
+    _wait(page, "document.querySelector(`tr[data-experiment='4']`)", "the new experiment without a reload")
+    assert _experiment_row(page, 4)["name"] == "appears-live"
     page.find_element("id", "filter-name").send_keys("grid")
     _wait(page, "document.querySelectorAll('#experiments tr').length === 1", "the name filter")
     assert _experiment_row(page, 1)["state"] == "COMPLETED"
+
+
+def test_list_names_the_searcher_metric_and_its_direction(site, page):
+    _open(site, page, "/")
+    best = min(t["best_validation"] for t in _store(site).list_trials(1))
+    text = page.find_element("css selector", "tr[data-experiment='1'] .best-metric").text
+    assert text.startswith("val_loss ↓ ") and float(text.split()[-1]) == pytest.approx(best, rel=1e-3)
+
+
+def _buttons(page) -> List[str]:
+    return page.execute_script("return [...document.querySelectorAll('#actions button')].map((b) => b.id)")
+
+
+def test_actions_only_where_they_apply_and_the_cli_state_words(site, page):
+    _open(site, page, "/experiments/1")
+    assert _buttons(page) == []  # finished: nothing to pause, activate or kill
+    _open(site, page, "/experiments/3")
+    _wait(page, "document.querySelectorAll('#actions button').length", "the buttons")
+    assert _buttons(page) == ["pause", "kill"]
+    _open(site, page, "/experiments/2")
+    stopped = {t["id"] for t in _store(site).list_trials(2) if t["stopped_early"]}
+    assert stopped, "the ASHA search stopped no trial early"
+    shown = page.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#trials tbody tr')]"
+        ".map((r) => [r.dataset.trial, r.querySelector('.state').textContent]))"
+    )
+    assert {int(k) for k, v in shown.items() if v == "ASHA-stopped"} == stopped, shown
+    assert "COMPLETED" not in {shown[str(t)] for t in stopped}
 
 
 def _curve_data(driver, chart: str) -> List[Dict[str, Any]]:
@@ -196,7 +243,7 @@ def _curve_data(driver, chart: str) -> List[Dict[str, Any]]:
     )
 
 
-def test_experiment_page_draws_one_curve_per_trial(site, page, tmp_path):
+def test_experiment_page_draws_one_curve_per_trial(site, page):
     _open(site, page, "/experiments/1")
     assert page.find_element("id", "experiment-name").text == "grid-demo"
     rows = page.find_elements("css selector", "#trials tbody tr")
@@ -213,6 +260,32 @@ def test_experiment_page_draws_one_curve_per_trial(site, page, tmp_path):
     page.find_element("id", "curves-log").click()  # log scale redraws with the same data
     _wait(page, "detLite.charts.curves.scales.y.distr === 3", "the log scale")
     assert len(_curve_data(page, "curves")[0]["points"]) == 6
+
+
+def _asha(site) -> List[Dict[str, Any]]:
+    return _store(site).list_trials(2)
+
+
+def test_asha_parallel_coordinates(site, page, tmp_path):
+    _open(site, page, "/experiments/2")
+    drawn = page.execute_script("return detLite.data.parcoords")
+    assert drawn["axes"] == ["dataset_size", "global_batch_size", "lr", "val_loss"]  # the config's order
+    assert drawn["scales"][:3] == ["linear", "categorical", "log"]  # as the config types them
+    trials = {t["id"]: t for t in _asha(site)}
+    assert len(trials) == 6 and sorted(line["trial_id"] for line in drawn["lines"]) == sorted(trials)
+    for line in drawn["lines"]:
+        hp = trials[line["trial_id"]]["hparams"]
+        expected = [hp["dataset_size"], hp["global_batch_size"], hp["lr"]]
+        assert line["values"][:3] == pytest.approx(expected)
+        assert line["values"][3] == pytest.approx(trials[line["trial_id"]]["best_validation"])
+    # Coloured by the searcher metric: the best trial blue, the worst red.
+    by_metric = sorted(drawn["lines"], key=lambda line: line["values"][3])
+    assert by_metric[0]["color"] == "hsl(220, 75%, 45%)" and by_metric[-1]["color"] == "hsl(0, 75%, 45%)"
+    # ASHA's rungs: the trials of the last rung trained to the end, none of them "stopped".
+    rungs = page.find_elements("css selector", "#rungs .rung")
+    assert len(rungs) == 2 and "stopped" in rungs[0].text and "stopped" not in rungs[1].text
+    polylines = page.find_elements("css selector", "#parcoords polyline")
+    assert len(polylines) == 6 and polylines[0].is_displayed()
     shot = os.environ.get("DET_LITE_SCREENSHOT") or str(tmp_path / "dashboard.png")
     page.execute_script("window.scrollTo(0, 0)")
     assert page.save_screenshot(shot)
@@ -220,13 +293,42 @@ def test_experiment_page_draws_one_curve_per_trial(site, page, tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_hyperparameter_plot(site, page):
-    _open(site, page, "/experiments/1")
-    points = page.execute_script("return detLite.data['hparam:lr'].points")
-    best = {t["hparams"]["lr"]: t["best_validation"] for t in _store(site).list_trials(1)}
-    assert [p[0] for p in points] == [0.01, 0.05]
-    assert [p[1] for p in points] == pytest.approx([best[0.01], best[0.05]])
-    assert page.find_element("css selector", "[data-hparam='lr'] canvas").is_displayed()
+def _view(page, name: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.find_element("id", "hparam-view")).select_by_value(name)
+
+
+def test_asha_scatter_matrix_and_heat_map(site, page):
+    _open(site, page, "/experiments/2")
+    trials = _asha(site)
+    _view(page, "scatter")
+    drawn = page.execute_script("return detLite.data.scatter")
+    assert len(drawn["cells"]) == 9
+    diagonal = next(c for c in drawn["cells"] if c["row"] == c["col"] == "lr")
+    assert diagonal["y"] == "val_loss"
+    assert sorted(map(tuple, diagonal["points"])) == pytest.approx(
+        sorted((t["hparams"]["lr"], t["best_validation"], t["id"]) for t in trials)
+    )
+    pair = next(c for c in drawn["cells"] if (c["row"], c["col"]) == ("dataset_size", "lr"))
+    assert sorted(map(tuple, pair["points"])) == pytest.approx(
+        sorted((t["hparams"]["lr"], t["hparams"]["dataset_size"], t["id"]) for t in trials)
+    )
+    assert len(page.find_elements("css selector", "#scatter-matrix circle")) == 9 * 6
+    _view(page, "heatmap")
+    from selenium.webdriver.support.ui import Select
+
+    Select(page.find_element("id", "heatmap-x")).select_by_value("global_batch_size")
+    Select(page.find_element("id", "heatmap-y")).select_by_value("dataset_size")
+    drawn = page.execute_script("return detLite.data.heatmap")
+    assert (drawn["x"], drawn["y"]) == ("global_batch_size", "dataset_size")
+    best: Dict[Any, float] = {}
+    for t in trials:
+        key = (str(t["hparams"]["global_batch_size"]), str(t["hparams"]["dataset_size"]))
+        best[key] = min(best.get(key, float("inf")), t["best_validation"])
+    cells = {(drawn["xbins"][c["x"]], drawn["ybins"][c["y"]]): c["value"] for c in drawn["cells"]}
+    assert cells == pytest.approx(best)
+    assert len(page.find_elements("css selector", "#heatmap td.heat:not(.empty)")) == len(best)
 
 
 def test_logs_and_search(site, page):
@@ -260,20 +362,21 @@ def _press(page, button: str) -> None:
 
 def test_pause_and_kill_from_the_page_change_the_store(site, page):
     store = _store(site)
-    _open(site, page, "/experiments/2")
+    _open(site, page, "/experiments/3")
     _press(page, "pause")
-    assert "Requested pause of experiment 2" in page.find_element("id", "action-message").text
+    assert "Requested pause of experiment 3" in page.find_element("id", "action-message").text
     deadline = time.monotonic() + 120
-    while store.get_experiment(2)["state"] != "PAUSED":  # the runner checkpoints and stops
-        assert time.monotonic() < deadline, store.get_experiment(2)
+    while store.get_experiment(3)["state"] != "PAUSED":  # the runner checkpoints and stops
+        assert time.monotonic() < deadline, store.get_experiment(3)
         time.sleep(0.5)
     _wait(
         page,
         "document.querySelector('#experiment-head .state').dataset.state === 'PAUSED'",
         "PAUSED on the page",
     )
+    assert _buttons(page) == ["activate", "kill"]
     _press(page, "kill")
-    assert store.get_experiment(2)["state"] == "CANCELED"
+    assert store.get_experiment(3)["state"] == "CANCELED"
     assert "it is now CANCELED" in page.find_element("id", "action-message").text
 
 

@@ -74,8 +74,16 @@ function bytes(n) {
   return `${i ? n.toFixed(1) : n} ${units[i]}`;
 }
 
-function stateBadge(state, extra) {
-  return el("span", { className: `state state-${state}`, "data-state": state }, state + (extra || ""));
+// A state as the CLI words it (`shown`: ASHA-stopped, ACTIVE (pause requested)...), coloured by
+// the stored state.
+function stateBadge(state, shown) {
+  return el("span", { className: `state state-${state}`, "data-state": state }, shown || state);
+}
+
+// "val_loss ↓ 0.0123": the searcher metric, its direction and the best value.
+function metricText(metric, smallerIsBetter, value) {
+  if (!metric) return num(value);
+  return `${metric} ${smallerIsBetter ? "↓" : "↑"} ${num(value)}`;
 }
 
 function setStatus(text) { document.getElementById("status").textContent = text; }
@@ -147,31 +155,6 @@ function curveChart(name, container, payload, labels, view) {
   };
   const chart = drawChart(name, container, options, data);
   chart.shape = shape;
-  return chart;
-}
-
-// One scatter per varying hyperparameter: the searcher metric of each trial against its value.
-function hparamChart(name, container, trials, hparam, metric) {
-  const rows = trials.filter((t) => t.best_validation !== null && t.varying[hparam] !== undefined);
-  const values = rows.map((t) => t.varying[hparam]);
-  const categorical = values.some((v) => typeof v !== "number");
-  const categories = categorical ? Array.from(new Set(values.map(String))) : [];
-  const points = rows.map((t, i) => [categorical ? categories.indexOf(String(values[i])) : values[i], t.best_validation])
-    .sort((a, b) => a[0] - b[0]);
-  const options = {
-    title: `${metric || "metric"} vs ${hparam}`, width: 330, height: 220,
-    scales: { x: { time: false, range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : [lo, hi]) } },
-    axes: [{ label: hparam, values: categorical ? (u, ticks) => ticks.map((v) => categories[v] ?? "") : undefined },
-      { label: metric || "", size: 60 }],
-    series: [{ label: hparam }, { label: metric || "metric", stroke: COLORS[0], paths: () => null,
-      points: { show: true, size: 8, fill: COLORS[0] } }],
-    legend: { show: false },
-  };
-  detLite.data[name] = { hparam, points };
-  const box = el("div", { className: "hparam-plot", "data-hparam": hparam });
-  container.append(box);
-  const chart = new uPlot(options, [points.map((p) => p[0]), points.map((p) => p[1])], box);
-  detLite.charts[name] = chart;
   return chart;
 }
 
@@ -253,10 +236,10 @@ function experimentRow(e) {
   return el("tr", { "data-experiment": e.id },
     el("td", {}, el("a", { href: `#/experiments/${e.id}` }, e.id)),
     el("td", {}, el("a", { href: `#/experiments/${e.id}`, className: "exp-name" }, e.name || `experiment ${e.id}`)),
-    el("td", {}, stateBadge(e.state, e.requested_action ? ` (${e.requested_action} requested)` : "")),
+    el("td", {}, stateBadge(e.state, e.display_state)),
     el("td", {}, e.progress === null ? "-" : [el("span", { className: "bar" },
       el("span", { style: `width:${Math.round(100 * e.progress)}%` })), `${Math.round(100 * e.progress)}%`]),
-    el("td", { className: "num", title: e.metric || "" }, num(e.best_metric)),
+    el("td", { className: "num best-metric" }, metricText(e.metric, e.smaller_is_better, e.best_metric)),
     el("td", { className: "num" }, e.num_trials), el("td", {}, when(e.created_at)), el("td", {}, when(e.ended_at)));
 }
 
@@ -283,29 +266,32 @@ async function experimentsPage(main) {
   every(LIST_POLL_MS, refresh);
 }
 
-function actionsBar(exp, reload) {
+// Pause, Activate and Kill, only those that apply to the experiment's state now (`exp.actions`).
+function actionsBar(reload) {
   const message = el("div", { className: "message", id: "action-message" });
-  const act = async (action) => {
-    if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} experiment ${exp.id}?`)) return;
+  const buttons = el("div", { className: "actions", id: "actions" });
+  const act = async (id, action) => {
+    if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} experiment ${id}?`)) return;
     try {
-      const result = await api(`/api/experiments/${exp.id}/${action}`, { method: "POST" });
+      const result = await api(`/api/experiments/${id}/${action}`, { method: "POST" });
       message.className = "message"; message.textContent = result.messages.join(" ");
     } catch (error) {
       message.className = "message error"; message.textContent = error.message;
     }
     await reload();
   };
-  return el("div", {}, el("div", { className: "actions" },
-    el("button", { id: "pause", onclick: () => act("pause") }, "Pause"),
-    el("button", { id: "activate", onclick: () => act("activate") }, "Activate"),
-    el("button", { id: "kill", className: "danger", onclick: () => act("kill") }, "Kill")), message);
+  const bar = el("div", {}, buttons, message);
+  bar.render = (exp) => buttons.replaceChildren(...exp.actions.map((action) => el("button",
+    { id: action, className: action === "kill" ? "danger" : "", onclick: () => act(exp.id, action) },
+    action[0].toUpperCase() + action.slice(1))));
+  return bar;
 }
 
 function trialsTable(data) {
   const metric = data.experiment.metric || "best metric";
   return table(["Trial", ...data.varying, "State", "Batches", metric, "Restarts", "Where"], data.trials.map((t) =>
     el("tr", { "data-trial": t.id }, el("td", {}, el("a", { href: `#/trials/${t.id}` }, t.id)),
-      data.varying.map((h) => el("td", { className: "num" }, num(t.varying[h]))), el("td", {}, stateBadge(t.state)),
+      data.varying.map((h) => el("td", { className: "num" }, num(t.varying[h]))), el("td", {}, stateBadge(t.state, t.display_state)),
       el("td", { className: "num" }, t.total_batches), el("td", { className: "num" }, num(t.best_validation)),
       el("td", { className: "num" }, t.restarts), el("td", {}, t.where))), { id: "trials" });
 }
@@ -318,38 +304,29 @@ function rungsSection(rungs) {
       : el("span", { className: "muted" }, "no report yet"))));
 }
 
-function hparamsSection(data) {
-  const section = el("section", { id: "hparams-section" }, el("h2", {}, "Hyperparameters against the searcher metric"));
-  if (!data.varying.length) {
-    section.append(el("p", { className: "muted" }, "No hyperparameter varies."));
-    return section;
-  }
-  const grid = el("div", { className: "grid", id: "hparam-plots" });
-  section.append(grid);
-  section.draw = () => data.varying.forEach((h) => hparamChart(`hparam:${h}`, grid, data.trials, h, data.experiment.metric));
-  return section;
-}
-
 async function experimentPage(main, id) {
   let data = await api(`/api/experiments/${id}`);
   const exp = data.experiment;
   const labels = (trialId) => `trial ${trialId}`;
   const curves = curvesSection("curves", data.metrics, exp.metric,
     (kind, metric) => api(`/api/experiments/${id}/curves?${new URLSearchParams({ kind, metric })}`), labels);
-  const hparams = hparamsSection(data);
+  const hparams = hparamViews(data);
   const head = el("div", { id: "experiment-head" });
   const trials = el("section", { id: "trials-section" });
+  let actions = null;
   const renderHead = () => {
     const e = data.experiment;
     head.replaceChildren(el("h1", {}, `Experiment ${e.id}: `, el("span", { id: "experiment-name" }, e.name || "-"), " ",
-      stateBadge(e.state, e.requested_action ? ` (${e.requested_action} requested)` : "")),
+      stateBadge(e.state, e.display_state)),
     el("p", { className: "muted" }, `progress ${e.progress === null ? "-" : Math.round(100 * e.progress) + "%"} · started ${when(e.created_at)} · ended ${when(e.ended_at)}`));
     trials.replaceChildren(el("h2", {}, `Trials (${data.trials.length})`), trialsTable(data));
+    actions.render(e);
   };
   const reload = async () => { data = await api(`/api/experiments/${id}`); renderHead(); };
+  actions = actionsBar(reload);
   document.getElementById("crumbs").replaceChildren(el("a", { href: "#/" }, "experiments"), ` / ${id}`);
   renderHead();
-  main.replaceChildren(...[head, actionsBar(exp, reload), trials, curves, hparams,
+  main.replaceChildren(...[head, actions, trials, curves, hparams,
     data.rungs ? rungsSection(data.rungs) : null,
     el("section", {}, el("h2", {}, "Checkpoints"), checkpointsTable(data.checkpoints)),
     el("section", { id: "config-section" }, el("h2", {}, "Config"), el("pre", { id: "config" }, data.config_yaml)),
@@ -358,7 +335,9 @@ async function experimentPage(main, id) {
   if (hparams.draw) hparams.draw();
   every(PAGE_POLL_MS, async () => {
     await reload();
-    if (curves.redraw && data.experiment.state === "ACTIVE") await curves.redraw();
+    if (data.experiment.state !== "ACTIVE") return;
+    if (curves.redraw) await curves.redraw();
+    if (hparams.draw) hparams.draw(data);
   });
 }
 
@@ -372,7 +351,7 @@ async function trialPage(main, id) {
   const hparams = Object.entries(t.hparams).map(([k, v]) => el("tr", {}, el("td", {}, k),
     el("td", {}, typeof v === "object" ? JSON.stringify(v) : num(v))));
   main.replaceChildren(
-    el("h1", {}, `Trial ${t.id} `, stateBadge(t.state)),
+    el("h1", {}, `Trial ${t.id} `, stateBadge(t.state, t.display_state)),
     el("p", { className: "muted" }, `experiment ${data.experiment.id} (${data.experiment.name || "-"}) · ${t.total_batches} batches · `
       + `best ${data.metric || "metric"} ${num(t.best_validation)} · restarts ${t.restarts} · ${t.where}`),
     curves, el("section", {}, el("h2", {}, "Hyperparameters"), table(["Name", "Value"], hparams, { id: "trial-hparams" })),
