@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
@@ -26,6 +26,7 @@ from determined_lite.ui._curves import CurveCache, default_points
 from determined_lite.ui._searcher import progress, rungs, searcher_metric
 
 LOG_TAIL = 200
+MAX_COMPARED = 20
 MAX_LOG_LINES = 5000
 
 
@@ -177,6 +178,27 @@ class Queries:
             "checkpoints": [self._checkpoint(c) for c in self.store.list_checkpoints(trial_id=trial_id)],
         }
 
+    def compare(self, trial_ids: Sequence[int]) -> Dict[str, Any]:
+        """Trials side by side: ``{"trials": [{"trial", "experiment", "metric", "smaller_is_better",
+        "best": {"total_batches", "metrics"} | None}], "metrics", "hparams": [names]}``; ``best``:
+        the validation with the best searcher metric, all its metrics."""
+        if not 1 <= len(trial_ids) <= MAX_COMPARED:
+            raise QueryError(f"compare 1 to {MAX_COMPARED} trials")
+        rows, names = [], set()
+        for trial_id in trial_ids:
+            doc = self.trial(trial_id)
+            metric, smaller = doc["metric"], doc["smaller_is_better"]
+            scored = [v for v in self.store.validation_metrics(trial_id) if _number(v["metrics"].get(metric))]
+            best = (min if smaller else max)(scored, key=lambda v: v["metrics"][metric]) if scored else None
+            names.update(_flat_names(doc["trial"]["hparams"]))
+            keep = ("trial", "experiment", "metric", "smaller_is_better")
+            rows.append({**{k: doc[k] for k in keep}, "best": best})
+        return {
+            "trials": rows,
+            "metrics": self.store.metric_names(list(trial_ids)),
+            "hparams": sorted(names),
+        }
+
     # --- curves and logs -------------------------------------------------------------------------
 
     def curves(self, trial_ids: Sequence[int], kind: str, metric: str, points: int = 0) -> Dict[str, Any]:
@@ -214,6 +236,21 @@ class Queries:
         needle = search.lower()
         found = [line for line in self.store.logs(**{key: ident}) if needle in line["line"].lower()]
         return {"lines": found[-keep:], "matches": len(found)}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _flat_names(hparams: Dict[str, Any], prefix: str = "") -> List[str]:
+    """``a.b`` for every leaf of nested hyperparameters."""
+    names: List[str] = []
+    for key, value in hparams.items():
+        if isinstance(value, dict):
+            names += _flat_names(value, f"{prefix}{key}.")
+        else:
+            names.append(f"{prefix}{key}")
+    return names
 
 
 def _hparam_type(config: Dict[str, Any], name: str) -> Optional[str]:

@@ -99,6 +99,7 @@ _ROUTES: List[Tuple[re.Pattern, Route]] = [
         lambda q, ids, p: q.logs(("trial_id", ids[0]), _int(p, "tail", None), p.get("q", "")),
     ),
     (re.compile(r"/api/curves"), lambda q, _, p: q.curves(_trial_ids(p), *_curve_args(p))),
+    (re.compile(r"/api/compare"), lambda q, _, p: q.compare(_trial_ids(p))),
 ]
 _ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
 

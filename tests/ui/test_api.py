@@ -187,3 +187,15 @@ def test_only_the_actions_that_apply(row, buttons):
     from determined_lite.ui._actions import available_actions
 
     assert available_actions(row) == buttons
+
+
+def test_compare_puts_trials_side_by_side(server):
+    doc = _get(server, "/api/compare?trials=2,1")
+    assert [t["trial"]["id"] for t in doc["trials"]] == [2, 1]
+    assert doc["hparams"] == ["lr", "width"]
+    # The best validation (val_loss smallest: lr / 10 at batch 10) with all its metrics.
+    assert [t["best"]["total_batches"] for t in doc["trials"]] == [10, 10]
+    assert doc["trials"][0]["best"]["metrics"] == {"val_loss": pytest.approx(0.02)}
+    assert doc["trials"][0]["metric"] == "val_loss" and doc["trials"][0]["smaller_is_better"] is True
+    many = ",".join(["1"] * 21)
+    assert _status(server, f"/api/compare?trials={many}", headers={TOKEN_HEADER: server.token}) == 400

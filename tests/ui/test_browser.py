@@ -331,6 +331,95 @@ def test_asha_scatter_matrix_and_heat_map(site, page):
     assert len(page.find_elements("css selector", "#heatmap td.heat:not(.empty)")) == len(best)
 
 
+def _same_points(points: List[List[float]], reported: List[Any]) -> None:
+    assert [p[0] for p in points] == [r[0] for r in reported]
+    assert [p[1] for p in points] == pytest.approx([r[1] for r in reported])
+
+
+def _trial_rows(page) -> List[int]:
+    return [
+        int(r.get_attribute("data-trial")) for r in page.find_elements("css selector", "#trials tbody tr")
+    ]
+
+
+def test_trial_table_sorts_and_filters(site, page):
+    from selenium.webdriver.support.ui import Select
+
+    _open(site, page, "/experiments/2")
+    trials = _asha(site)
+    by_metric = [t["id"] for t in sorted(trials, key=lambda t: t["best_validation"])]
+    header = page.find_element("xpath", "//table[@id='trials']//th[starts-with(., 'val_loss')]")
+    header.click()
+    assert _trial_rows(page) == by_metric
+    page.find_element("xpath", "//table[@id='trials']//th[starts-with(., 'val_loss')]").click()
+    assert _trial_rows(page) == by_metric[::-1]
+    page.find_element("xpath", "//table[@id='trials']//th[starts-with(., 'lr')]").click()
+    assert _trial_rows(page) == [t["id"] for t in sorted(trials, key=lambda t: t["hparams"]["lr"])]
+    stopped = sorted(t["id"] for t in trials if t["stopped_early"])
+    Select(page.find_element("id", "trial-state")).select_by_value("ASHA-stopped")
+    assert sorted(_trial_rows(page)) == stopped
+    assert page.find_element("id", "trials-title").text == f"Trials ({len(stopped)} of 6)"
+    Select(page.find_element("id", "trial-state")).select_by_value("")
+    page.find_element("id", "trial-filter").send_keys("asha")  # any cell, any case
+    assert sorted(_trial_rows(page)) == stopped
+
+
+def test_two_trial_comparison(site, page):
+    _open(site, page, "/experiments/1")
+    for box in page.find_elements("css selector", "#trials tbody input.pick"):
+        box.click()
+    link = page.find_element("id", "compare-link")
+    assert link.text == "Compare selected (2)" and link.get_attribute("href").endswith("#/compare/1,2")
+    link.click()
+    _wait(page, "document.body.dataset.ready === '/compare/1,2'", "the comparison page")
+    store = _store(site)
+    cells = page.execute_script(
+        "const out = {}; document.querySelectorAll('#compare-table tbody tr').forEach((r) => {"
+        " const th = r.querySelector('th');"
+        " const tds = [...r.querySelectorAll('td')].map((d) => d.textContent);"
+        " if (tds.length) out[th.textContent] = tds; }); return out;"
+    )
+    assert cells["lr"] == ["0.0100", "0.0500"]
+    best = [store.get_trial(t)["best_validation"] for t in (1, 2)]
+    assert [float(c.split()[-1]) for c in cells["Best searcher metric"]] == pytest.approx(best, rel=1e-3)
+    assert all(c.startswith("val_loss ↓ ") for c in cells["Best searcher metric"])
+    assert [float(v) for v in cells["val_loss"]] == pytest.approx(best, rel=1e-3)
+    series = _curve_data(page, "compare-curves")
+    assert [s["label"] for s in series] == ["trial 1", "trial 2"]
+    for one, trial_id in zip(series, (1, 2)):
+        reported = [
+            (m["total_batches"], m["metrics"]["val_loss"]) for m in store.validation_metrics(trial_id)
+        ]
+        _same_points(one["points"], reported)
+
+
+def test_training_and_validation_overlaid(site, page):
+    from selenium.webdriver.support.ui import Select
+
+    _open(site, page, "/experiments/1")
+    Select(page.find_element("id", "curves-kind")).select_by_value("both")
+    _wait(page, "detLite.charts.curves.series.length === 5", "four curves")
+    series = _curve_data(page, "curves")
+    assert [s["label"] for s in series] == [
+        "trial 1 training loss",
+        "trial 2 training loss",
+        "trial 1 validation val_loss",
+        "trial 2 validation val_loss",
+    ]
+    store = _store(site)
+    for one, (trial_id, kind, metric) in zip(
+        series,
+        [
+            (1, "training", "loss"),
+            (2, "training", "loss"),
+            (1, "validation", "val_loss"),
+            (2, "validation", "val_loss"),
+        ],
+    ):
+        rows = store.training_metrics(trial_id) if kind == "training" else store.validation_metrics(trial_id)
+        _same_points(one["points"], [(r["total_batches"], r["metrics"][metric]) for r in rows])
+
+
 def test_logs_and_search(site, page):
     _open(site, page, "/experiments/1")
     _wait(

@@ -135,7 +135,8 @@ function drawChart(name, container, options, data) {
 function curveChart(name, container, payload, labels, view) {
   const series = payload.series;
   const data = aligned(series, view.smoothing, view.log);
-  const shape = JSON.stringify([payload.kind, payload.metric, view.log, series.map((s) => s.trial_id)]);
+  const shape = JSON.stringify([payload.kind, payload.metric, view.log, series.map((s) => s.label || s.trial_id)]);
+  const order = Array.from(new Set(series.map((s) => s.trial_id)));  // one colour per trial
   const current = detLite.charts[name];
   detLite.data[name] = payload;
   if (current && current.shape === shape) {  // a live refresh: new data, same chart (zoom kept)
@@ -148,9 +149,9 @@ function curveChart(name, container, payload, labels, view) {
     scales: { x: { time: false }, y: view.log ? { distr: 3 } : {} },
     axes: [{ label: "batches", values: (u, ticks) => ticks.map((v) => (Number.isInteger(v) ? v : "")) },
       { label: payload.metric, size: 70, values: (u, ticks) => ticks.map((v) => tick(v, view.log)) }],
-    series: [{ label: "batches" }].concat(series.map((s, i) => ({
-      label: labels(s.trial_id), stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
-      points: { show: s.x.length < 60 },
+    series: [{ label: "batches" }].concat(series.map((s) => ({
+      label: s.label || labels(s.trial_id), stroke: COLORS[order.indexOf(s.trial_id) % COLORS.length], width: 1.5,
+      dash: s.dash, spanGaps: true, points: { show: s.x.length < 60 },
     }))),
   };
   const chart = drawChart(name, container, options, data);
@@ -182,20 +183,23 @@ function curvesSection(name, metrics, defaultMetric, fetchCurves, labels) {
     section.append(el("p", { className: "muted" }, "No metrics yet."));
     return section;
   }
+  const pairs = metricPairs(metrics);
+  if (pairs.length) kinds.push("both");
+  const options = { ...metrics, both: pairs.map((p) => p.join(" / ")) };
   const view = { kind: kinds[0], metric: null, log: false, smoothing: 0 };
-  const kind = el("select", { id: `${name}-kind` }, kinds.map((k) => el("option", { value: k }, k)));
+  const kind = el("select", { id: `${name}-kind` }, kinds.map((k) => el("option", { value: k }, k === "both" ? "training + validation" : k)));
   const metric = el("select", { id: `${name}-metric` });
   const log = el("input", { type: "checkbox", id: `${name}-log` });
   const smoothing = el("input", { type: "range", min: 0, max: 0.99, step: 0.01, value: 0, id: `${name}-smoothing` });
   const box = el("div", { className: "chart", id: `${name}-chart` });
   const fillMetrics = () => {
-    const names = metrics[view.kind] || [];
+    const names = options[view.kind] || [];
     view.metric = names.includes(view.metric) ? view.metric : (names.includes(defaultMetric) ? defaultMetric : names[0]);
     metric.replaceChildren(...names.map((m) => el("option", { value: m, selected: m === view.metric }, m)));
   };
   const redraw = async () => {
     view.log = log.checked; view.smoothing = Number(smoothing.value);
-    const payload = await fetchCurves(view.kind, view.metric);
+    const payload = view.kind === "both" ? await overlaid(fetchCurves, view.metric, labels) : await fetchCurves(view.kind, view.metric);
     curveChart(name, box, payload, labels, view);
   };
   kind.addEventListener("change", () => { view.kind = kind.value; fillMetrics(); redraw().catch(showError); });
@@ -207,6 +211,25 @@ function curvesSection(name, metrics, defaultMetric, fetchCurves, labels) {
     el("label", {}, log, " log scale"), el("label", {}, "Smoothing ", smoothing)), box);
   section.redraw = redraw;
   return section;
+}
+
+// [training, validation] metric names that are one quantity: `loss` with `loss`, `val_loss` or
+// `validation_loss`.
+function metricPairs(metrics) {
+  const training = metrics.training || [];
+  return (metrics.validation || []).flatMap((v) => {
+    const t = training.find((name) => v === name || v === `val_${name}` || v === `validation_${name}`);
+    return t === undefined ? [] : [[t, v]];
+  });
+}
+
+// One payload with each trial's training curve (dashed) and validation curve of a pair "t / v".
+async function overlaid(fetchCurves, pair, labels) {
+  const [t, v] = pair.split(" / ");
+  const [train, val] = await Promise.all([fetchCurves("training", t), fetchCurves("validation", v)]);
+  const series = train.series.map((s) => ({ ...s, label: `${labels(s.trial_id)} training ${t}`, dash: [6, 4] }))
+    .concat(val.series.map((s) => ({ ...s, label: `${labels(s.trial_id)} validation ${v}` })));
+  return { kind: "training + validation", metric: pair, width: train.width, series };
 }
 
 function logsSection(path, live) {
@@ -287,15 +310,6 @@ function actionsBar(reload) {
   return bar;
 }
 
-function trialsTable(data) {
-  const metric = data.experiment.metric || "best metric";
-  return table(["Trial", ...data.varying, "State", "Batches", metric, "Restarts", "Where"], data.trials.map((t) =>
-    el("tr", { "data-trial": t.id }, el("td", {}, el("a", { href: `#/trials/${t.id}` }, t.id)),
-      data.varying.map((h) => el("td", { className: "num" }, num(t.varying[h]))), el("td", {}, stateBadge(t.state, t.display_state)),
-      el("td", { className: "num" }, t.total_batches), el("td", { className: "num" }, num(t.best_validation)),
-      el("td", { className: "num" }, t.restarts), el("td", {}, t.where))), { id: "trials" });
-}
-
 function rungsSection(rungs) {
   return el("section", { id: "rungs" }, el("h2", {}, "ASHA rungs"), rungs.map((r) => el("div", { className: "rung" },
     el("strong", {}, `Bracket ${r.bracket}, rung ${r.rung}`), ` (trains to ${r.length}): `,
@@ -312,14 +326,14 @@ async function experimentPage(main, id) {
     (kind, metric) => api(`/api/experiments/${id}/curves?${new URLSearchParams({ kind, metric })}`), labels);
   const hparams = hparamViews(data);
   const head = el("div", { id: "experiment-head" });
-  const trials = el("section", { id: "trials-section" });
+  const trials = trialsView();
   let actions = null;
   const renderHead = () => {
     const e = data.experiment;
     head.replaceChildren(el("h1", {}, `Experiment ${e.id}: `, el("span", { id: "experiment-name" }, e.name || "-"), " ",
       stateBadge(e.state, e.display_state)),
     el("p", { className: "muted" }, `progress ${e.progress === null ? "-" : Math.round(100 * e.progress) + "%"} · started ${when(e.created_at)} · ended ${when(e.ended_at)}`));
-    trials.replaceChildren(el("h2", {}, `Trials (${data.trials.length})`), trialsTable(data));
+    trials.render(data);
     actions.render(e);
   };
   const reload = async () => { data = await api(`/api/experiments/${id}`); renderHead(); };
@@ -376,6 +390,7 @@ async function route() {
   let match;
   if ((match = hash.match(/^\/experiments\/(\d+)$/))) await experimentPage(main, Number(match[1]));
   else if ((match = hash.match(/^\/trials\/(\d+)$/))) await trialPage(main, Number(match[1]));
+  else if ((match = hash.match(/^\/compare\/(\d+(?:,\d+)*)$/))) await comparePage(main, match[1].split(",").map(Number));
   else await experimentsPage(main);
   detLite.renders += 1;
   document.body.dataset.ready = hash;
