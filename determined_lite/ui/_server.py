@@ -19,6 +19,7 @@ import math
 import mimetypes
 import re
 import secrets
+import shutil
 import socket
 import sys
 import threading
@@ -29,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.store import NotFoundError, Store, StoreError
 from determined_lite.ui._actions import ActionRefused, run_action
+from determined_lite.ui._download import checkpoint_archive
 from determined_lite.ui._queries import Queries, QueryError
 
 TOKEN_HEADER = "X-Det-Lite-Token"
@@ -102,6 +104,7 @@ _ROUTES: List[Tuple[re.Pattern, Route]] = [
     (re.compile(r"/api/compare"), lambda q, _, p: q.compare(_trial_ids(p))),
 ]
 _ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
+_DOWNLOAD = re.compile(r"/api/checkpoints/([0-9a-fA-F-]{1,64})/download")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -210,6 +213,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, node.read_bytes(), kind)
 
     def _api(self, path: str, query: Params) -> None:
+        download = _DOWNLOAD.fullmatch(path)
+        if download:
+            self._download(download.group(1))
+            return
         for pattern, route in _ROUTES:
             match = pattern.fullmatch(path)
             if match:
@@ -217,6 +224,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._answer(functools.partial(route, self.server.queries, ids, query))
                 return
         self._error(HTTPStatus.NOT_FOUND, f"no such API: {path}")
+
+    def _download(self, uuid: str) -> None:
+        """The checkpoint's files as ``<uuid>.tar.gz`` (``ui/_download.py``), streamed."""
+        try:
+            archive, size, name = checkpoint_archive(self.server.queries.store, uuid)
+        except NotFoundError as e:
+            self._error(HTTPStatus.NOT_FOUND, str(e))
+            return
+        with archive:
+            self.send_response(HTTPStatus.OK)
+            for key, value in _SECURITY_HEADERS.items():
+                self.send_header(key, value)
+            self.send_header("Content-Type", "application/gzip")
+            self.send_header("Content-Disposition", f'attachment; filename="{name}"')
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if self.command != "HEAD":
+                shutil.copyfileobj(archive, self.wfile)
 
     def _answer(self, call: Callable[[], Dict[str, Any]]) -> None:
         try:

@@ -199,3 +199,34 @@ def test_compare_puts_trials_side_by_side(server):
     assert doc["trials"][0]["metric"] == "val_loss" and doc["trials"][0]["smaller_is_better"] is True
     many = ",".join(["1"] * 21)
     assert _status(server, f"/api/compare?trials={many}", headers={TOKEN_HEADER: server.token}) == 400
+
+
+def test_checkpoint_download_is_an_archive_of_its_files_only(server, tmp_path):
+    import io
+    import os
+    import tarfile
+
+    directory = tmp_path / "ck"
+    (directory / "sub").mkdir(parents=True)
+    (directory / "state_dict.pth").write_bytes(b"weights")
+    (directory / "sub" / "meta.json").write_text('{"a": 1}')
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not in the checkpoint")
+    os.symlink(secret, directory / "escape.txt")  # a link out of the checkpoint is left out
+    os.symlink(tmp_path, directory / "sub" / "up")
+    uuid = "0123abcd-0000-4000-8000-000000000001"
+    Store().add_checkpoint(1, uuid, str(directory), 10, {"val_loss": 0.01})
+    request = urllib.request.Request(
+        f"{_base(server)}/api/checkpoints/{uuid}/download?token={server.token}"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.headers["Content-Disposition"] == f'attachment; filename="{uuid}.tar.gz"'
+        body = response.read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+        assert sorted(members) == [f"{uuid}/state_dict.pth", f"{uuid}/sub/meta.json"]
+        assert all(m.isfile() for m in members.values())
+        assert archive.extractfile(f"{uuid}/state_dict.pth").read() == b"weights"
+    headers = {TOKEN_HEADER: server.token}
+    assert _status(server, "/api/checkpoints/ffff/download", headers=headers) == 404
+    assert _status(server, f"/api/checkpoints/{uuid}/download") == 403

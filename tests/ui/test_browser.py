@@ -439,7 +439,23 @@ def test_trial_page(site, page):
     series = _curve_data(page, "trial-curves")
     assert [s["label"] for s in series] == ["trial 2"] and len(series[0]["points"]) == 6
     assert "lr" in page.find_element("id", "trial-hparams").text
-    assert page.find_elements("css selector", "#checkpoints tbody tr")
+    links = page.find_elements("css selector", "#checkpoints tbody a.download")
+    assert links
+    uuid = links[0].find_element("xpath", "./ancestor::tr").get_attribute("data-uuid")
+    with urllib.request.urlopen(links[0].get_attribute("href"), timeout=WAIT_S) as response:
+        body = response.read()
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+        names = sorted(archive.getnames())
+    directory = _store(site).get_checkpoint(uuid)["path"]
+    expected = sorted(
+        os.path.join(uuid, os.path.relpath(os.path.join(root, f), directory))
+        for root, _, files in os.walk(directory)
+        for f in files
+    )
+    assert names == expected and any(n.endswith(".pth") or "state" in n for n in names)
 
 
 def _press(page, button: str) -> None:

@@ -169,11 +169,13 @@ function table(headers, rows, attrs) {
 
 function checkpointsTable(checkpoints) {
   if (!checkpoints.length) return el("p", { className: "muted" }, "No checkpoints.");
-  return table(["UUID", "Trial", "Batch", "Metrics", "Size"], checkpoints.map((c) => el("tr", {},
+  const link = (c) => el("a", { className: "download", download: `${c.uuid}.tar.gz`,
+    href: `/api/checkpoints/${c.uuid}/download?${new URLSearchParams({ token: token() })}` }, "Download");
+  return table(["UUID", "Trial", "Batch", "Metrics", "Size", ""], checkpoints.map((c) => el("tr", { "data-uuid": c.uuid },
     el("td", { title: c.path }, c.uuid), el("td", {}, el("a", { href: `#/trials/${c.trial_id}` }, c.trial_id)),
     el("td", { className: "num" }, c.total_batches),
     el("td", {}, Object.entries(c.metrics || {}).map(([k, v]) => `${k}=${num(v)}`).join(" ")),
-    el("td", { className: "num" }, bytes(c.size)))), { id: "checkpoints" });
+    el("td", { className: "num" }, bytes(c.size)), el("td", {}, c.size === null ? "" : link(c)))), { id: "checkpoints" });
 }
 
 function curvesSection(name, metrics, defaultMetric, fetchCurves, labels) {
