@@ -44,7 +44,7 @@ def _add_tree(archive: tarfile.TarFile, directory: str, prefix: str) -> int:
 def checkpoint_archive(store: Store, uuid: str) -> Tuple[IO[bytes], int, str]:
     """``(file positioned at 0, size in bytes, file name)`` of the checkpoint ``uuid``'s archive.
     ``NotFoundError`` for an unknown checkpoint or one whose files are gone."""
-    found: Any = store.get_checkpoint(uuid)
+    found: Any = store.checkpoints.get(uuid)
     if found is None:
         raise NotFoundError(f"checkpoint {uuid} not found")
     try:

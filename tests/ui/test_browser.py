@@ -197,7 +197,7 @@ def test_list_shows_finished_and_running_experiments_live(site, page):
     done = _experiment_row(page, 1)
     assert done == {"name": "grid-demo", "state": "COMPLETED", "link": "#/experiments/1"}
     assert _experiment_row(page, 3)["state"] == "ACTIVE"
-    _store(site).create_experiment({"name": "appears-live"}, None, None, state="PAUSED")
+    _store(site).experiments.create({"name": "appears-live"}, None, None, state="PAUSED")
     _wait(page, "document.querySelector(`tr[data-experiment='4']`)", "the new experiment without a reload")
     assert _experiment_row(page, 4)["name"] == "appears-live"
     page.find_element("id", "filter-name").send_keys("grid")
@@ -207,7 +207,7 @@ def test_list_shows_finished_and_running_experiments_live(site, page):
 
 def test_list_names_the_searcher_metric_and_its_direction(site, page):
     _open(site, page, "/")
-    best = min(t["best_validation"] for t in _store(site).list_trials(1))
+    best = min(t["best_validation"] for t in _store(site).trials.list(1))
     text = page.find_element("css selector", "tr[data-experiment='1'] .best-metric").text
     assert text.startswith("val_loss ↓ ") and float(text.split()[-1]) == pytest.approx(best, rel=1e-3)
 
@@ -223,7 +223,7 @@ def test_actions_only_where_they_apply_and_the_cli_state_words(site, page):
     _wait(page, "document.querySelectorAll('#actions button').length", "the buttons")
     assert _buttons(page) == ["pause", "kill"]
     _open(site, page, "/experiments/2")
-    stopped = {t["id"] for t in _store(site).list_trials(2) if t["stopped_early"]}
+    stopped = {t["id"] for t in _store(site).trials.list(2) if t["stopped_early"]}
     assert stopped, "the ASHA search stopped no trial early"
     shown = page.execute_script(
         "return Object.fromEntries([...document.querySelectorAll('#trials tbody tr')]"
@@ -253,7 +253,7 @@ def test_experiment_page_draws_one_curve_per_trial(site, page):
     assert [s["label"] for s in series] == ["trial 1", "trial 2"]
     for one, trial_id in zip(series, (1, 2)):
         reported = [
-            (m["total_batches"], m["metrics"]["val_loss"]) for m in store.validation_metrics(trial_id)
+            (m["total_batches"], m["metrics"]["val_loss"]) for m in store.metrics.validation(trial_id)
         ]
         assert [p[0] for p in one["points"]] == [b for b, _ in reported] == [2, 4, 6, 8, 10, 12]
         assert [p[1] for p in one["points"]] == pytest.approx([v for _, v in reported])
@@ -263,7 +263,7 @@ def test_experiment_page_draws_one_curve_per_trial(site, page):
 
 
 def _asha(site) -> List[Dict[str, Any]]:
-    return _store(site).list_trials(2)
+    return _store(site).trials.list(2)
 
 
 def test_asha_parallel_coordinates(site, page, tmp_path):
@@ -380,7 +380,7 @@ def test_two_trial_comparison(site, page):
         " if (tds.length) out[th.textContent] = tds; }); return out;"
     )
     assert cells["lr"] == ["0.0100", "0.0500"]
-    best = [store.get_trial(t)["best_validation"] for t in (1, 2)]
+    best = [store.trials.get(t)["best_validation"] for t in (1, 2)]
     assert [float(c.split()[-1]) for c in cells["Best searcher metric"]] == pytest.approx(best, rel=1e-3)
     assert all(c.startswith("val_loss ↓ ") for c in cells["Best searcher metric"])
     assert [float(v) for v in cells["val_loss"]] == pytest.approx(best, rel=1e-3)
@@ -388,7 +388,7 @@ def test_two_trial_comparison(site, page):
     assert [s["label"] for s in series] == ["trial 1", "trial 2"]
     for one, trial_id in zip(series, (1, 2)):
         reported = [
-            (m["total_batches"], m["metrics"]["val_loss"]) for m in store.validation_metrics(trial_id)
+            (m["total_batches"], m["metrics"]["val_loss"]) for m in store.metrics.validation(trial_id)
         ]
         _same_points(one["points"], reported)
 
@@ -416,7 +416,7 @@ def test_training_and_validation_overlaid(site, page):
             (2, "validation", "val_loss"),
         ],
     ):
-        rows = store.training_metrics(trial_id) if kind == "training" else store.validation_metrics(trial_id)
+        rows = store.metrics.training(trial_id) if kind == "training" else store.metrics.validation(trial_id)
         _same_points(one["points"], [(r["total_batches"], r["metrics"][metric]) for r in rows])
 
 
@@ -449,7 +449,7 @@ def test_trial_page(site, page):
 
     with tarfile.open(fileobj=io.BytesIO(body)) as archive:
         names = sorted(archive.getnames())
-    directory = _store(site).get_checkpoint(uuid)["path"]
+    directory = _store(site).checkpoints.get(uuid)["path"]
     expected = sorted(
         os.path.join(uuid, os.path.relpath(os.path.join(root, f), directory))
         for root, _, files in os.walk(directory)
@@ -471,8 +471,8 @@ def test_pause_and_kill_from_the_page_change_the_store(site, page):
     _press(page, "pause")
     assert "Requested pause of experiment 3" in page.find_element("id", "action-message").text
     deadline = time.monotonic() + 120
-    while store.get_experiment(3)["state"] != "PAUSED":  # the runner checkpoints and stops
-        assert time.monotonic() < deadline, store.get_experiment(3)
+    while store.experiments.get(3)["state"] != "PAUSED":  # the runner checkpoints and stops
+        assert time.monotonic() < deadline, store.experiments.get(3)
         time.sleep(0.5)
     _wait(
         page,
@@ -481,7 +481,7 @@ def test_pause_and_kill_from_the_page_change_the_store(site, page):
     )
     assert _buttons(page) == ["activate", "kill"]
     _press(page, "kill")
-    assert store.get_experiment(3)["state"] == "CANCELED"
+    assert store.experiments.get(3)["state"] == "CANCELED"
     assert "it is now CANCELED" in page.find_element("id", "action-message").text
 
 
