@@ -3,8 +3,9 @@
 Pause and kill are ``experiment._control.control_experiment`` (what ``det-lite experiment
 pause|kill`` runs); activate is ``activate_experiment(detach=True)`` (``det-lite experiment
 activate --detach``): the same rules (one runner per experiment, only a PAUSED experiment,
-or an ACTIVE one whose process died, resumes) and the same messages. These are the dashboard's
-only writes, on a store of their own (the pages read through a read-only one).
+or an ACTIVE one whose process died, resumes) and the same messages. With an experiment's labels
+and notes (``set_annotations``), these are the dashboard's only writes, on a store of their own
+(the pages read through a read-only one).
 """
 
 from __future__ import annotations
@@ -72,3 +73,33 @@ def run_action(experiment_id: int, action: str) -> Dict[str, Any]:
         "requested_action": exp["requested_action"] if exp is not None else None,
         "messages": messages,
     }
+
+
+MAX_LABELS = 50
+MAX_LABEL_CHARS = 100
+MAX_NOTES_CHARS = 60000
+
+
+def _checked_annotations(body: Any) -> Dict[str, Any]:
+    """``{"labels"?, "notes"?}`` of a request body, checked: ValueError names what is wrong."""
+    if not isinstance(body, dict) or not body or set(body) - {"labels", "notes"}:
+        raise ValueError('the body must be a JSON object with "labels" (a list of text), "notes" (text)')
+    labels, notes = body.get("labels"), body.get("notes")
+    if labels is not None:
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise ValueError("labels must be a list of text")
+        labels = [x.strip() for x in labels if x.strip()]
+        if len(labels) > MAX_LABELS or any(len(x) > MAX_LABEL_CHARS for x in labels):
+            raise ValueError(f"at most {MAX_LABELS} labels of at most {MAX_LABEL_CHARS} characters")
+    if notes is not None and (not isinstance(notes, str) or len(notes) > MAX_NOTES_CHARS):
+        raise ValueError(f"notes must be text of at most {MAX_NOTES_CHARS} characters")
+    return {"labels": labels, "notes": notes}
+
+
+def set_annotations(experiment_id: int, body: Any) -> Dict[str, Any]:
+    """Replace the experiment's labels and/or notes (what ``det-lite experiment set labels``
+    stores); ``{"experiment_id", "labels", "notes"}`` as saved."""
+    fields = _checked_annotations(body)
+    store = Store()
+    store.experiments.set_annotations(experiment_id, **fields)
+    return {"experiment_id": experiment_id, **(store.experiments.annotations(experiment_id) or {})}

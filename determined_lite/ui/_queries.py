@@ -115,6 +115,7 @@ class Queries:
         return {
             "experiment": {
                 **head,
+                **(self.store.experiments.annotations(experiment_id) or {}),
                 "display_state": experiment_display_state(exp),
                 "actions": available_actions(exp),
                 "progress": self._progress(exp),

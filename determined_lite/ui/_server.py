@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.store import NotFoundError, Store, StoreError
-from determined_lite.ui._actions import ActionRefused, run_action
+from determined_lite.ui._actions import ActionRefused, run_action, set_annotations
 from determined_lite.ui._download import checkpoint_archive
 from determined_lite.ui._queries import Queries, QueryError
 
@@ -104,7 +104,15 @@ _ROUTES: List[Tuple[re.Pattern, Route]] = [
     (re.compile(r"/api/compare"), lambda q, _, p: q.compare(_trial_ids(p))),
 ]
 _ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
+_ANNOTATE = re.compile(r"/api/experiments/(\d+)/annotations")
 _DOWNLOAD = re.compile(r"/api/checkpoints/([0-9a-fA-F-]{1,64})/download")
+
+
+def _json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise QueryError("the body must be JSON (UTF-8)") from None
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -270,8 +278,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self._error(HTTPStatus.BAD_REQUEST, f"Content-Length must be a number of bytes up to {MAX_BODY}")
             return
-        self.rfile.read(length)
-        match = _ACTION.fullmatch(path)
+        body = self.rfile.read(length)
+        annotate, match = _ANNOTATE.fullmatch(path), _ACTION.fullmatch(path)
+        if annotate is not None:
+            experiment_id = int(annotate.group(1))
+            self._answer(lambda: set_annotations(experiment_id, _json_body(body)))
+            return
         if match is None:
             self._error(HTTPStatus.NOT_FOUND, f"no such action: {path}")
             return

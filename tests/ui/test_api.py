@@ -216,9 +216,7 @@ def test_checkpoint_download_is_an_archive_of_its_files_only(server, tmp_path):
     os.symlink(tmp_path, directory / "sub" / "up")
     uuid = "0123abcd-0000-4000-8000-000000000001"
     Store().checkpoints.add(1, uuid, str(directory), 10, {"val_loss": 0.01})
-    request = urllib.request.Request(
-        f"{_base(server)}/api/checkpoints/{uuid}/download?token={server.token}"
-    )
+    request = urllib.request.Request(f"{_base(server)}/api/checkpoints/{uuid}/download?token={server.token}")
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.headers["Content-Disposition"] == f'attachment; filename="{uuid}.tar.gz"'
         body = response.read()
@@ -230,3 +228,31 @@ def test_checkpoint_download_is_an_archive_of_its_files_only(server, tmp_path):
     headers = {TOKEN_HEADER: server.token}
     assert _status(server, "/api/checkpoints/ffff/download", headers=headers) == 404
     assert _status(server, f"/api/checkpoints/{uuid}/download") == 403
+
+
+def _post_json(srv, path: str, body: bytes) -> Any:
+    headers = {TOKEN_HEADER: srv.token, "Content-Type": "application/json"}
+    request = urllib.request.Request(_base(srv) + path, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_labels_and_notes_are_saved_and_checked(server):
+    body = json.dumps({"labels": ["b", " a ", "", "b"], "notes": "lr 0.1 was better"}).encode()
+    assert _post_json(server, "/api/experiments/1/annotations", body) == (
+        200,
+        {"experiment_id": 1, "labels": ["a", "b"], "notes": "lr 0.1 was better"},
+    )
+    assert Store().experiments.annotations(1) == {"labels": ["a", "b"], "notes": "lr 0.1 was better"}
+    doc = _get(server, "/api/experiments/1")["experiment"]
+    assert (doc["labels"], doc["notes"]) == (["a", "b"], "lr 0.1 was better")
+    assert _post_json(server, "/api/experiments/1/annotations", b'{"labels": "a"}') == (
+        400,
+        {"error": "labels must be a list of text"},
+    )
+    assert _post_json(server, "/api/experiments/1/annotations", b"not json")[0] == 400
+    assert _post_json(server, "/api/experiments/9/annotations", b'{"notes": "x"}')[0] == 404
+    assert Store().experiments.annotations(1)["notes"] == "lr 0.1 was better"  # refused ones change nothing

@@ -420,6 +420,21 @@ def test_training_and_validation_overlaid(site, page):
         _same_points(one["points"], [(r["total_batches"], r["metrics"][metric]) for r in rows])
 
 
+def test_labels_and_notes(site, page):
+    _open(site, page, "/experiments/1")
+    page.find_element("id", "labels").send_keys("baseline, grid")
+    page.find_element("id", "notes").send_keys("lr 0.05 wins")
+    page.find_element("id", "save-annotations").click()
+    _wait(page, "document.getElementById('annotations-message').textContent === 'saved'", "the save")
+    assert _store(site).experiments.annotations(1) == {
+        "labels": ["baseline", "grid"],
+        "notes": "lr 0.05 wins",
+    }
+    _open(site, page, "/")
+    _open(site, page, "/experiments/1")
+    assert page.find_element("id", "labels").get_attribute("value") == "baseline, grid"
+
+
 def test_logs_and_search(site, page):
     _open(site, page, "/experiments/1")
     _wait(

@@ -23,7 +23,8 @@ function token() {
 }
 
 async function api(path, options) {
-  const init = Object.assign({ headers: { "X-Det-Lite-Token": token() } }, options || {});
+  const init = Object.assign({}, options || {});
+  init.headers = Object.assign({ "X-Det-Lite-Token": token() }, init.headers || {});
   const response = await fetch(path, init);
   const body = await response.json().catch(() => ({ error: response.statusText }));
   if (response.status === 403) throw new Error("forbidden: open the URL det-lite ui printed (it carries the token)");
@@ -312,6 +313,29 @@ function actionsBar(reload) {
   return bar;
 }
 
+// The experiment's labels (comma-separated) and notes, saved together.
+function annotationsSection(exp) {
+  const labels = el("input", { type: "text", id: "labels", placeholder: "label, another", style: "width:420px" });
+  const notes = el("textarea", { id: "notes", rows: 4, style: "width:100%" });
+  const message = el("span", { className: "message", id: "annotations-message" });
+  labels.value = (exp.labels || []).join(", ");
+  notes.value = exp.notes || "";
+  const save = async () => {
+    try {
+      const saved = await api(`/api/experiments/${exp.id}/annotations`, { method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ labels: labels.value.split(","), notes: notes.value }) });
+      labels.value = saved.labels.join(", ");
+      message.className = "message"; message.textContent = "saved";
+    } catch (error) {
+      message.className = "message error"; message.textContent = error.message;
+    }
+  };
+  return el("section", { id: "annotations-section" }, el("h2", {}, "Labels and notes"),
+    el("div", { className: "controls" }, el("label", {}, "Labels ", labels)), notes,
+    el("div", { className: "actions" }, el("button", { id: "save-annotations", onclick: save }, "Save"), message));
+}
+
 function rungsSection(rungs) {
   return el("section", { id: "rungs" }, el("h2", {}, "ASHA rungs"), rungs.map((r) => el("div", { className: "rung" },
     el("strong", {}, `Bracket ${r.bracket}, rung ${r.rung}`), ` (trains to ${r.length}): `,
@@ -342,7 +366,7 @@ async function experimentPage(main, id) {
   actions = actionsBar(reload);
   document.getElementById("crumbs").replaceChildren(el("a", { href: "#/" }, "experiments"), ` / ${id}`);
   renderHead();
-  main.replaceChildren(...[head, actions, trials, curves, hparams,
+  main.replaceChildren(...[head, actions, trials, curves, hparams, annotationsSection(exp),
     data.rungs ? rungsSection(data.rungs) : null,
     el("section", {}, el("h2", {}, "Checkpoints"), checkpointsTable(data.checkpoints)),
     el("section", { id: "config-section" }, el("h2", {}, "Config"), el("pre", { id: "config" }, data.config_yaml)),
