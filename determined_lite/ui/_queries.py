@@ -200,6 +200,20 @@ class Queries:
             "hparams": sorted(names),
         }
 
+    def models(self) -> Dict[str, Any]:
+        """The model registry: ``{"models": [{... as store.models.list, "versions": [{... as
+        list_versions, "checkpoint": {"trial_id", "experiment_id", "total_batches", "metrics"}
+        | None}]}]}``, versions newest first."""
+        out = []
+        for model in self.store.models.list():
+            versions = []
+            for version in self.store.models.list_versions(model["name"]):
+                found = self.store.checkpoints.get(version["checkpoint_uuid"])
+                keep = ("trial_id", "experiment_id", "total_batches", "metrics")
+                versions.append({**version, "checkpoint": {k: found[k] for k in keep} if found else None})
+            out.append({**model, "versions": versions})
+        return {"models": out}
+
     # --- curves and logs -------------------------------------------------------------------------
 
     def curves(self, trial_ids: Sequence[int], kind: str, metric: str, points: int = 0) -> Dict[str, Any]:

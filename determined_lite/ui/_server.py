@@ -102,6 +102,7 @@ _ROUTES: List[Tuple[re.Pattern, Route]] = [
     ),
     (re.compile(r"/api/curves"), lambda q, _, p: q.curves(_trial_ids(p), *_curve_args(p))),
     (re.compile(r"/api/compare"), lambda q, _, p: q.compare(_trial_ids(p))),
+    (re.compile(r"/api/models"), lambda q, _, p: q.models()),
 ]
 _ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
 _ANNOTATE = re.compile(r"/api/experiments/(\d+)/annotations")

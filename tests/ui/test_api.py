@@ -256,3 +256,21 @@ def test_labels_and_notes_are_saved_and_checked(server):
     assert _post_json(server, "/api/experiments/1/annotations", b"not json")[0] == 400
     assert _post_json(server, "/api/experiments/9/annotations", b'{"notes": "x"}')[0] == 404
     assert Store().experiments.annotations(1)["notes"] == "lr 0.1 was better"  # refused ones change nothing
+
+
+def test_model_registry(server):
+    assert _get(server, "/api/models") == {"models": []}
+    store = Store()
+    store.checkpoints.add(2, "ck-2", "/nowhere/ck-2", 10, {"val_loss": 0.02})
+    store.models.create("regressor", description="y = 2x")
+    store.models.add_version("regressor", "ck-2")
+    [model] = _get(server, "/api/models")["models"]
+    assert (model["name"], model["description"], model["num_versions"]) == ("regressor", "y = 2x", 1)
+    [version] = model["versions"]
+    assert version["version"] == 1 and version["checkpoint_uuid"] == "ck-2"
+    assert version["checkpoint"] == {
+        "trial_id": 2,
+        "experiment_id": 1,
+        "total_batches": 10,
+        "metrics": {"val_loss": 0.02},
+    }

@@ -435,6 +435,24 @@ def test_labels_and_notes(site, page):
     assert page.find_element("id", "labels").get_attribute("value") == "baseline, grid"
 
 
+def test_model_registry_page(site, page):
+    store = _store(site)
+    best = min(store.checkpoints.list(experiment_id=1), key=lambda c: c["metrics"]["val_loss"])
+    store.models.create("linear-regressor", description="y = 2x", labels=["prod"])
+    store.models.add_version("linear-regressor", best["uuid"])
+    _open(site, page, "/models")
+    section = page.find_element("css selector", "section[data-model='linear-regressor']")
+    assert "y = 2x · labels: prod · 1 version" in section.text
+    row = section.find_element("css selector", "tr[data-version='1']")
+    assert best["uuid"] in row.text and f"trial {best['trial_id']}" in row.text
+    assert (
+        row.find_element("css selector", "a.download")
+        .get_attribute("href")
+        .split("?")[0]
+        .endswith(f"/api/checkpoints/{best['uuid']}/download")
+    )
+
+
 def test_logs_and_search(site, page):
     _open(site, page, "/experiments/1")
     _wait(

@@ -416,6 +416,7 @@ async function route() {
   let match;
   if ((match = hash.match(/^\/experiments\/(\d+)$/))) await experimentPage(main, Number(match[1]));
   else if ((match = hash.match(/^\/trials\/(\d+)$/))) await trialPage(main, Number(match[1]));
+  else if (hash === "/models") await modelsPage(main);
   else if ((match = hash.match(/^\/compare\/(\d+(?:,\d+)*)$/))) await comparePage(main, match[1].split(",").map(Number));
   else await experimentsPage(main);
   detLite.renders += 1;
