@@ -11,6 +11,8 @@ and notes (``set_annotations``), these are the dashboard's only writes, on a sto
 from __future__ import annotations
 
 import io
+import os
+import threading
 from typing import Any, Dict, List
 
 from determined_lite.experiment import ActivationRefused, activate_experiment
@@ -22,7 +24,9 @@ from determined_lite.store import (
     ExperimentState,
     NotFoundError,
     Store,
+    tensorboard_dir,
 )
+from determined_lite.tensorboard.serving import logdir_arguments, serve
 
 ACTIONS = ("pause", "activate", "kill")
 
@@ -103,3 +107,28 @@ def set_annotations(experiment_id: int, body: Any) -> Dict[str, Any]:
     store = Store()
     store.experiments.set_annotations(experiment_id, **fields)
     return {"experiment_id": experiment_id, **(store.experiments.annotations(experiment_id) or {})}
+
+
+class TensorBoards:
+    """The dashboard's TensorBoard button: one TensorBoard per experiment, started on first
+    press in this process through ``det-lite tensorboard``'s code path (``tensorboard.serving``),
+    on the dashboard's host and any free port; later presses answer the same URL."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self._urls: Dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def open(self, experiment_id: int) -> Dict[str, Any]:
+        """``{"experiment_id", "url"}``; ``NotFoundError`` for an unknown experiment,
+        ``ActionRefused`` when it has no event files yet."""
+        store = Store()
+        if store.experiments.get(experiment_id) is None:
+            raise NotFoundError(f"experiment {experiment_id} not found")
+        logdir = tensorboard_dir(experiment_id, store.home)
+        if not os.path.isdir(logdir):
+            raise ActionRefused(f"experiment {experiment_id} has no TensorBoard files yet ({logdir})")
+        with self._lock:
+            if experiment_id not in self._urls:
+                self._urls[experiment_id] = serve(logdir_arguments([(experiment_id, logdir)]), 0, self.host)
+            return {"experiment_id": experiment_id, "url": self._urls[experiment_id]}

@@ -108,7 +108,9 @@ class Queries:
         config = exp["config"] if isinstance(exp["config"], dict) else {}
         metric, smaller = searcher_metric(config)
         varying = [".".join(p) for p in searched_paths(config.get("hyperparameters") or {})]
-        trials = [self._trial_row(t, varying, config) for t in self.store.trials.list(experiment_id)]
+        runs = self.store.trials.runs(experiment_id)
+        listed = self.store.trials.list(experiment_id)
+        trials = [self._trial_row(t, varying, runs.get(t["id"], [])) for t in listed]
         state = self.store.experiments.load_searcher_state(experiment_id)
         checkpoints = [self._checkpoint(c) for c in self.store.checkpoints.list(experiment_id=experiment_id)]
         head = {k: v for k, v in exp.items() if k != "config"}
@@ -131,15 +133,8 @@ class Queries:
             "rungs": rungs(state, {str(t["request_id"]): t["id"] for t in trials}, smaller),
         }
 
-    @staticmethod
-    def _where(config: Dict[str, Any]) -> str:
-        resources = config.get("resources") or {}
-        hosts = resources.get("hosts") or ["localhost"]
-        slots = int(resources.get("slots_per_trial") or 1)
-        return f"{', '.join(str(h) for h in hosts)} ({slots} slot{'s' if slots != 1 else ''})"
-
     def _trial_row(
-        self, trial: Dict[str, Any], varying: Sequence[str], config: Dict[str, Any]
+        self, trial: Dict[str, Any], varying: Sequence[str], runs: Sequence[Dict[str, Any]]
     ) -> Dict[str, Any]:
         return {
             **{k: trial[k] for k in ("id", "request_id", "state", "total_batches", "restarts", "seed")},
@@ -147,7 +142,8 @@ class Queries:
             "display_state": trial_display_state(trial),
             "hparams": trial["hparams"],
             "varying": {name: _lookup(trial["hparams"], name.split(".")) for name in varying},
-            "where": self._where(config),
+            "where": _where(runs),
+            "runs": list(runs),
         }
 
     @staticmethod
@@ -171,7 +167,7 @@ class Queries:
         varying = [".".join(p) for p in searched_paths(config.get("hyperparameters") or {})]
         metric, smaller = searcher_metric(config)
         return {
-            "trial": self._trial_row(trial, varying, config),
+            "trial": self._trial_row(trial, varying, self.store.trials.runs(exp["id"]).get(trial_id, [])),
             "experiment": {"id": exp["id"], "name": exp["name"], "state": exp["state"]},
             "metric": metric,
             "smaller_is_better": smaller,
@@ -251,6 +247,19 @@ class Queries:
         needle = search.lower()
         found = [line for line in self.store.logs.list(**{key: ident}) if needle in line["line"].lower()]
         return {"lines": found[-keep:], "matches": len(found)}
+
+
+def _where(runs: Sequence[Dict[str, Any]]) -> str:
+    """Where the trial's latest run was placed, as the store recorded it: ``host (executor, N
+    slots, gpu 0,1)``; ``-`` before its first run."""
+    if not runs:
+        return "-"
+    run = runs[-1]
+    slots = int(run.get("slots") or 1)
+    parts = [str(run.get("executor") or "local"), f"{slots} slot{'s' if slots != 1 else ''}"]
+    if run.get("devices"):
+        parts.append("gpu " + ",".join(str(d) for d in run["devices"]))
+    return f"{run.get('host')} ({', '.join(parts)})"
 
 
 def _number(value: Any) -> bool:

@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.store import NotFoundError, Store, StoreError
-from determined_lite.ui._actions import ActionRefused, run_action, set_annotations
+from determined_lite.ui._actions import ActionRefused, TensorBoards, run_action, set_annotations
 from determined_lite.ui._download import checkpoint_archive
 from determined_lite.ui._queries import Queries, QueryError
 
@@ -106,6 +106,7 @@ _ROUTES: List[Tuple[re.Pattern, Route]] = [
 ]
 _ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
 _ANNOTATE = re.compile(r"/api/experiments/(\d+)/annotations")
+_TENSORBOARD = re.compile(r"/api/experiments/(\d+)/tensorboard")
 _DOWNLOAD = re.compile(r"/api/checkpoints/([0-9a-fA-F-]{1,64})/download")
 
 
@@ -285,6 +286,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             experiment_id = int(annotate.group(1))
             self._answer(lambda: set_annotations(experiment_id, _json_body(body)))
             return
+        board = _TENSORBOARD.fullmatch(path)
+        if board is not None:
+            self._answer(lambda: self.server.tensorboards.open(int(board.group(1))))
+            return
         if match is None:
             self._error(HTTPStatus.NOT_FOUND, f"no such action: {path}")
             return
@@ -304,6 +309,7 @@ class DashboardServer(http.server.ThreadingHTTPServer):
         self.token = token or secrets.token_hex(24)
         self.queries = Queries(Store(read_only=True))
         self.action_lock = threading.Lock()
+        self.tensorboards = TensorBoards(host)
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)

@@ -274,3 +274,16 @@ def test_model_registry(server):
         "total_batches": 10,
         "metrics": {"val_loss": 0.02},
     }
+
+
+def test_where_each_trial_runs_is_what_the_store_recorded(server):
+    doc = _get(server, "/api/experiments/1")
+    assert [t["where"] for t in doc["trials"]] == ["-", "-"]  # never ran: nothing recorded
+    store = Store()
+    store.trials.add_run(1, executor="local", host="box", slots=1)
+    store.trials.add_run(2, executor="local", host="box", slots=1)
+    store.trials.add_run(2, executor="ray", host="node-b", slots=2, devices=["0", "1"])  # a restart
+    doc = _get(server, "/api/experiments/1")
+    assert [t["where"] for t in doc["trials"]] == ["box (local, 1 slot)", "node-b (ray, 2 slots, gpu 0,1)"]
+    assert [r["host"] for r in doc["trials"][1]["runs"]] == ["box", "node-b"]
+    assert _get(server, "/api/trials/2")["trial"]["where"] == "node-b (ray, 2 slots, gpu 0,1)"

@@ -213,15 +213,24 @@ def test_list_names_the_searcher_metric_and_its_direction(site, page):
 
 
 def _buttons(page) -> List[str]:
-    return page.execute_script("return [...document.querySelectorAll('#actions button')].map((b) => b.id)")
+    """The experiment's action buttons (the TensorBoard button, always there, aside)."""
+    return page.execute_script(
+        "return [...document.querySelectorAll('#actions button')].map((b) => b.id)"
+        ".filter((id) => id !== 'tensorboard')"
+    )
 
 
 def test_actions_only_where_they_apply_and_the_cli_state_words(site, page):
     _open(site, page, "/experiments/1")
     assert _buttons(page) == []  # finished: nothing to pause, activate or kill
     _open(site, page, "/experiments/3")
-    _wait(page, "document.querySelectorAll('#actions button').length", "the buttons")
+    _wait(page, "document.querySelectorAll('#actions button').length > 1", "the buttons")
     assert _buttons(page) == ["pause", "kill"]
+    # Where its trial runs, as the runner recorded it, live.
+    _wait(page, "document.querySelector('#trials tbody tr td:last-child').textContent !== '-'", "where")
+    [[run]] = _store(site).trials.runs(3).values()
+    where = page.find_element("css selector", "#trials tbody tr td:last-child").text
+    assert where == f"{run['host']} ({run['executor']}, 1 slot)"
     _open(site, page, "/experiments/2")
     stopped = {t["id"] for t in _store(site).trials.list(2) if t["stopped_early"]}
     assert stopped, "the ASHA search stopped no trial early"
@@ -451,6 +460,21 @@ def test_model_registry_page(site, page):
         .split("?")[0]
         .endswith(f"/api/checkpoints/{best['uuid']}/download")
     )
+
+
+def test_tensorboard_button(site, page):
+    _open(site, page, "/experiments/1")
+    page.find_element("id", "tensorboard").click()
+    link = _wait(page, "document.getElementById('tensorboard-link')", "TensorBoard's link", timeout=120)
+    url = link.get_attribute("href")
+    assert url.startswith("http://127.0.0.1:")
+    import json
+
+    with urllib.request.urlopen(url + "data/runs", timeout=WAIT_S) as response:
+        runs = json.loads(response.read())
+    assert sorted(runs) == ["trial_1", "trial_2"]  # the experiment's event files, one run per trial
+    page.find_element("id", "tensorboard").click()  # a second press: the same server
+    _wait(page, f"document.getElementById('tensorboard-link').href === {url!r}", "the same URL")
 
 
 def test_logs_and_search(site, page):

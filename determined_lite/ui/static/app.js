@@ -306,10 +306,20 @@ function actionsBar(reload) {
     }
     await reload();
   };
+  const board = el("span", { id: "tensorboard-box" });
+  const tensorboard = async (id) => {
+    try {
+      const result = await api(`/api/experiments/${id}/tensorboard`, { method: "POST" });
+      board.replaceChildren(el("a", { id: "tensorboard-link", href: result.url, target: "_blank", rel: "noopener" }, `TensorBoard ↗`));
+    } catch (error) {
+      board.replaceChildren(el("span", { className: "message error" }, error.message));
+    }
+  };
   const bar = el("div", {}, buttons, message);
   bar.render = (exp) => buttons.replaceChildren(...exp.actions.map((action) => el("button",
     { id: action, className: action === "kill" ? "danger" : "", onclick: () => act(exp.id, action) },
-    action[0].toUpperCase() + action.slice(1))));
+    action[0].toUpperCase() + action.slice(1))),
+  el("button", { id: "tensorboard", onclick: () => tensorboard(exp.id) }, "TensorBoard"), board);
   return bar;
 }
 
