@@ -132,3 +132,16 @@ class TensorBoards:
             if experiment_id not in self._urls:
                 self._urls[experiment_id] = serve(logdir_arguments([(experiment_id, logdir)]), 0, self.host)
             return {"experiment_id": experiment_id, "url": self._urls[experiment_id]}
+
+
+def kill_trial(trial_id: int) -> Dict[str, Any]:
+    """Kill one trial, as ``det-lite trial kill`` (``store.requests.kill_trial``: the runner stops
+    it, the search goes on); ``{"trial_id", "state", "messages"}`` with the CLI's words."""
+    store = Store()
+    if not store.requests.kill_trial(trial_id):
+        found = store.trials.get(trial_id) or {}
+        messages = [f"Trial {trial_id} already ended ({found.get('state')}); nothing to kill."]
+    else:
+        messages = [f"Killed trial {trial_id}"]
+    found = store.trials.get(trial_id) or {}
+    return {"trial_id": trial_id, "state": found.get("state"), "messages": messages}

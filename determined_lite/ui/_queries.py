@@ -140,6 +140,7 @@ class Queries:
             **{k: trial[k] for k in ("id", "request_id", "state", "total_batches", "restarts", "seed")},
             **{k: trial[k] for k in ("best_validation", "latest_checkpoint", "created_at", "ended_at")},
             "display_state": trial_display_state(trial),
+            "actions": [] if trial["state"] in TERMINAL_STATES else ["kill"],
             "hparams": trial["hparams"],
             "varying": {name: _lookup(trial["hparams"], name.split(".")) for name in varying},
             "where": _where(runs),

@@ -29,7 +29,13 @@ from importlib import resources
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.store import NotFoundError, Store, StoreError
-from determined_lite.ui._actions import ActionRefused, TensorBoards, run_action, set_annotations
+from determined_lite.ui._actions import (
+    ActionRefused,
+    TensorBoards,
+    kill_trial,
+    run_action,
+    set_annotations,
+)
 from determined_lite.ui._download import checkpoint_archive
 from determined_lite.ui._queries import Queries, QueryError
 
@@ -107,6 +113,7 @@ _ROUTES: List[Tuple[re.Pattern, Route]] = [
 _ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
 _ANNOTATE = re.compile(r"/api/experiments/(\d+)/annotations")
 _TENSORBOARD = re.compile(r"/api/experiments/(\d+)/tensorboard")
+_TRIAL_KILL = re.compile(r"/api/trials/(\d+)/kill")
 _DOWNLOAD = re.compile(r"/api/checkpoints/([0-9a-fA-F-]{1,64})/download")
 
 
@@ -289,6 +296,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         board = _TENSORBOARD.fullmatch(path)
         if board is not None:
             self._answer(lambda: self.server.tensorboards.open(int(board.group(1))))
+            return
+        trial = _TRIAL_KILL.fullmatch(path)
+        if trial is not None:
+            with self.server.action_lock:
+                self._answer(lambda: kill_trial(int(trial.group(1))))
             return
         if match is None:
             self._error(HTTPStatus.NOT_FOUND, f"no such action: {path}")

@@ -287,3 +287,18 @@ def test_where_each_trial_runs_is_what_the_store_recorded(server):
     assert [t["where"] for t in doc["trials"]] == ["box (local, 1 slot)", "node-b (ray, 2 slots, gpu 0,1)"]
     assert [r["host"] for r in doc["trials"][1]["runs"]] == ["box", "node-b"]
     assert _get(server, "/api/trials/2")["trial"]["where"] == "node-b (ray, 2 slots, gpu 0,1)"
+
+
+def test_kill_one_trial_as_the_cli(server):
+    store = Store()
+    trial = store.trials.create(2, 0, {"lr": 0.1, "width": 4}, 0)  # in the PAUSED experiment
+    assert _get(server, f"/api/trials/{trial}")["trial"]["actions"] == ["kill"]
+    headers = {TOKEN_HEADER: server.token}
+    done = _call(server, f"/api/trials/{trial}/kill", "POST", headers)
+    assert done == {"trial_id": trial, "state": "CANCELED", "messages": [f"Killed trial {trial}"]}
+    assert store.trials.get(trial)["state"] == "CANCELED"
+    assert _get(server, f"/api/trials/{trial}")["trial"]["actions"] == []
+    again = _call(server, "/api/trials/1/kill", "POST", headers)
+    assert again["messages"] == ["Trial 1 already ended (COMPLETED); nothing to kill."]
+    assert _status(server, "/api/trials/99/kill", "POST", headers) == 404
+    assert _status(server, f"/api/trials/{trial}/kill", "POST") == 403

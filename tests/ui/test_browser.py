@@ -477,6 +477,20 @@ def test_tensorboard_button(site, page):
     _wait(page, f"document.getElementById('tensorboard-link').href === {url!r}", "the same URL")
 
 
+def test_kill_one_trial_from_its_page(site, page):
+    store = _store(site)
+    exp = store.experiments.create({"name": "trial-kill"}, None, None, state="PAUSED")
+    trial = store.trials.create(exp, 0, {"lr": 0.1}, 0)
+    _open(site, page, f"/trials/{trial}")
+    page.find_element("id", "kill-trial").click()
+    page.switch_to.alert.accept()
+    _wait(page, "document.getElementById('trial-action-message').textContent", "the answer")
+    assert page.find_element("id", "trial-action-message").text == f"Killed trial {trial}"
+    assert store.trials.get(trial)["state"] == "CANCELED"
+    _open(site, page, "/trials/1")  # a finished trial: nothing to kill
+    assert not page.find_elements("id", "kill-trial")
+
+
 def test_logs_and_search(site, page):
     _open(site, page, "/experiments/1")
     _wait(

@@ -400,8 +400,19 @@ async function trialPage(main, id) {
     (kind, metric) => api(`/api/trials/${id}/curves?${new URLSearchParams({ kind, metric })}`), (tid) => `trial ${tid}`);
   const hparams = Object.entries(t.hparams).map(([k, v]) => el("tr", {}, el("td", {}, k),
     el("td", {}, typeof v === "object" ? JSON.stringify(v) : num(v))));
+  const message = el("span", { className: "message", id: "trial-action-message" });
+  const kill = async () => {
+    if (!window.confirm(`Kill trial ${t.id}? The search goes on.`)) return;
+    try {
+      const result = await api(`/api/trials/${t.id}/kill`, { method: "POST" });
+      message.className = "message"; message.textContent = result.messages.join(" ");
+    } catch (error) {
+      message.className = "message error"; message.textContent = error.message;
+    }
+  };
   main.replaceChildren(
     el("h1", {}, `Trial ${t.id} `, stateBadge(t.state, t.display_state)),
+    el("div", { className: "actions" }, t.actions.map(() => el("button", { id: "kill-trial", className: "danger", onclick: kill }, "Kill trial")), message),
     el("p", { className: "muted" }, `experiment ${data.experiment.id} (${data.experiment.name || "-"}) · ${t.total_batches} batches · `
       + `best ${data.metric || "metric"} ${num(t.best_validation)} · restarts ${t.restarts} · ${t.where}`),
     curves, el("section", {}, el("h2", {}, "Hyperparameters"), table(["Name", "Value"], hparams, { id: "trial-hparams" })),
