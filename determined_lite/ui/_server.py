@@ -327,8 +327,11 @@ class DashboardServer(http.server.ThreadingHTTPServer):
         super().__init__((host, port), Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """One stderr line for a request that failed (the standard library prints a traceback)."""
+        """One stderr line for a request that failed (the standard library prints a traceback);
+        nothing when the browser went away (a closed tab, a cancelled download)."""
         error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            return
         print(
             f"det-lite ui: a request from {client_address[0]} failed: {type(error).__name__}",
             file=sys.stderr,

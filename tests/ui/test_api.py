@@ -302,3 +302,12 @@ def test_kill_one_trial_as_the_cli(server):
     assert again["messages"] == ["Trial 1 already ended (COMPLETED); nothing to kill."]
     assert _status(server, "/api/trials/99/kill", "POST", headers) == 404
     assert _status(server, f"/api/trials/{trial}/kill", "POST") == 403
+
+
+def test_a_failed_request_is_one_line_and_a_gone_browser_none(server, capsys):
+    for error in (RuntimeError("boom"), BrokenPipeError(32, "Broken pipe")):
+        try:
+            raise error
+        except Exception:
+            server.handle_error(None, ("127.0.0.1", 5555))
+    assert capsys.readouterr().err == "det-lite ui: a request from 127.0.0.1 failed: RuntimeError\n"
