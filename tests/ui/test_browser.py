@@ -510,6 +510,9 @@ def test_trial_page(site, page):
     series = _curve_data(page, "trial-curves")
     assert [s["label"] for s in series] == ["trial 2"] and len(series[0]["points"]) == 6
     assert "lr" in page.find_element("id", "trial-hparams").text
+    [run] = _store(site).trials.runs(1)[2]  # each run of the trial: where the runner placed it
+    cells = [c.text for c in page.find_elements("css selector", "#trial-runs tbody td")]
+    assert cells[1:] == [run["executor"], run["host"], "1", "-"]
     links = page.find_elements("css selector", "#checkpoints tbody a.download")
     assert links
     uuid = links[0].find_element("xpath", "./ancestor::tr").get_attribute("data-uuid")

@@ -416,6 +416,10 @@ async function trialPage(main, id) {
     el("p", { className: "muted" }, `experiment ${data.experiment.id} (${data.experiment.name || "-"}) · ${t.total_batches} batches · `
       + `best ${data.metric || "metric"} ${num(t.best_validation)} · restarts ${t.restarts} · ${t.where}`),
     curves, el("section", {}, el("h2", {}, "Hyperparameters"), table(["Name", "Value"], hparams, { id: "trial-hparams" })),
+    el("section", {}, el("h2", {}, "Where it ran"), t.runs.length ? table(["Started", "Executor", "Host", "Slots", "GPUs"],
+      t.runs.map((r) => el("tr", {}, el("td", {}, when(r.started_at)), el("td", {}, r.executor), el("td", {}, r.host),
+        el("td", { className: "num" }, r.slots), el("td", {}, (r.devices || []).join(",") || "-"))), { id: "trial-runs" })
+      : el("p", { className: "muted" }, "Not started yet.")),
     el("section", {}, el("h2", {}, "Checkpoints"), checkpointsTable(data.checkpoints)),
     logsSection(`/api/trials/${id}/logs`, t.state === "ACTIVE"));
   if (curves.redraw) await curves.redraw();
