@@ -316,10 +316,15 @@ function actionsBar(reload) {
     }
   };
   const bar = el("div", {}, buttons, message);
-  bar.render = (exp) => buttons.replaceChildren(...exp.actions.map((action) => el("button",
-    { id: action, className: action === "kill" ? "danger" : "", onclick: () => act(exp.id, action) },
-    action[0].toUpperCase() + action.slice(1))),
-  el("button", { id: "tensorboard", onclick: () => tensorboard(exp.id) }, "TensorBoard"), board);
+  let shown = null;  // rebuilt only when the actions change: a poll never swaps a button being clicked
+  bar.render = (exp) => {
+    if (shown === exp.actions.join()) return;
+    shown = exp.actions.join();
+    buttons.replaceChildren(...exp.actions.map((action) => el("button",
+      { id: action, className: action === "kill" ? "danger" : "", onclick: () => act(exp.id, action) },
+      action[0].toUpperCase() + action.slice(1))),
+    el("button", { id: "tensorboard", onclick: () => tensorboard(exp.id) }, "TensorBoard"), board);
+  };
   return bar;
 }
 
