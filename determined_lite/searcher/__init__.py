@@ -31,8 +31,14 @@ from typing import Any, Mapping, Union
 
 from determined_lite.config import SearcherSettings
 from determined_lite.searcher import _hparams
-from determined_lite.searcher._asha import AdaptiveASHAConfig, AdaptiveASHASearch, BracketPlan, plan_brackets
-from determined_lite.searcher._base import SearchMethod
+from determined_lite.searcher._asha import (
+    AdaptiveASHAConfig,
+    AdaptiveASHASearch,
+    AshaSettings,
+    BracketPlan,
+    plan_brackets,
+)
+from determined_lite.searcher._base import Rung, RungReport, SearchMethod
 from determined_lite.searcher._hparams import grid as grid_points
 from determined_lite.searcher._hparams import sample as sample_hparams
 from determined_lite.searcher._ops import (
@@ -52,6 +58,7 @@ from determined_lite.searcher._ops import (
 from determined_lite.searcher._registry import (
     SEARCHERS,
     load_config,
+    saved_rungs,
     searcher_class,
     validate_config,
     validate_searcher,
@@ -87,6 +94,7 @@ def make_searcher(
 __all__ = [
     "AdaptiveASHAConfig",
     "AdaptiveASHASearch",
+    "AshaSettings",
     "BracketPlan",
     "Close",
     "Create",
@@ -99,6 +107,8 @@ __all__ = [
     "Operation",
     "RandomConfig",
     "RandomSearch",
+    "Rung",
+    "RungReport",
     "SEARCHERS",
     "SearchMethod",
     "SearcherSettings",
@@ -114,6 +124,7 @@ __all__ = [
     "op_to_dict",
     "plan_brackets",
     "sample_hparams",
+    "saved_rungs",
     "searcher_class",
     "validate_config",
     "validate_searcher",
