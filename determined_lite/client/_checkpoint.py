@@ -13,7 +13,6 @@ import datetime
 import json
 import os
 import pathlib
-import shutil
 from typing import Any, Dict, List, Optional
 
 from determined_lite.client._enums import CheckpointState, DownloadMode
@@ -127,7 +126,9 @@ class Checkpoint:
         """Copy the checkpoint to ``path`` (default ``checkpoints/<uuid>`` under the current
         directory) and return that directory; a directory that already holds a checkpoint
         (``metadata.json`` or ``MLmodel``) is returned as it is. ``mode`` is accepted: every
-        mode copies locally."""
+        mode copies locally. Links in the checkpoint are copied as links, its linked code as
+        files; a stored name or link that would land outside ``path`` is refused
+        (``storage.UnsafeNameError``) before anything is written."""
         if self.state is None:
             self.reload()
         if self.state not in (CheckpointState.COMPLETED, CheckpointState.PARTIALLY_DELETED):
@@ -136,16 +137,16 @@ class Checkpoint:
         if not any(target.joinpath(f).exists() for f in ("metadata.json", "MLmodel")):
             source = self.path or ""
             record = self._session.store().checkpoints.get(self.uuid)
-            if record is not None and not os.path.isdir(source):  # a cloud store's: fetched
-                from determined_lite.storage import fetch_checkpoint
+            from determined_lite.storage import copy_checkpoint, fetch_checkpoint
 
+            if record is not None and not os.path.isdir(source):  # a cloud store's: fetched
                 source = fetch_checkpoint(self._session.store(), record)
             if not os.path.isdir(source):
                 raise FileNotFoundError(
                     f"checkpoint {self.uuid}: its directory {source} is gone (deleted by retention, "
                     "`det-lite checkpoint gc` or `experiment delete`?)"
                 )
-            shutil.copytree(source, str(target), dirs_exist_ok=True)
+            copy_checkpoint(source, str(target))  # links inside stay links; none may leave it
         if not target.joinpath("metadata.json").exists():
             self.write_metadata_file(str(target.joinpath("metadata.json")))
         return str(target)
