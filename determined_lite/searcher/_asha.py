@@ -82,16 +82,12 @@ class AshaSettings:
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> "AshaSettings":
-        d = cls()
+        d = cls()  # a field left out, or None, takes the default (a validated value is never falsy)
         return cls(
-            divisor=float(_or(section.get("divisor"), d.divisor)),
-            max_rungs=int(_or(section.get("max_rungs"), d.max_rungs)),
-            mode=str(_or(section.get("mode"), d.mode)),
+            divisor=float(section.get("divisor") or d.divisor),
+            max_rungs=int(section.get("max_rungs") or d.max_rungs),
+            mode=str(section.get("mode") or d.mode),
         )
-
-
-def _or(value: Any, default: Any) -> Any:
-    return default if value is None else value
 
 
 @dataclasses.dataclass(frozen=True)
