@@ -27,7 +27,7 @@ exactly: rebuild with :func:`make_searcher`, ``load_state_dict()``, and carry on
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping, Union
+from typing import Any, List, Mapping, Optional, Union
 
 from determined_lite.config import SearcherSettings
 from determined_lite.searcher import _hparams
@@ -58,7 +58,6 @@ from determined_lite.searcher._ops import (
 from determined_lite.searcher._registry import (
     SEARCHERS,
     load_config,
-    saved_rungs,
     searcher_class,
     validate_config,
     validate_searcher,
@@ -89,6 +88,12 @@ def make_searcher(
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"reproducibility.experiment_seed: expected an integer, got {seed!r}")
     return search(settings, hyperparameters, int(seed))
+
+
+def saved_rungs(state: Mapping[str, Any], smaller_is_better: bool) -> Optional[List[Rung]]:
+    """The rungs of a saved searcher state (``{"searcher": name, ...}``), asked of the searcher
+    that saved it; None when it has none. KeyError: a name not registered."""
+    return searcher_class(state["searcher"]).saved_rungs(state, smaller_is_better)
 
 
 __all__ = [

@@ -409,14 +409,9 @@ class AdaptiveASHASearch(SearchMethod):
         for b, (plan, bracket) in enumerate(zip(state["plan"]["brackets"], state["search"]["brackets"])):
             closed = {str(r) for r in bracket.get("closed", [])}
             for i, (length, rung) in enumerate(zip(plan["rung_lengths"], bracket["rungs"])):
-                reports = [
-                    RungReport(
-                        request_id=request_id,
-                        metric=metric if smaller_is_better else -metric,  # the rungs rank smaller-is-better
-                        promoted=bool(promoted),
-                        stopped=not promoted and str(request_id) in closed,
-                    )
-                    for request_id, metric, promoted in rung.get("metrics", [])
+                reports = [  # the rungs hold metrics as smaller-is-better
+                    RungReport(rid, m if smaller_is_better else -m, bool(up), not up and str(rid) in closed)
+                    for rid, m, up in rung.get("metrics", [])
                 ]
                 out.append(Rung(bracket=b, index=i, length=length, reports=reports))
         return out

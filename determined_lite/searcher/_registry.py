@@ -10,20 +10,7 @@ the class :func:`searcher_class` returns for a name.
 
 from __future__ import annotations
 
-from typing import (
-    TYPE_CHECKING,
-    Annotated,
-    Any,
-    Dict,
-    FrozenSet,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-    Union,
-)
+from typing import TYPE_CHECKING, Annotated, Any, Dict, FrozenSet, Mapping, Sequence, Tuple, Type, Union
 
 from pydantic import Field, TypeAdapter, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
@@ -40,7 +27,7 @@ from determined_lite.config import (
     validate_value,
 )
 from determined_lite.searcher._asha import AdaptiveASHASearch
-from determined_lite.searcher._base import Rung, SearchMethod
+from determined_lite.searcher._base import SearchMethod
 from determined_lite.searcher._simple import GridSearch, RandomSearch, SingleSearch
 
 SEARCHERS: Tuple[Type[SearchMethod], ...] = (
@@ -59,12 +46,6 @@ _EXPECTED = "expected " + " or ".join(filter(None, (", ".join(_QUOTED[:-1]), _QU
 def searcher_class(name: str) -> Type[SearchMethod]:
     """The searcher registered as ``name`` (a validated ``searcher.name``)."""
     return _BY_NAME[name]
-
-
-def saved_rungs(state: Mapping[str, Any], smaller_is_better: bool) -> Optional[List[Rung]]:
-    """The rungs of a saved searcher state (``{"searcher": name, ...}``), asked of the searcher
-    that saved it; None when it has none. KeyError: a name not registered."""
-    return searcher_class(state["searcher"]).saved_rungs(state, smaller_is_better)
 
 
 def _check_name(value: Any) -> Type[SearchMethod]:
