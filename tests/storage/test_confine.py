@@ -46,6 +46,7 @@ def _s3_storage(s3):
         ("./evil", "a '.' segment in its name"),
         ("a//evil", "an empty segment in its name"),
         ("metadata.json/evil", "'metadata.json' is an object, not a folder"),
+        ("metadata.json/", "'metadata.json' is an object, not a folder"),
     ],
 )
 def test_planted_s3_keys_are_refused_before_anything_is_written(s3, tmp_path, monkeypatch, planted, why):
@@ -68,13 +69,14 @@ def test_planted_s3_keys_are_refused_before_anything_is_written(s3, tmp_path, mo
 
 
 def test_names_with_dots_that_stay_inside_are_read(s3, tmp_path, monkeypatch):
-    """``..x``, ``...`` and a folder marker are names like any other: downloaded where they say."""
+    """``..x``, ``...`` and folder markers (the checkpoint's own too) are names like any other:
+    downloaded where they say."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     client = s3.client()
-    for name in ["metadata.json", "..x", "a/...", "folder/"]:
+    for name in ["", "metadata.json", "..x", "a/...", "folder/"]:
         client.put_object(
-            Bucket=BUCKET, Key=f"{PREFIX}/{UUID}/{name}", Body=b"" if name.endswith("/") else b"1"
+            Bucket=BUCKET, Key=f"{PREFIX}/{UUID}/{name}", Body=b"" if name.endswith("/") or not name else b"1"
         )
     dest = _s3_storage(s3).download(UUID, str(tmp_path / "dest"))
     assert _tree(dest) == ["..x", "a", "a/...", "folder", "metadata.json"]
