@@ -38,7 +38,7 @@ def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str
             "searcher.source_checkpoint_uuid and searcher.source_trial_id: give one of them, not both"
         )
     if uuid is not None:
-        found = store.get_checkpoint(str(uuid))
+        found = store.checkpoints.get(str(uuid))
         if found is not None:
             return _fetch(store, found, "searcher.source_checkpoint_uuid")
         root = checkpoint_root(config)
@@ -55,9 +55,9 @@ def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str
             f"checkpoint directory {path} (a Determined checkpoint goes there, with its {STATE_FILE})"
         )
     if trial_id is not None:
-        if store.get_trial(int(trial_id)) is None:
+        if store.trials.get(int(trial_id)) is None:
             raise WarmStartError(f"searcher.source_trial_id: no trial {trial_id} in det-lite's store")
-        checkpoints = store.list_checkpoints(trial_id=int(trial_id))
+        checkpoints = store.checkpoints.list(trial_id=int(trial_id))
         if not checkpoints:
             raise WarmStartError(f"searcher.source_trial_id: trial {trial_id} has no checkpoint")
         return _fetch(store, max(checkpoints, key=lambda c: c["total_batches"]), "searcher.source_trial_id")

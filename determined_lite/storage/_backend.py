@@ -344,7 +344,7 @@ def fetch_checkpoint(store: Any, checkpoint: Mapping[str, Any]) -> str:
     """The local directory of a registered checkpoint (a store's row), downloaded from its
     experiment's cloud store when the local copy is gone."""
     path = str(checkpoint["path"])
-    experiment = store.get_experiment(checkpoint["experiment_id"]) if not os.path.isdir(path) else None
+    experiment = store.experiments.get(checkpoint["experiment_id"]) if not os.path.isdir(path) else None
     config = (experiment or {}).get("config") or {}
     if (config.get("checkpoint_storage") or {}).get("type") not in CLOUD_TYPES:
         return path
