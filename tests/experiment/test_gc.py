@@ -165,12 +165,12 @@ def test_gc_leaves_a_running_experiment_alone(store: Store, _det_lite_home: Path
 
 def _experiment_with_files(store: Store, home: Path, files: int) -> Dict[str, Any]:
     """A finished experiment whose run directory holds ``files`` files in 10 folders."""
-    exp = store.create_experiment({"searcher": {"name": "single"}}, "/ctx", None, state="COMPLETED")
+    exp = store.experiments.create({"searcher": {"name": "single"}}, "/ctx", None, state="COMPLETED")
     for i in range(files):
         path = home / "experiments" / str(exp) / "context" / f"d{i % 10}" / f"f{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
-    return store.get_experiment(exp)
+    return store.experiments.get(exp)
 
 
 def test_delete_moves_the_files_aside_whatever_they_hold(
@@ -191,7 +191,7 @@ def test_delete_moves_the_files_aside_whatever_they_hold(
     for files in (20, 400):
         calls.clear()
         experiment = _experiment_with_files(store, _det_lite_home, files)
-        store.delete_experiment(experiment["id"])
+        store.experiments.delete(experiment["id"])
         report = delete_experiment_files(store, experiment, [])
         seen.append(dict(calls))
         run_dir = _det_lite_home / "experiments" / str(experiment["id"])
@@ -208,7 +208,7 @@ def test_gc_removes_what_a_killed_background_delete_left(
 ) -> None:
     monkeypatch.setattr(_gc, "remove_in_background", lambda paths: None)  # killed before it began
     experiment = _experiment_with_files(store, _det_lite_home, 30)
-    store.delete_experiment(experiment["id"])
+    store.experiments.delete(experiment["id"])
     delete_experiment_files(store, experiment, [])
     (left,) = names(_det_lite_home / "experiments")
     assert left.startswith(f"{DELETED_PREFIX}{experiment['id']}-")

@@ -180,15 +180,15 @@ def test_export_and_the_sdk_refuse_a_planted_link_with_one_line(tmp_path, _det_l
     from tests.cli_helpers import cli
 
     store = Store()
-    experiment = store.create_experiment({"searcher": {"name": "single"}}, "/ctx", None, state="COMPLETED")
-    trial = store.create_trial(experiment, 1, {}, 0, state="COMPLETED")
+    experiment = store.experiments.create({"searcher": {"name": "single"}}, "/ctx", None, state="COMPLETED")
+    trial = store.trials.create(experiment, 1, {}, 0, state="COMPLETED")
     ckpt = _det_lite_home / "checkpoints" / UUID
     ckpt.mkdir(parents=True)
     (ckpt / "metadata.json").write_text('{"steps_completed": 2}')
     secret = tmp_path / "secret"
     secret.write_text("key")
     os.symlink(str(secret), ckpt / "evil")
-    store.add_checkpoint(trial, UUID, str(ckpt), 2)
+    store.checkpoints.add(trial, UUID, str(ckpt), 2)
     why = (
         f"checkpoint {ckpt}: refused to copy the symbolic link evil (to the absolute path {secret}): a "
         "copied link must stay inside the checkpoint; nothing was written"
