@@ -17,7 +17,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from determined_lite.config._base import NonNegativeInt, PositiveInt
+    from determined_lite.config._base import NonNegativeInt, PositiveInt, check_known_keys
     from determined_lite.config._determined import DETERMINED_ONLY_SEARCHERS, unused_fields_warning
     from determined_lite.config._errors import ConfigError, FieldError, describe, first_error, translate
     from determined_lite.config._hparams import constant_values, iter_leaves, searched_paths
@@ -62,6 +62,7 @@ _OWNERS = {
     "check_ddp_options": "_resources",
     "parse_host": "_resources",
     "NonNegativeInt": "_base",
+    "check_known_keys": "_base",
     "PositiveInt": "_base",
     "DETERMINED_ONLY_SEARCHERS": "_determined",
     "ExperimentConfig": "_schema",
@@ -125,6 +126,7 @@ __all__ = [
     "TrainUnit",
     "TrainingSettings",
     "check_ddp_options",
+    "check_known_keys",
     "constant_values",
     "describe",
     "environment_variables",
