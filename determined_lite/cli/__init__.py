@@ -3,7 +3,8 @@
 ``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``,
 ``det-lite trial describe|logs``, ``det-lite checkpoint list|export|gc``,
 ``det-lite tensorboard EXPERIMENT_ID``, ``det-lite run SCRIPT [ARGS]`` (a Determined script in
-local mode), ``det-lite ui`` (the web dashboard); aliases ``e``, ``t``, ``c``, ``ls``, ``dashboard``.
+local mode), ``det-lite ui`` (the web dashboard), ``det-lite server list|stop`` (the warm fork
+servers); aliases ``e``, ``t``, ``c``, ``ls``, ``dashboard``.
 Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input; errors are one line,
 ``det-lite: error: ...`` (``_common.show_error``). Read-only commands
 import only click and the standard library (never torch).
@@ -22,6 +23,7 @@ from determined_lite.cli._checkpoint import checkpoint
 from determined_lite.cli._common import CommandLine
 from determined_lite.cli._experiment import experiment
 from determined_lite.cli._run import run
+from determined_lite.cli._server import server
 from determined_lite.cli._tensorboard import tensorboard
 from determined_lite.cli._trial import trial
 from determined_lite.cli._ui import ui
@@ -44,6 +46,7 @@ cli.add_command(checkpoint)
 cli.add_command(tensorboard)
 cli.add_command(run)
 cli.add_command(ui)
+cli.add_command(server)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
