@@ -129,7 +129,10 @@ class ServerInfo:
 
 def servers() -> List[ServerInfo]:
     """This user's running fork servers, oldest first (their info files in :func:`runtime_dir`)."""
-    directory, _ = runtime_dir()
+    directory, shared = runtime_dir()
+    if not shared:  # a new private directory: no server is there
+        os.rmdir(directory)
+        return []
     found = []
     for name in sorted(os.listdir(directory)):
         if name.startswith("fs-") and name.endswith(".sock"):

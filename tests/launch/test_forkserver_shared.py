@@ -214,3 +214,7 @@ def test_sockets_live_in_a_directory_only_the_user_can_enter(short_tmp, monkeypa
     fallback, shared = _forkserver.runtime_dir()  # a new private directory: this runner's alone
     assert not shared and fallback != path and stat.S_IMODE(os.stat(fallback).st_mode) == 0o700
     os.rmdir(fallback)
+    made = []
+    mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: made.append(mkdtemp(**kw)) or made[-1])
+    assert _server_registry.servers() == [] and len(made) == 1 and not os.path.exists(made[0])
