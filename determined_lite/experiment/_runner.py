@@ -31,7 +31,13 @@ from determined_lite.experiment._endings import RunnerEndings
 from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._next_ops import answer_next_ops, wait_s
 from determined_lite.experiment._progress import SHORT_UUID, Progress, where_text
-from determined_lite.experiment._requests import SearchState, TrialRequest, metric_at_target, trial_seed
+from determined_lite.experiment._requests import (
+    SearchState,
+    TrialRequest,
+    metric_at_target,
+    run_length,
+    trial_seed,
+)
 from determined_lite.experiment._shared_machine import warn_shared_machine
 from determined_lite.experiment._trial_kills import apply_trial_kills
 from determined_lite.experiment._trial_launch import TrialLauncher
@@ -343,9 +349,12 @@ class ExperimentRunner(RunnerEndings):
     def _at_target(self, request: TrialRequest, total_batches: int) -> bool:
         """Whether the trial's checkpoint at ``total_batches`` is at its pending length already:
         then its validation there goes to the searcher, and no run starts (none is relaunched)."""
+        length = run_length(request.pending or 0, self.store.trial_own_length(request.trial_id))
+        if length is None or self.test_mode:  # a script's own length, not known yet: it decides
+            return False
         validations = self.store.validation_metrics(request.trial_id)
-        at = metric_at_target(validations, total_batches, request.pending or 0, self.searcher_settings)
-        if at is None or self.test_mode:
+        at = metric_at_target(validations, total_batches, length, self.searcher_settings)
+        if at is None:
             return False
         why = f"is at its target already (batch {total_batches}): not run again"
         self._log(request.trial_id, f"trial {request.trial_id} {why}")
