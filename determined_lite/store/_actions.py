@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
-from determined_lite.store._db import NotFoundError
-from determined_lite.store._paths import process_alive
+from determined_lite.store._db import NotFoundError, StoreError
+from determined_lite.store._paths import lock_held, process_alive, runner_lock_path
 from determined_lite.store._records import TrialRecords
 from determined_lite.store._states import (
     TERMINAL_STATES,
@@ -112,6 +112,33 @@ class ExperimentRequests(TrialRecords):
             return ActionOutcome.PAUSED if pause else ActionOutcome.CANCELED
 
         return self._write(body)
+
+    def reconcile_runner(self, exp: Dict[str, Any]) -> Dict[str, Any]:
+        """``exp`` (a read experiment) as it stands once a gone runner is accounted for: ACTIVE
+        with its recorded process dead and its runner lock free (the trials' processes gone
+        too: SIGKILL, a closed terminal before the runner could pause, a crash) becomes PAUSED
+        with its unfinished trials, so `activate` resumes it and nothing reads ACTIVE with no
+        process behind it. Through a read-only store, or when the write fails (a full disk), it
+        stays as read (``ACTIVE (not running)``)."""
+        if exp["state"] != ExperimentState.ACTIVE or exp["running"] or not exp["pid"] or self.read_only:
+            return exp
+        if lock_held(runner_lock_path(exp["id"])):  # its trials' processes still exiting
+            return exp
+
+        def body(conn: sqlite3.Connection) -> bool:
+            row = self._experiment_row(conn, exp["id"])
+            if row["state"] != ExperimentState.ACTIVE or row["pid"] != exp["pid"]:
+                return False  # another process changed it meanwhile
+            self._stop(conn, exp["id"], ExperimentState.PAUSED)
+            return True
+
+        try:
+            paused = self._write(body)
+        except (StoreError, sqlite3.Error):
+            return exp
+        if paused:
+            exp.update(state=ExperimentState.PAUSED.value, pid=None, requested_action=None, running=False)
+        return exp
 
     def request_trial_kill(self, trial_id: int) -> bool:
         """Kill one trial (Determined's ``Trial.kill()``): its experiment's runner stops it and

@@ -116,7 +116,8 @@ class Store(ExperimentRequests):
             except NotFoundError:
                 return None
 
-        return self._read(body)
+        exp = self._read(body)
+        return None if exp is None else self.reconcile_runner(exp)
 
     def list_experiments(self, limit: Optional[int] = None, with_config: bool = True) -> List[Dict[str, Any]]:
         """Experiments by id, ascending, each with ``num_trials``; ``limit`` keeps the newest ``limit``."""
@@ -132,7 +133,7 @@ class Store(ExperimentRequests):
             sql += " LIMIT ?"
             params = (int(limit),)
         rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
-        return [self._experiment_dict(r, config=with_config) for r in reversed(rows)]
+        return [self.reconcile_runner(self._experiment_dict(r, config=with_config)) for r in reversed(rows)]
 
     def count_experiments(self) -> int:
         """How many experiments the store holds."""
@@ -379,6 +380,9 @@ class Store(ExperimentRequests):
         ``metrics=False``: trials without ``training_metrics`` and ``validation_metrics`` (what
         grows with training; ``workloads`` reads them a trial at a time). Read in one snapshot.
         """
+
+        if self.get_experiment(experiment_id) is None:  # (a gone runner accounted for first)
+            return None
 
         def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
             try:
