@@ -34,10 +34,10 @@ def metric_at_target(
     (:func:`run_length`) already: the run the searcher asks for has nothing left to train, so
     the runner reports this instead of starting it. None: not there yet, or not known (no
     validation at the checkpoint, a script's own length not reported yet)."""
-    length = run_length(pending, store.trial_own_length(trial_id))
+    length = run_length(pending, store.trials.own_length(trial_id))
     if length is None:
         return None
-    for v in reversed(store.validation_metrics(trial_id)):
+    for v in reversed(store.metrics.validation(trial_id)):
         metrics = v["metrics"]
         if v["total_batches"] != total_batches or settings.metric not in metrics:
             continue
