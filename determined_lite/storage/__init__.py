@@ -18,6 +18,7 @@ from determined_lite.storage._backend import (
     StorageError,
     checkpoint_storage,
     fetch_checkpoint,
+    load_secrets,
     redact,
     save_secrets,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "checkpoint_storage",
     "fetch_checkpoint",
     "redact",
+    "load_secrets",
     "save_secrets",
     "CODE_DIR",
     "DEFAULT_IGNORE",
