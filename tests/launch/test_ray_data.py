@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from determined_lite.launch._ray_data import FileMirror, apply_files, node_spec, pack_context, unpack_context
+from tests.experiment.test_s3_storage import SECRET, s3, storage  # noqa: F401
 
 
 def test_the_context_is_unpacked_once_per_node_and_archive(tmp_path, monkeypatch):
@@ -70,3 +71,35 @@ def test_a_slots_files_reach_the_driver_and_nothing_else(tmp_path):
     }
     apply_files(evil, result, str(driver_tb))
     assert sorted(os.listdir(tmp_path / "driver")) == ["tb", "trial_1"] and not (tmp_path / "out").exists()
+
+
+def test_a_node_restores_from_the_bucket_with_the_secrets_it_was_given(tmp_path, s3):  # noqa: F811
+    """The actor's part of a resume with a cloud storage: the storage's secrets are kept where
+    the worker's storage reads them (its home), and the checkpoint comes from the bucket onto
+    the node, whatever path the driver knew it by."""
+    import json
+    import uuid as uuid_module
+
+    from determined_lite.launch._ray_data import restore_here
+    from determined_lite.storage import checkpoint_storage
+
+    config = {"checkpoint_storage": storage(s3)}
+    checkpoint = tmp_path / "written"
+    checkpoint.mkdir()
+    (checkpoint / "metadata.json").write_text('{"steps_completed": 8}')
+    uuid = str(uuid_module.uuid4())
+    checkpoint_storage(config).upload(str(checkpoint), uuid)
+    redacted = {"checkpoint_storage": dict(storage(s3), secret_key="<redacted>")}
+    home = tmp_path / "slot" / "home"
+    spec = {
+        "exp_conf": redacted,
+        "experiment_id": 3,
+        "checkpoint_root": str(home / "checkpoints"),
+        "latest_checkpoint": f"/driver/home/checkpoints/{uuid}",
+    }
+    restore_here(spec, {"secret_key": SECRET}, str(home))
+    assert spec["latest_checkpoint"] == str(home / "checkpoints" / uuid)
+    assert (home / "checkpoints" / uuid / "metadata.json").read_text() == '{"steps_completed": 8}'
+    secrets = home / "experiments" / "3" / "storage-secrets.json"
+    assert json.loads(secrets.read_text()) == {"secret_key": SECRET}
+    assert oct(secrets.stat().st_mode & 0o777) == "0o600"
