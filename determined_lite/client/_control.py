@@ -16,8 +16,9 @@ from typing import Any, Dict, Union
 
 import yaml
 
+from determined_lite.client._errors import NotFoundException
 from determined_lite.client._session import Session
-from determined_lite.store import Action, ActionOutcome, ExperimentState, NotFoundError
+from determined_lite.store import Action, ActionOutcome, ExperimentState
 
 _CREATED = re.compile(r"^Created experiment (\d+)$", re.MULTILINE)
 
@@ -59,9 +60,9 @@ def apply(session: Session, experiment_id: int, action: Action) -> ActionOutcome
     from determined_lite.experiment._gc import reconcile_experiment
 
     store = session.store()
-    if store.get_experiment(experiment_id) is None:
-        raise NotFoundError(f"experiment {experiment_id} not found")
-    outcome = store.apply_action(experiment_id, action)
+    if store.experiments.get(experiment_id) is None:
+        raise NotFoundException(f"experiment {experiment_id} not found")
+    outcome = store.requests.apply(experiment_id, action)
     if outcome in (ActionOutcome.PAUSED, ActionOutcome.CANCELED):
         reconcile_experiment(store, experiment_id)
     return outcome
@@ -72,9 +73,9 @@ def activate(session: Session, experiment_id: int) -> None:
     activating one that already runs does nothing, as in Determined."""
     from determined_lite.experiment import activate_experiment
 
-    found = session.store().get_experiment(experiment_id)
+    found = session.store().experiments.get(experiment_id)
     if found is None:
-        raise NotFoundError(f"experiment {experiment_id} not found")
+        raise NotFoundException(f"experiment {experiment_id} not found")
     if (
         found["running"]
         and found["state"] == ExperimentState.ACTIVE
@@ -90,7 +91,7 @@ def _await_resumed(session: Session, experiment_id: int, timeout_s: float = 60.0
     ``wait()`` right after ``activate()`` waits for it, as in Determined), or has stopped."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = session.store().get_experiment(experiment_id)
+        found = session.store().experiments.get(experiment_id)
         if found is None or found["state"] != ExperimentState.PAUSED or not found["running"]:
             return
         time.sleep(0.1)

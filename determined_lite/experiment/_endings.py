@@ -38,7 +38,7 @@ class RunnerEndings:
         """The trials best first by the searcher metric, their best checkpoints, the best trial
         (fitted to ``width``: a terminal's)."""
         return summary(
-            self.store.describe_experiment(self.id, metrics=False),  # the metrics are not shown
+            self.store.experiments.describe(self.id, metrics=False),  # the metrics are not shown
             metric=self.metric,
             smaller_is_better=self.searcher_settings.smaller_is_better,
             varying=self.varying,
@@ -61,9 +61,9 @@ class RunnerEndings:
         self._stopping()
         for request in self.requests.values():
             if not request.finished:
-                self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
+                self.store.trials.update(request.trial_id, state=TrialState.PAUSED)
         self._apply_retention()
-        self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
+        self.store.experiments.set_state(self.id, ExperimentState.PAUSED)
         self._final(f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
     def _end(self, state: ExperimentState, trial_state: TrialState, note: str = "") -> None:
@@ -71,14 +71,14 @@ class RunnerEndings:
         for request in self.requests.values():
             if not request.finished:
                 request.finished = True
-                self.store.update_trial(request.trial_id, state=trial_state)
+                self.store.trials.update(request.trial_id, state=trial_state)
         self._apply_retention()
-        self.store.set_experiment_state(self.id, state)
+        self.store.experiments.set_state(self.id, state)
         self._save_state()
         self._final(f"experiment {self.id} {state}{note}")
 
     def _complete(self) -> int:
-        trials = self.store.list_trials(self.id)
+        trials = self.store.trials.list(self.id)
         ok = any(t["state"] == TrialState.COMPLETED for t in trials)
         note = errored_note(trials, self.metric, self.searcher_settings.smaller_is_better) if ok else ""
         state = ExperimentState.COMPLETED if ok else ExperimentState.ERROR

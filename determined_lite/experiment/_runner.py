@@ -82,7 +82,7 @@ class ExperimentRunner(RunnerEndings):
         self.store = store
         self.lock = lock  # the experiment's runner lock (_lock.py), handed to each trial's processes
         self.id = experiment_id
-        experiment = store.get_experiment(experiment_id)
+        experiment = store.experiments.get(experiment_id)
         if experiment is None:
             raise ValueError(f"experiment {experiment_id} not found")
         self.config: Dict[str, Any] = experiment["config"]
@@ -124,7 +124,7 @@ class ExperimentRunner(RunnerEndings):
         """Store the search's state (each change calls this; an unchanged state is not written)."""
         state = SearchState(self.requests, self.queue, self.shutdown, self.held).to_json(self.searcher)
         if (text := dumps_json(state, "searcher state")) != self._saved_state:
-            self.store.save_searcher_state(self.id, state)
+            self.store.experiments.save_searcher_state(self.id, state)
             self._saved_state = text
 
     def _searcher(self, single: bool) -> Any:
@@ -134,7 +134,7 @@ class ExperimentRunner(RunnerEndings):
         return make_searcher(settings or self.searcher_settings, space, seed)
 
     def _load_state(self) -> bool:
-        saved = self.store.load_searcher_state(self.id)
+        saved = self.store.experiments.load_searcher_state(self.id)
         if saved and saved["searcher"].get("searcher") != self.searcher.name:  # a --test run's
             self.searcher = self._searcher(single=True)
         state = SearchState.load(saved, self.searcher)
@@ -151,7 +151,7 @@ class ExperimentRunner(RunnerEndings):
                 continue
             if isinstance(op, Create):
                 seed = trial_seed(self.settings.experiment_seed, op.request_id)
-                trial_id = self.store.create_trial(self.id, op.request_id, op.hparams, seed)
+                trial_id = self.store.trials.create(self.id, op.request_id, op.hparams, seed)
                 self.requests[op.request_id] = TrialRequest(op.request_id, trial_id, op.hparams, seed)
             elif isinstance(op, ValidateAfter):
                 request = self.requests[op.request_id]
@@ -191,13 +191,13 @@ class ExperimentRunner(RunnerEndings):
 
     def _finish(self, request: TrialRequest, state: TrialState) -> None:
         request.finished = True
-        self.store.update_trial(request.trial_id, state=state, stopped_early=request.stopped_early)
+        self.store.trials.update(request.trial_id, state=state, stopped_early=request.stopped_early)
         self._apply_retention()
 
     # --- main loop --------------------------------------------------------------------------
     def run(self, resume: bool = False) -> int:
         self.launcher.prestart()  # the fork server warms up while the runner sets up
-        self.store.set_experiment_running(self.id, os.getpid())
+        self.store.experiments.set_running(self.id, os.getpid())
         make_private_dirs(self.run_dir)
         if self.launcher.wake_path:
             self._wakeup.listen(self.launcher.wake_path)  # the runs' chiefs announce their questions
@@ -208,7 +208,7 @@ class ExperimentRunner(RunnerEndings):
         else:
             for request in self.requests.values():
                 if not request.finished:
-                    self.store.update_trial(request.trial_id, state=TrialState.ACTIVE)
+                    self.store.trials.update(request.trial_id, state=TrialState.ACTIVE)
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         for sig in previous:
             signal.signal(sig, self._on_stop_signal)
@@ -233,7 +233,7 @@ class ExperimentRunner(RunnerEndings):
                 self.logs.flush()
             finally:
                 self.progress.close()
-            self.store.set_experiment_pid(self.id, None)
+            self.store.experiments.set_pid(self.id, None)
             self.launcher.executor.close()
             self._wakeup.close()  # after the signal handlers that write to it are gone
 
@@ -252,19 +252,19 @@ class ExperimentRunner(RunnerEndings):
         while True:
             if self.stop_signals > signals_seen:
                 signals_seen = self.stop_signals
-                self.store.request_action(self.id, Action.PAUSE)
+                self.store.requests.request(self.id, Action.PAUSE)
                 self._log(
                     None,
                     f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
                     "scheduling-unit boundary (Ctrl-C again to stop them now)",
                 )
-            action = self.store.pending_action(self.id)
+            action = self.store.requests.pending(self.id)
             if action == Action.KILL:
                 self.pausing = True  # no new trial starts or is created
                 self._poll_running(pausing=True)  # trials that just finished keep their state
                 self._stop_all()
                 self._end(ExperimentState.CANCELED, trial_state=TrialState.CANCELED)
-                self.store.clear_action(self.id)
+                self.store.requests.clear(self.id)
                 return 1
             if action == Action.PAUSE:
                 self.pausing = True
@@ -277,7 +277,7 @@ class ExperimentRunner(RunnerEndings):
             self.logs.flush()
             if not self.running:
                 if self.pausing:
-                    self.store.clear_action(self.id)
+                    self.store.requests.clear(self.id)
                     if self.queue or self.held or not self.shutdown:
                         self._mark_paused("paused")
                         return 1
@@ -308,7 +308,7 @@ class ExperimentRunner(RunnerEndings):
         self._save_state()  # the queue it took from (every other change saves where it is made)
 
     def _latest_checkpoint(self, trial_id: int) -> Optional[Dict[str, Any]]:
-        checkpoints = self.store.list_checkpoints(trial_id=trial_id)
+        checkpoints = self.store.checkpoints.list(trial_id=trial_id)
         return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
 
     def _start(self, request: TrialRequest) -> None:
@@ -331,8 +331,8 @@ class ExperimentRunner(RunnerEndings):
         )
         self.running[request.request_id] = _Run(request, process, process.spec, request.pending)
         warn_shared_machine(self)
-        self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
-        self.store.add_trial_run(trial_id, executor=self.settings.executor, **process.placement.to_json())
+        self.store.trials.update(trial_id, state=TrialState.ACTIVE, started_at=time.time())
+        self.store.trials.add_run(trial_id, executor=self.settings.executor, **process.placement.to_json())
         resumed = ""
         if latest:
             resumed = f" from checkpoint {latest['uuid'][:SHORT_UUID]} (batch {latest['total_batches']})"
@@ -343,7 +343,7 @@ class ExperimentRunner(RunnerEndings):
     def _at_target(self, request: TrialRequest, total_batches: int) -> bool:
         """Whether the trial's checkpoint at ``total_batches`` is at its pending length already:
         then its validation there goes to the searcher, and no run starts (none is relaunched)."""
-        validations = self.store.validation_metrics(request.trial_id)
+        validations = self.store.metrics.validation(request.trial_id)
         at = metric_at_target(validations, total_batches, request.pending or 0, self.searcher_settings)
         if at is None or self.test_mode:
             return False
@@ -377,7 +377,7 @@ class ExperimentRunner(RunnerEndings):
         if result.status == WorkerStatus.COMPLETED:
             self._completed(run, result)
         elif result.status == WorkerStatus.STOPPED:
-            if pausing or self.store.pending_action(self.id) in (Action.PAUSE, Action.KILL):
+            if pausing or self.store.requests.pending(self.id) in (Action.PAUSE, Action.KILL):
                 self._requeue(request)  # resumes from its checkpoint on activate
             else:  # the trial asked to stop (context.set_stop_requested)
                 self._exit_early(request, ExitReason.USER_CANCELED, TrialState.COMPLETED)
@@ -389,7 +389,7 @@ class ExperimentRunner(RunnerEndings):
             self._log(request.trial_id, f"trial {request.trial_id} stopped: {why}")
             self.pausing = True
             self._requeue(request)
-            self.store.request_action(self.id, Action.PAUSE)  # other trials stop at a checkpoint
+            self.store.requests.request(self.id, Action.PAUSE)  # other trials stop at a checkpoint
         else:
             self._failed(run, result, pausing)
 
@@ -431,16 +431,21 @@ class ExperimentRunner(RunnerEndings):
     def _failed(self, run: _Run, result: WorkerResult, pausing: bool) -> None:
         """A run that failed: requeue it (pausing), restart it, or end it (a check stops the search)."""
         request = run.request
-        self._log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
-        self._reconcile()  # a worker that died hard may have left a checkpoint unregistered
         rid, path = request.request_id, run.spec.result_path
         no_restart, point = read_no_restart(path), read_failure_point(path)
+        # A run not restarted for what its worker recorded: the worker printed the error above,
+        # so one line says what happens, without the error's text again.
+        once = bool(no_restart) and not pausing and not self.test_mode
+        failed = no_restart[0].failed_line() if once else result.error
+        self._log(request.trial_id, f"trial {request.trial_id} failed: {failed}")
+        self._reconcile()  # a worker that died hard may have left a checkpoint unregistered
         why = no_restart[0].reason() if no_restart else repeat_reason(point, self.failed_at.get(rid))
         self.failed_at[rid] = point
         if pausing:
             self._requeue(request)
         elif why is not None and not self.test_mode:
-            self._log(request.trial_id, f"trial {request.trial_id} not restarted: {why}")
+            if not once:
+                self._log(request.trial_id, f"trial {request.trial_id} not restarted: {why}")
             self._exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
             searching = self.queue or self.running or self.held or not self.shutdown
             if no_restart and no_restart[0].fails_every_trial and searching:
@@ -452,7 +457,7 @@ class ExperimentRunner(RunnerEndings):
 
     def _restart(self, request: TrialRequest) -> None:
         request.restarts += 1
-        self.store.update_trial(request.trial_id, restarts=request.restarts)
+        self.store.trials.update(request.trial_id, restarts=request.restarts)
         latest = self._latest_checkpoint(request.trial_id)
         start = f"its latest checkpoint (batch {latest['total_batches']})" if latest else "the start"
         count = f"{request.restarts}/{self.settings.max_restarts}"
@@ -467,7 +472,7 @@ class ExperimentRunner(RunnerEndings):
         return 1
 
     def _stored_metric(self, trial_id: int, total_batches: int) -> Optional[float]:
-        for v in reversed(self.store.validation_metrics(trial_id)):
+        for v in reversed(self.store.metrics.validation(trial_id)):
             if v["total_batches"] == total_batches and self.metric in v["metrics"]:
                 return v["metrics"][self.metric]
         return None

@@ -1,4 +1,4 @@
-"""The runner's answer to ``Trial.kill()`` (the SDK's, ``store.request_trial_kill``): each
+"""The runner's answer to ``Trial.kill()`` (the SDK's, ``store.requests.kill_trial``): each
 trial whose kill was asked stops now (its process group, as a kill of the experiment stops it),
 ends CANCELED, and its searcher is told it exited early (``USER_CANCELED``); the experiment's
 other trials and the search go on, as in Determined."""
@@ -13,7 +13,7 @@ from determined_lite.store._states import TrialState
 
 def apply_trial_kills(runner: Any) -> None:
     """Handle the kills asked of ``runner``'s trials (an ``ExperimentRunner``) since its last poll."""
-    killed = set(runner.store.trial_kill_requests(runner.id))
+    killed = set(runner.store.requests.trial_kills(runner.id))
     if not killed:
         return
     stopped = False
@@ -30,7 +30,7 @@ def apply_trial_kills(runner: Any) -> None:
                 runner.queue.remove(request.request_id)
             runner._log(request.trial_id, f"trial {request.trial_id} killed; the search goes on")
             runner._exit_early(request, ExitReason.USER_CANCELED, TrialState.CANCELED)
-        runner.store.clear_trial_kill(request.trial_id)
+        runner.store.requests.clear_trial_kill(request.trial_id)
     if stopped:
         runner._reconcile()  # checkpoints a stopped run left unregistered
     runner._save_state()
