@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, Optional
 
@@ -38,6 +39,14 @@ def cli(
             f"det-lite {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def own_fork_server_env() -> Dict[str, str]:
+    """This process's environment with a runtime directory of its own inside the session's
+    (``tests/conftest.py``, which ends its fork server at the session's end): a run started with
+    it starts its 1-slot trials from a fork server of its own, cold and its descendant, not from
+    the one an earlier test left warm."""
+    return dict(os.environ, XDG_RUNTIME_DIR=tempfile.mkdtemp(dir=os.environ.get("XDG_RUNTIME_DIR")))
 
 
 def describe(exp_id: int, home: Optional[str] = None) -> dict:

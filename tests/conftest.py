@@ -1,5 +1,7 @@
-"""Shared test setup: every test gets its own storage root under tmp_path, and trial modules a
-test imports from a context or checkpoint directory (``model_def`` ...) do not leak into the next.
+"""Shared test setup: the session gets a storage root of its own (``tests/home_guard.py``, before
+any fixture: module-scoped ones write there) and the run fails if the user's own store changed;
+every test gets its own storage root under tmp_path, and trial modules a test imports from a
+context or checkpoint directory (``model_def`` ...) do not leak into the next.
 
 The tiers: ``slow`` marks the distributed, example and benchmark tests (whole directories), every
 test that declares a time limit of ``SLOW_LIMIT_S`` or more (end-to-end runs of the CLI or of
@@ -19,6 +21,7 @@ from typing import List, Optional
 
 import pytest
 
+from tests import home_guard  # first: $DET_LITE_HOME is the session's before anything runs
 from tests.timing import budget, load_factor
 
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -46,6 +49,7 @@ def _det_lite_home(tmp_path, monkeypatch):
     """Point $DET_LITE_HOME at the test's tmp_path so nothing is written to ~/.det-lite."""
     home = tmp_path / "det-lite-home"
     monkeypatch.setenv("DET_LITE_HOME", str(home))
+    monkeypatch.delenv("DET_LITE_DB", raising=False)  # the store is in the test's home
     # Slots are cores in tests, on a GPU machine too (a 1-GPU box would refuse their 2-slot
     # trials); the placement tests simulate GPUs with their own $DET_LITE_DEVICES, and
     # scripts/device_check_slots.py checks real ones.
@@ -135,8 +139,14 @@ def _session_fork_servers() -> list:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """End the fork servers this session started (and their parked children), and their
-    runtime directory."""
+    """End this session's fork servers; then the user's store is unchanged, or the run fails."""
+    _stop_fork_servers()
+    home_guard.pytest_sessionfinish(session, exitstatus)
+
+
+def _stop_fork_servers() -> None:
+    """End the fork servers this session started (and their children), and their runtime
+    directory."""
     import psutil
 
     servers = _session_fork_servers()

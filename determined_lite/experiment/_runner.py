@@ -28,6 +28,7 @@ from determined_lite.config import (
     searched_paths,
 )
 from determined_lite.experiment._endings import RunnerEndings
+from determined_lite.experiment._hangup import detach_output, hangup_line
 from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._next_ops import answer_next_ops, wait_s
 from determined_lite.experiment._progress import SHORT_UUID, Progress, where_text
@@ -107,6 +108,7 @@ class ExperimentRunner(RunnerEndings):
         # Searcher operations that would start new trials, held while pausing (run on activate).
         self.held: List[Any] = []
         self.stop_signals = 0  # Ctrl-C / SIGTERM received: the first pauses, the second stops now
+        self.hangups = 0  # SIGHUP received (the terminal closed): each pauses, none stops now
         self.run_dir = experiment_dir(experiment_id)
         self.varying = searched_paths(self.config["hyperparameters"])
         self.progress = Progress(enabled=show_progress, out=out, varying=self.varying)
@@ -209,9 +211,9 @@ class ExperimentRunner(RunnerEndings):
             for request in self.requests.values():
                 if not request.finished:
                     self.store.trials.update(request.trial_id, state=TrialState.ACTIVE)
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         for sig in previous:
-            signal.signal(sig, self._on_stop_signal)
+            signal.signal(sig, self._on_hangup if sig == signal.SIGHUP else self._on_stop_signal)
         try:
             return self._loop()
         except _StopSearch as e:
@@ -245,16 +247,23 @@ class ExperimentRunner(RunnerEndings):
         if self.stop_signals > 1:
             raise KeyboardInterrupt
 
+    def _on_hangup(self, signum: int, frame: Any) -> None:
+        """SIGHUP, the terminal closed: pause (the loop requests it), writing on in runner.log."""
+        detach_output(self.run_dir)
+        self.hangups += 1
+        self._wakeup.wake_from_signal()
+
     def _loop(self) -> int:
         if not self.pausing:
             self._release_held()
         signals_seen = 0
         while True:
-            if self.stop_signals > signals_seen:
-                signals_seen = self.stop_signals
+            if self.stop_signals + self.hangups > signals_seen:
+                signals_seen = self.stop_signals + self.hangups
                 self.store.requests.request(self.id, Action.PAUSE)
                 self._log(
                     None,
+                    hangup_line(self.id) if self.hangups else
                     f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
                     "scheduling-unit boundary (Ctrl-C again to stop them now)",
                 )
@@ -343,8 +352,9 @@ class ExperimentRunner(RunnerEndings):
     def _at_target(self, request: TrialRequest, total_batches: int) -> bool:
         """Whether the trial's checkpoint at ``total_batches`` is at its pending length already:
         then its validation there goes to the searcher, and no run starts (none is relaunched)."""
-        validations = self.store.metrics.validation(request.trial_id)
-        at = metric_at_target(validations, total_batches, request.pending or 0, self.searcher_settings)
+        at = metric_at_target(
+            self.store, request.trial_id, total_batches, request.pending or 0, self.searcher_settings
+        )
         if at is None or self.test_mode:
             return False
         why = f"is at its target already (batch {total_batches}): not run again"

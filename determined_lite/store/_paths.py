@@ -11,13 +11,16 @@ libraries create for them (SQLite's WAL, torch.save, TensorBoard) are private to
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 from typing import Any, List, Mapping, Optional
 
 DB_FILE = "det-lite.db"
+DB_ENV = "DET_LITE_DB"  # where the store is, when not in the home
 EXPERIMENTS_DIR = "experiments"
 CONTEXT_SNAPSHOT = "context"
+RUNNER_LOCK = "runner.lock"  # experiment/_lock.py: held by an experiment's runner and its trials
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_UMASK = 0o077  # no permission for group and others
@@ -30,8 +33,10 @@ def det_lite_home() -> str:
 
 
 def default_db_path() -> str:
-    """``<home>/det-lite.db``."""
-    return os.path.join(det_lite_home(), DB_FILE)
+    """``$DET_LITE_DB`` when set (e.g. a driver pod's persistent volume), else
+    ``<home>/det-lite.db``: always a local disk of the machine that runs det-lite."""
+    custom = os.environ.get(DB_ENV)
+    return os.path.abspath(os.path.expanduser(custom)) if custom else os.path.join(det_lite_home(), DB_FILE)
 
 
 def default_checkpoint_root(home: Optional[str] = None) -> str:
@@ -66,47 +71,62 @@ def experiment_dir(experiment_id: int, home: Optional[str] = None) -> str:
     return os.path.join(home or det_lite_home(), EXPERIMENTS_DIR, str(int(experiment_id)))
 
 
+def runner_lock_path(experiment_id: int, home: Optional[str] = None) -> str:
+    """``<home>/experiments/<id>/runner.lock``: the experiment's runner lock (``experiment/_lock.py``)."""
+    return os.path.join(experiment_dir(experiment_id, home), RUNNER_LOCK)
+
+
+def lock_held(path: str) -> bool:
+    """Whether a process holds the ``flock`` on ``path`` (a missing file: no). A probe: when the
+    lock is free it is taken and dropped at once; an unreadable file counts as held."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # drops the probe's lock with its open file
+    return False
+
+
 def context_snapshot_dir(experiment_id: int, home: Optional[str] = None) -> str:
     """``<home>/experiments/<id>/context``: the context directory as ``experiment create`` saw it."""
     return os.path.join(experiment_dir(experiment_id, home), CONTEXT_SNAPSHOT)
 
 
 def process_token(pid: int) -> Optional[str]:
-    """An id for the process ``pid`` that a later process with the same pid will not share.
+    """An id for the process ``pid`` that a later process with the same pid will not share: its
+    start in clock ticks since boot (psutil's ``create_time`` less the boot time). A wall-clock
+    step (NTP, a resumed VM) moves both, not their difference. None when it cannot be read
+    (then only the pid is compared)."""
+    import psutil  # here: ~30 ms, and most commands never check a process
 
-    On Linux this is the process start time from ``/proc/<pid>/stat`` (field 22); elsewhere
-    ``None`` (then only the pid is compared).
-    """
-    fields = _stat_fields(pid)
-    return fields[19] if fields is not None and len(fields) > 19 else None
-
-
-def _stat_fields(pid: int) -> Optional[List[str]]:
-    """``/proc/<pid>/stat`` from field 3 (the state) on; None when it cannot be read."""
     try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except OSError:
+        boot = psutil.boot_time()  # first: older psutil caches it for create_time
+        started = psutil.Process(int(pid)).create_time()
+    except psutil.Error:
         return None
-    # The command name (field 2) is in parentheses and may itself contain spaces or ')'.
-    return stat[stat.rfind(")") + 2 :].split()
+    return str(round((started - boot) * os.sysconf("SC_CLK_TCK")))
 
 
 def process_alive(pid: Optional[int], token: Optional[str] = None) -> bool:
     """Whether ``pid`` runs and is not a zombie; with ``token``, also that it is the same process."""
+    import psutil
+
     if not pid or pid <= 0:
         return False
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
+        if psutil.Process(int(pid)).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return False
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.Error:
         pass  # exists, owned by someone else
-    except OSError:
-        return False
-    fields = _stat_fields(pid)
-    if fields and fields[0] in ("Z", "X"):  # zombie, dead
-        return False
     if token is not None:
         current = process_token(pid)
         if current is not None and current != token:

@@ -186,6 +186,18 @@ class Trials(Repository):
 
         self.db.write(body)
 
+    def set_own_length(self, trial_id: int, batches: int) -> None:
+        """Record the length (batches) a script trial's ``fit`` trains to, when the searcher sets
+        none: the runner resumes the trial to it after a pause, a restart or a lost node."""
+        sql = "UPDATE trials SET own_length = ? WHERE id = ?"
+        self.db.write(lambda conn: conn.execute(sql, (int(batches), int(trial_id))))
+
+    def own_length(self, trial_id: int) -> Optional[int]:
+        """What :meth:`set_own_length` recorded for the trial (None: nothing yet)."""
+        sql = "SELECT own_length FROM trials WHERE id = ?"
+        row = self.db.read(lambda conn: conn.execute(sql, (int(trial_id),)).fetchone())
+        return None if row is None or row[0] is None else int(row[0])
+
     def add_run(
         self, trial_id: int, *, executor: str, host: str, slots: int, devices: Sequence[str] = ()
     ) -> None:
@@ -200,6 +212,23 @@ class Trials(Repository):
             )
 
         self.db.write(body)
+
+    def runs(self, experiment_id: int) -> Dict[int, List[Dict[str, Any]]]:
+        """Each of the experiment's trials' runs, oldest first: ``{trial_id: [{"started_at",
+        "executor", "host", "slots", "devices"}]}`` (trials that never ran are absent)."""
+
+        def body(conn: sqlite3.Connection) -> Dict[int, List[Dict[str, Any]]]:
+            out: Dict[int, List[Dict[str, Any]]] = {}
+            for trial_id, started, executor, host, slots, devices in conn.execute(
+                "SELECT r.trial_id, r.started_at, r.executor, r.host, r.slots, r.devices FROM trial_runs r"
+                " JOIN trials t ON t.id = r.trial_id WHERE t.experiment_id = ? ORDER BY r.id",
+                (int(experiment_id),),
+            ):
+                run = {"started_at": started, "executor": executor, "host": host, "slots": slots}
+                out.setdefault(trial_id, []).append({**run, "devices": loads_json(devices)})
+            return out
+
+        return self.db.read(body)
 
     def describe(self, trial_id: int, metrics: bool = True) -> Optional[Dict[str, Any]]:
         """One trial in the shape of ``store.experiments.describe``'s ``trials`` entries, or None."""

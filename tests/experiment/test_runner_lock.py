@@ -13,14 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import psutil
 import pytest
 
 from determined_lite.searcher import load_config
 from determined_lite.store import Store
-from tests.cli_helpers import REPO, cli, describe, write_config
+from tests.cli_helpers import REPO, cli, describe, own_fork_server_env, write_config
 from tests.experiment.test_experiment_e2e import assert_closed_form_validations, closed_form
 from tests.timing import budget
 
@@ -164,9 +163,9 @@ def test_activate_right_after_sigkill_of_the_runner(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=REPO,
-        # A fork server of its own (a key no other run has), started by this runner: the worker
-        # is one of its descendants, not a child of a server an earlier test left warm.
-        env=dict(os.environ, OWN_FORK_SERVER=uuid.uuid4().hex),
+        # A fork server of its own, started by this runner: the worker is one of its descendants,
+        # not a child of a server an earlier test left warm.
+        env=own_fork_server_env(),
     )
     store = Store()
     deadline = time.monotonic() + budget(90)
