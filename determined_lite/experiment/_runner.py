@@ -28,7 +28,7 @@ from determined_lite.config import (
     searched_paths,
 )
 from determined_lite.experiment._endings import RunnerEndings
-from determined_lite.experiment._hangup import detach_output, hangup_line
+from determined_lite.experiment._hangup import detach_output, pausing_line
 from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._next_ops import answer_next_ops, wait_s
 from determined_lite.experiment._progress import SHORT_UUID, Progress, where_text
@@ -213,7 +213,7 @@ class ExperimentRunner(RunnerEndings):
                     self.store.trials.update(request.trial_id, state=TrialState.ACTIVE)
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         for sig in previous:
-            signal.signal(sig, self._on_hangup if sig == signal.SIGHUP else self._on_stop_signal)
+            signal.signal(sig, self._on_stop_signal)
         try:
             return self._loop()
         except _StopSearch as e:
@@ -241,17 +241,15 @@ class ExperimentRunner(RunnerEndings):
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:
         """Ctrl-C or SIGTERM: the first pauses the experiment as `det-lite experiment pause` does
-        (the loop requests it: trials stop at a checkpoint where they are); the second stops now."""
-        self.stop_signals += 1
+        (the loop requests it: trials stop at a checkpoint where they are); the second stops now.
+        SIGHUP (the terminal closed) pauses, the output going on in runner.log (_hangup.py)."""
+        if signum == signal.SIGHUP:
+            detach_output(self.run_dir)
+        self.hangups += signum == signal.SIGHUP
+        self.stop_signals += signum != signal.SIGHUP
         self._wakeup.wake_from_signal()
         if self.stop_signals > 1:
             raise KeyboardInterrupt
-
-    def _on_hangup(self, signum: int, frame: Any) -> None:
-        """SIGHUP, the terminal closed: pause (the loop requests it), writing on in runner.log."""
-        detach_output(self.run_dir)
-        self.hangups += 1
-        self._wakeup.wake_from_signal()
 
     def _loop(self) -> int:
         if not self.pausing:
@@ -261,12 +259,7 @@ class ExperimentRunner(RunnerEndings):
             if self.stop_signals + self.hangups > signals_seen:
                 signals_seen = self.stop_signals + self.hangups
                 self.store.requests.request(self.id, Action.PAUSE)
-                self._log(
-                    None,
-                    hangup_line(self.id) if self.hangups else
-                    f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
-                    "scheduling-unit boundary (Ctrl-C again to stop them now)",
-                )
+                self._log(None, pausing_line(self.id, hangup=self.hangups > 0))
             action = self.store.requests.pending(self.id)
             if action == Action.KILL:
                 self.pausing = True  # no new trial starts or is created
