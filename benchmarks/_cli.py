@@ -50,8 +50,8 @@ def build_store(home: str, experiments: int) -> None:
         for i in range(experiments):
             config = dict(CONFIG, name=f"digits-{i}")
             config_path = os.path.join(REPO, "experiment.yaml")
-            exp_id = store.create_experiment(config, REPO, config_path, state=states[i % 6])
-            store.create_trial(exp_id, 0, CONFIG["hyperparameters"], seed=i, state=states[i % 6])
+            exp_id = store.experiments.create(config, REPO, config_path, state=states[i % 6])
+            store.trials.create(exp_id, 0, CONFIG["hyperparameters"], seed=i, state=states[i % 6])
     finally:
         store.close()
 

@@ -3,7 +3,7 @@
 The store is made with the real ``Store`` API (experiment, trials), and the metric rows are
 bulk-inserted in one transaction into its ``training_metrics`` / ``validation_metrics`` tables
 (the API writes one row per transaction, which would take minutes here; the rows are exactly
-what ``add_training_metrics`` writes). ``det-lite ui`` runs as a user runs it, in its own
+what ``store.metrics.add_training`` writes). ``det-lite ui`` runs as a user runs it, in its own
 process, started afresh for each run (its curve cache empty), and requests go over HTTP one
 after the other. Three rows, wall time (median over runs after one untimed run) and the
 server's CPU time (``/proc``; under another load the wall time grows, the CPU time much less):
@@ -17,7 +17,7 @@ server's CPU time (``/proc``; under another load the wall time grows, the CPU ti
 The store keeps each curve down-sampled as it is written (``store/_buckets.py``); after the bulk
 insert the benchmark fills those buckets with the v4 migration's backfill, which the store tests
 check equals what the write path keeps. A fourth row, ``store_write_report``, is the cost of that
-write path: ``add_training_metrics`` (3 metrics, a report every 100 batches) per report, against
+write path: ``store.metrics.add_training`` (3 metrics, a report every 100 batches) per report, against
 the same transaction without the buckets (what the store wrote before schema v4) on the same
 file; wall and CPU time, runs alternating.
 """
@@ -62,12 +62,12 @@ def build_store(home: str, trials: int, rows: int, validations: int) -> int:
     from determined_lite.store import Store, _buckets
 
     store = Store(os.path.join(home, "det-lite.db"))
-    exp = store.create_experiment(CONFIG, REPO, None, state="COMPLETED")
+    exp = store.experiments.create(CONFIG, REPO, None, state="COMPLETED")
     ids = []
     for i in range(trials):
-        trial = store.create_trial(exp, i, {"lr": 10 ** (-4 + 3 * i / trials)}, seed=i, state="COMPLETED")
-        store.update_trial(trial, total_batches=rows, best_validation=1.0 / (i + 1))
-        store.add_logs(trial, [f"trial {trial} line {n}" for n in range(20)])
+        trial = store.trials.create(exp, i, {"lr": 10 ** (-4 + 3 * i / trials)}, seed=i, state="COMPLETED")
+        store.trials.update(trial, total_batches=rows, best_validation=1.0 / (i + 1))
+        store.logs.add(trial, [f"trial {trial} line {n}" for n in range(20)])
         ids.append(trial)
     store.close()
     now = time.time()
@@ -95,14 +95,14 @@ def build_store(home: str, trials: int, rows: int, validations: int) -> int:
 
 def _write_costs(home: str, reports: int) -> Tuple[float, float, float, float]:
     """(det-lite wall, baseline wall, det-lite CPU, baseline CPU) seconds per report: ``reports``
-    reports through ``add_training_metrics``, then the same through the pre-v4 transaction."""
+    reports through ``store.metrics.add_training``, then the same through the pre-v4 transaction."""
     from determined_lite.store import Store
     from determined_lite.store._db import dumps_json
 
     store = Store(os.path.join(home, "det-lite.db"))
-    exp = store.create_experiment(CONFIG, REPO, None, state="COMPLETED")
-    ours, theirs = store.create_trial(exp, 0, {}, seed=0), store.create_trial(exp, 1, {}, seed=1)
-    conn = store._conn()
+    exp = store.experiments.create(CONFIG, REPO, None, state="COMPLETED")
+    ours, theirs = store.trials.create(exp, 0, {}, seed=0), store.trials.create(exp, 1, {}, seed=1)
+    conn = store.db.connection()
 
     def plain(trial: int, batches: int, metrics: Dict[str, float]) -> None:
         text = dumps_json(metrics, "training metrics")
@@ -117,7 +117,7 @@ def _write_costs(home: str, reports: int) -> Tuple[float, float, float, float]:
         conn.execute("COMMIT")
 
     out = []
-    for trial, write in ((ours, store.add_training_metrics), (theirs, plain)):
+    for trial, write in ((ours, store.metrics.add_training), (theirs, plain)):
         wall, cpu = time.perf_counter(), time.process_time()
         for n in range(1, reports + 1):
             write(trial, 100 * n, {"loss": 1.0 / n, "accuracy": n / reports, "lr": 0.1})

@@ -110,7 +110,7 @@ def _det_lite(
     from determined_lite.store import Store
 
     with Store(os.path.join(home, "det-lite.db")) as store:
-        described = store.describe_experiment(1)
+        described = store.experiments.describe(1)
     assert described is not None, "the search recorded no experiment"
     return seconds, described
 

@@ -65,7 +65,7 @@ def _run(name: str, env_changes: Dict[str, Optional[str]]) -> Tuple[List[Dict[st
     from determined_lite.store import Store
 
     with Store(os.path.join(env["DET_LITE_HOME"], "det-lite.db")) as store:
-        trials = store.describe_experiment(1, metrics=False)["trials"]
+        trials = store.experiments.describe(1, metrics=False)["trials"]
     by_trial = {}
     for record in glob.glob(os.path.join(seen_dir, "*.json")):
         with open(record) as f:

@@ -42,14 +42,14 @@ def cli(
 
 def describe(exp_id: int, home: Optional[str] = None) -> dict:
     """Experiment ``exp_id`` with its trials and every metric, checkpoint and run, as the store
-    records them (``Store.describe_experiment``) under ``home`` (default ``$DET_LITE_HOME``), in
+    records them (``store.experiments.describe``) under ``home`` (default ``$DET_LITE_HOME``), in
     JSON's form (non-finite numbers as null, as the CLI prints them). ``experiment describe
     --json`` prints Determined's form, the experiment alone."""
     from determined_lite.cli._common import json_safe
     from determined_lite.store import Store
 
     with Store(os.path.join(home, "det-lite.db") if home else None) as store:
-        found = store.describe_experiment(exp_id)
+        found = store.experiments.describe(exp_id)
     if found is None:
         raise AssertionError(f"experiment {exp_id} not found")
     return json.loads(json.dumps(json_safe(found)))

@@ -1,15 +1,17 @@
 """Shared by the checkpoint-storage tests against real servers on loopback: the emulators'
-fixtures (Azurite for Azure, gcp-storage-emulator for GCS; moto's S3 server is
-tests/experiment/test_s3_storage.py's) and the closed-form linear experiment they run."""
+fixtures (Azurite for Azure, gcp-storage-emulator for GCS, moto's server for S3) and the
+closed-form linear experiment they run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Iterator
 
 import pytest
@@ -23,6 +25,8 @@ LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 # Azurite's published development account (not a secret: every Azurite has it).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+BUCKET = "det-lite-ckpts"  # moto's S3 server's (the ``s3`` fixture)
+PREFIX = "team/runs"
 AZURITE_INSTALLED = os.path.join(
     os.environ.get("AZURITE_PREFIX") or os.path.expanduser("~/.cache/det-lite/azurite"),
     "node_modules",
@@ -97,6 +101,63 @@ def gcs_emulator(tmp_path, monkeypatch) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+class S3Server:
+    """moto's S3 server on 127.0.0.1 (a fixed port, so it can be stopped and started again with
+    its buckets: moto keeps them in this process)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = None
+
+    def start(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="k",
+            aws_secret_access_key="s",
+        )
+
+    def keys(self, bucket: str = BUCKET) -> list:
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    def uuids(self) -> set:
+        return {k[len(PREFIX) + 1 :].split("/")[0] for k in self.keys()}
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on loopback with the bucket ``BUCKET`` (the modules' ``s3`` fixture);
+    the test is skipped without moto."""
+    pytest.importorskip("boto3")
+    pytest.importorskip("moto.server")
+    server = S3Server()
+    server.start()
+    server.client().create_bucket(Bucket=BUCKET)
+    try:
+        yield server
+    finally:
+        if server.server is None:
+            server.start()
+        urllib.request.urlopen(urllib.request.Request(f"{server.url}/moto-api/reset", method="POST")).close()
+        server.stop()
 
 
 def check_round_trip(storage, tmp_path, checkpoint_uuid: str) -> None:

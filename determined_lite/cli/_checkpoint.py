@@ -52,7 +52,7 @@ def list_checkpoints(
         get_experiment(store, experiment_id)
     if trial_id is not None:
         get_trial(store, trial_id)
-    found = store.list_checkpoints(experiment_id=experiment_id, trial_id=trial_id)
+    found = store.checkpoints.list(experiment_id=experiment_id, trial_id=trial_id)
     if as_json:
         echo_json(found)
         return

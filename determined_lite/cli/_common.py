@@ -109,14 +109,14 @@ def open_store() -> Store:
 
 
 def get_experiment(store: Store, experiment_id: int) -> Dict[str, Any]:
-    exp = store.get_experiment(experiment_id)
+    exp = store.experiments.get(experiment_id)
     if exp is None:
         raise BadInput(f"experiment {experiment_id} not found")
     return exp
 
 
 def get_trial(store: Store, trial_id: int) -> Dict[str, Any]:
-    trial = store.get_trial(trial_id)
+    trial = store.trials.get(trial_id)
     if trial is None:
         raise BadInput(f"trial {trial_id} not found")
     return trial
@@ -129,13 +129,13 @@ MAX_CANDIDATES = 10
 def get_checkpoint(store: Store, name: str) -> Dict[str, Any]:
     """The checkpoint named by its uuid or a unique prefix of it (at least 4 characters);
     ambiguous or unknown names are bad input, the candidates listed."""
-    found = store.get_checkpoint(name)
+    found = store.checkpoints.get(name)
     if found is not None:
         return found
     if len(name) < MIN_UUID_PREFIX:
         needs = f"a uuid prefix needs at least {MIN_UUID_PREFIX} characters"
         raise BadInput(f"checkpoint {name} not found ({needs})")
-    matches = store.checkpoints_by_prefix(name)
+    matches = store.checkpoints.by_prefix(name)
     if len(matches) == 1:
         return matches[0]
     if not matches:
@@ -151,7 +151,7 @@ def get_checkpoint(store: Store, name: str) -> Dict[str, Any]:
 def experiment_finished(store: Store, experiment_id: int) -> bool:
     """Whether the experiment has stopped running: gone, no longer ACTIVE, or its process died
     (``logs --follow`` stops then)."""
-    exp = store.get_experiment(experiment_id)
+    exp = store.experiments.get(experiment_id)
     return exp is None or exp["state"] != ExperimentState.ACTIVE or (bool(exp["pid"]) and not exp["running"])
 
 

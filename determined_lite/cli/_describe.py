@@ -197,7 +197,7 @@ WorkloadSource = Callable[[], Iterable[Sequence[Workload]]]
 def stream_workloads(store: Store, trials: Sequence[Dict[str, Any]]) -> WorkloadSource:
     """Every workload row of the trials, read a trial at a time whenever the result is called."""
     ids = [t["id"] for t in trials]
-    return lambda: (store.workloads([trial_id], every=True)[0] for trial_id in ids)
+    return lambda: (store.metrics.workloads([trial_id], every=True)[0] for trial_id in ids)
 
 
 def workloads_table(rows: Union[Sequence[Workload], WorkloadSource], metrics: bool) -> Table:
@@ -321,7 +321,7 @@ def emit_workloads(
     if all_workloads or as_csv or outdir is not None:
         emit([*tables, workloads_table(stream_workloads(store, trials), metrics)], as_csv, outdir)
         return
-    rows, left_out = store.workloads([t["id"] for t in trials])
+    rows, left_out = store.metrics.workloads([t["id"] for t in trials])
     emit([*tables, workloads_table(rows, metrics)], as_csv, outdir)
     if left_out:
         click.echo(LEFT_OUT_NOTE, err=True)

@@ -158,7 +158,7 @@ def list_experiments(show_all: bool, as_json: bool, as_csv: bool) -> None:
         raise click.UsageError("give --json or --csv, not both")
     store = open_store()
     limit = None if show_all else DEFAULT_LIST_LIMIT
-    exps = store.list_experiments(limit=limit, with_config=as_json)
+    exps = store.experiments.list(limit=limit, with_config=as_json)
     if as_json:
         echo_json(exps)
         return
@@ -175,7 +175,7 @@ def list_experiments(show_all: bool, as_json: bool, as_csv: bool) -> None:
     ]
     echo_rows(["ID", "Name", "State", "Trials", "Start Time", "End Time"], rows, LIST_FIT, as_csv)
     if limit is not None and len(exps) == limit:
-        total = store.count_experiments()
+        total = store.experiments.count()
         if total > limit:
             click.echo(f"(the newest {limit} of {total} experiments; --all lists every one)", err=True)
 
@@ -210,7 +210,7 @@ def describe(
     store = open_store()
     exps = []
     for experiment_id in ids:
-        exp = store.describe_experiment(experiment_id, metrics=False)
+        exp = store.experiments.describe(experiment_id, metrics=False)
         if exp is None:
             raise BadInput(f"experiment {experiment_id} not found")
         exps.append(exp)
@@ -232,7 +232,7 @@ def logs(experiment_id: int, follow: bool, tail: int, timestamps: bool) -> None:
     store = open_store()
     get_experiment(store, experiment_id)
     print_logs(
-        lambda **kw: store.logs(experiment_id=experiment_id, **kw),
+        lambda **kw: store.logs.list(experiment_id=experiment_id, **kw),
         tail,
         follow,
         lambda: experiment_finished(store, experiment_id),
@@ -280,7 +280,7 @@ def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
         raise BadInput(
             f"experiment {experiment_id} is {display_state(exp)}; kill or pause it before deleting it"
         )
-    registered = store.registered_checkpoints(experiment_id)
+    registered = store.checkpoints.registered(experiment_id)
     if registered:
         uuid, owner = next(iter(registered.items()))
         more = f" and {len(registered) - 1} more" if len(registered) > 1 else ""
@@ -295,7 +295,7 @@ def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
         ctx.exit(EXIT_FAILED)
     from determined_lite.experiment._gc import Fate, delete_experiment_files
 
-    checkpoints = store.delete_experiment(experiment_id)
+    checkpoints = store.experiments.delete(experiment_id)
     report = delete_experiment_files(store, exp, checkpoints)
     for problem in report.notes + report.problems:
         warn(problem)

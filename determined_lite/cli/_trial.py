@@ -39,7 +39,7 @@ def describe(
     """Show a trial: hyperparameters, progress, metrics and checkpoints."""
     check_output_options(as_json, as_csv, outdir)
     store = open_store()
-    found = store.describe_trial(trial_id, metrics=as_json)
+    found = store.trials.describe(trial_id, metrics=as_json)
     if found is None:
         raise BadInput(f"trial {trial_id} not found")
     if as_json:
@@ -57,11 +57,11 @@ def kill(trial_id: int) -> None:
     (it ends CANCELED) and the search goes on with the other trials."""
     store = open_store()
     try:
-        asked = store.request_trial_kill(trial_id)
+        asked = store.requests.kill_trial(trial_id)
     except NotFoundError:
         raise BadInput(f"trial {trial_id} not found") from None
     if not asked:
-        found = store.get_trial(trial_id) or {}
+        found = store.trials.get(trial_id) or {}
         click.echo(f"Trial {trial_id} already ended ({found.get('state')}); nothing to kill.")
         return
     click.echo(f"Killed trial {trial_id}")
@@ -78,7 +78,7 @@ def logs(trial_id: int, follow: bool, tail: int, timestamps: bool) -> None:
     get_trial(store, trial_id)
 
     def finished() -> bool:
-        found = store.get_trial(trial_id)
+        found = store.trials.get(trial_id)
         return (
             found is None
             or found["state"] != TrialState.ACTIVE
@@ -86,7 +86,7 @@ def logs(trial_id: int, follow: bool, tail: int, timestamps: bool) -> None:
         )
 
     print_logs(
-        lambda **kw: store.logs(trial_id=trial_id, **kw),
+        lambda **kw: store.logs.list(trial_id=trial_id, **kw),
         tail,
         follow,
         finished,

@@ -13,7 +13,6 @@ import datetime
 import json
 import os
 import pathlib
-import shutil
 from typing import Any, Dict, List, Optional
 
 from determined_lite.client._enums import CheckpointState, DownloadMode
@@ -82,13 +81,15 @@ class Checkpoint:
         self.steps_completed: Optional[int] = None
 
     @classmethod
-    def _from_record(
+    def from_record(
         cls,
         session: Session,
         record: Dict[str, Any],
         experiment: Optional[Dict[str, Any]] = None,
         trial: Optional[Dict[str, Any]] = None,
     ) -> "Checkpoint":
+        """The checkpoint of a store record (``store.checkpoints.get``'s form); ``experiment`` and
+        ``trial``: its experiment's and trial's records when the caller has them."""
         ckpt = cls(session, record["uuid"])
         ckpt._hydrate(record, experiment, trial)
         return ckpt
@@ -97,14 +98,14 @@ class Checkpoint:
         self, record: Dict[str, Any], experiment: Optional[Dict[str, Any]], trial: Optional[Dict[str, Any]]
     ) -> None:
         store = self._session.store()
-        experiment = experiment or store.get_experiment(record["experiment_id"]) or {}
-        trial = trial or store.get_trial(record["trial_id"]) or {}
+        experiment = experiment or store.experiments.get(record["experiment_id"]) or {}
+        trial = trial or store.trials.get(record["trial_id"]) or {}
         self.path = record["path"]
         self.steps_completed = record["total_batches"]
         self.report_time = _iso(record["created_at"])
         self.state = CheckpointState[record["state"]]
         self.resources = _resources(record["path"])
-        stored = self._session.registry().checkpoint_metadata(self.uuid)
+        stored = self._session.store().checkpoints.metadata(self.uuid)
         self.metadata = stored if stored is not None else _file_metadata(record["path"])
         self.training = CheckpointTrainingMetadata(
             experiment_config=experiment.get("config") or {},
@@ -116,7 +117,7 @@ class Checkpoint:
 
     def reload(self) -> None:
         """Read the checkpoint again from the store."""
-        record = self._session.store().get_checkpoint(self.uuid)
+        record = self._session.store().checkpoints.get(self.uuid)
         if record is None:
             raise NotFoundError(f"checkpoint {self.uuid} not found")
         self._hydrate(record, None, None)
@@ -125,7 +126,9 @@ class Checkpoint:
         """Copy the checkpoint to ``path`` (default ``checkpoints/<uuid>`` under the current
         directory) and return that directory; a directory that already holds a checkpoint
         (``metadata.json`` or ``MLmodel``) is returned as it is. ``mode`` is accepted: every
-        mode copies locally."""
+        mode copies locally. Links in the checkpoint are copied as links, its linked code as
+        files; a stored name or link that would land outside ``path`` is refused
+        (``storage.UnsafeNameError``) before anything is written."""
         if self.state is None:
             self.reload()
         if self.state not in (CheckpointState.COMPLETED, CheckpointState.PARTIALLY_DELETED):
@@ -133,17 +136,17 @@ class Checkpoint:
         target = pathlib.Path(path) if path is not None else pathlib.Path("checkpoints", self.uuid)
         if not any(target.joinpath(f).exists() for f in ("metadata.json", "MLmodel")):
             source = self.path or ""
-            record = self._session.store().get_checkpoint(self.uuid)
-            if record is not None and not os.path.isdir(source):  # a cloud store's: fetched
-                from determined_lite.storage import fetch_checkpoint
+            record = self._session.store().checkpoints.get(self.uuid)
+            from determined_lite.storage import copy_checkpoint, fetch_checkpoint
 
+            if record is not None and not os.path.isdir(source):  # a cloud store's: fetched
                 source = fetch_checkpoint(self._session.store(), record)
             if not os.path.isdir(source):
                 raise FileNotFoundError(
                     f"checkpoint {self.uuid}: its directory {source} is gone (deleted by retention, "
                     "`det-lite checkpoint gc` or `experiment delete`?)"
                 )
-            shutil.copytree(source, str(target), dirs_exist_ok=True)
+            copy_checkpoint(source, str(target))  # links inside stay links; none may leave it
         if not target.joinpath("metadata.json").exists():
             self.write_metadata_file(str(target.joinpath("metadata.json")))
         return str(target)
@@ -157,7 +160,7 @@ class Checkpoint:
         """Merge ``metadata`` (JSON-serializable) into the checkpoint's; its keys replace
         existing ones. Stored in det-lite's store, not in the checkpoint directory."""
         updated = dict(self.metadata, **metadata) if self.metadata else dict(metadata)
-        self._session.registry().set_checkpoint_metadata(self.uuid, updated)
+        self._session.store().checkpoints.set_metadata(self.uuid, updated)
         self.metadata = updated
 
     def remove_metadata(self, keys: List[str]) -> None:
@@ -165,7 +168,7 @@ class Checkpoint:
         updated = dict(self.metadata) if self.metadata else {}
         for key in keys:
             updated.pop(key, None)
-        self._session.registry().set_checkpoint_metadata(self.uuid, updated)
+        self._session.store().checkpoints.set_metadata(self.uuid, updated)
         self.metadata = updated
 
     def delete(self) -> None:
@@ -173,16 +176,16 @@ class Checkpoint:
         master deletes it asynchronously; det-lite at once). ``NotFoundError`` when unknown; a
         ``ValueError`` when a model version names it (Determined's master refuses it too)."""
         store = self._session.store()
-        record = store.get_checkpoint(self.uuid)
+        record = store.checkpoints.get(self.uuid)
         if record is None:
             raise NotFoundError(f"checkpoint {self.uuid} not found")
-        registered = store.registered_checkpoints(record["experiment_id"]).get(self.uuid)
+        registered = store.checkpoints.registered(record["experiment_id"]).get(self.uuid)
         if registered:
             raise ValueError(
                 f"checkpoint {self.uuid} is in the model registry ({registered}) and cannot be "
                 "deleted: delete that model version first"
             )
-        store.delete_checkpoint(self.uuid)
+        store.checkpoints.delete(self.uuid)
         remove_checkpoint_dir(record)
         self.state = CheckpointState.DELETED
 

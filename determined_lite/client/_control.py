@@ -59,9 +59,9 @@ def apply(session: Session, experiment_id: int, action: Action) -> ActionOutcome
     from determined_lite.experiment._gc import reconcile_experiment
 
     store = session.store()
-    if store.get_experiment(experiment_id) is None:
+    if store.experiments.get(experiment_id) is None:
         raise NotFoundError(f"experiment {experiment_id} not found")
-    outcome = store.apply_action(experiment_id, action)
+    outcome = store.requests.apply(experiment_id, action)
     if outcome in (ActionOutcome.PAUSED, ActionOutcome.CANCELED):
         reconcile_experiment(store, experiment_id)
     return outcome
@@ -72,7 +72,7 @@ def activate(session: Session, experiment_id: int) -> None:
     activating one that already runs does nothing, as in Determined."""
     from determined_lite.experiment import activate_experiment
 
-    found = session.store().get_experiment(experiment_id)
+    found = session.store().experiments.get(experiment_id)
     if found is None:
         raise NotFoundError(f"experiment {experiment_id} not found")
     if (
@@ -90,7 +90,7 @@ def _await_resumed(session: Session, experiment_id: int, timeout_s: float = 60.0
     ``wait()`` right after ``activate()`` waits for it, as in Determined), or has stopped."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = session.store().get_experiment(experiment_id)
+        found = session.store().experiments.get(experiment_id)
         if found is None or found["state"] != ExperimentState.PAUSED or not found["running"]:
             return
         time.sleep(0.1)

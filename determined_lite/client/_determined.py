@@ -74,10 +74,10 @@ class Determined:
 
     def get_experiment(self, experiment_id: int) -> Experiment:
         """The experiment with this id (``NotFoundError`` if none)."""
-        record = self._session.store().get_experiment(int(experiment_id))
+        record = self._session.store().experiments.get(int(experiment_id))
         if record is None:
             raise NotFoundError(f"experiment {experiment_id} not found")
-        return Experiment._from_record(self._session, record)
+        return Experiment.from_record(self._session, record)
 
     def list_experiments(
         self,
@@ -92,7 +92,7 @@ class Determined:
     ) -> List[Experiment]:
         """The store's experiments (by id unless ``sort_by``), filtered by ids, states and name
         (a substring); ``labels``, ``users`` and ``project_id`` do not apply locally."""
-        records = self._session.store().list_experiments()
+        records = self._session.store().experiments.list()
         if experiment_ids is not None:
             records = [r for r in records if r["id"] in set(experiment_ids)]
         if states is not None:
@@ -101,21 +101,21 @@ class Determined:
             records = [r for r in records if name in (r["name"] or "")]
         descending = order_by is not None and order_by.value == OrderBy.DESC.value
         records.sort(key=_EXPERIMENT_KEYS[sort_by or ExperimentSortBy.ID], reverse=descending)
-        return [Experiment._from_record(self._session, r) for r in records]
+        return [Experiment.from_record(self._session, r) for r in records]
 
     def get_trial(self, trial_id: int) -> Trial:
         """The trial with this id (``NotFoundError`` if none)."""
-        record = self._session.store().get_trial(int(trial_id))
+        record = self._session.store().trials.get(int(trial_id))
         if record is None:
             raise NotFoundError(f"trial {trial_id} not found")
-        return Trial._from_record(self._session, record)
+        return Trial.from_record(self._session, record)
 
     def get_checkpoint(self, uuid: str) -> Checkpoint:
         """The checkpoint with this uuid (``NotFoundError`` if none)."""
-        record = self._session.store().get_checkpoint(uuid)
+        record = self._session.store().checkpoints.get(uuid)
         if record is None:
             raise NotFoundError(f"checkpoint {uuid} not found")
-        return Checkpoint._from_record(self._session, record)
+        return Checkpoint.from_record(self._session, record)
 
     def iter_trials_metrics(self, trial_ids: List[int], group: str) -> Iterator[TrialMetrics]:
         """The metric reports of ``group`` of each trial, trial by trial."""
@@ -137,15 +137,15 @@ class Determined:
         workspace_name: Optional[str] = None,
     ) -> Model:
         """Add a model (its name must be new) to the registry."""
-        record = self._session.registry().create_model(name, description or "", metadata, labels)
-        return Model._from_record(self._session, record)
+        record = self._session.store().models.create(name, description or "", metadata, labels)
+        return Model.from_record(self._session, record)
 
     def get_model(self, identifier: Union[str, int]) -> Model:
         """The model with this name (or id, for an int); ``NotFoundError`` if none."""
-        record = self._session.registry().get_model(identifier)
+        record = self._session.store().models.get(identifier)
         if record is None:
             raise NotFoundError(f"model {identifier!r} not found")
-        return Model._from_record(self._session, record)
+        return Model.from_record(self._session, record)
 
     def get_model_by_id(self, model_id: int) -> Model:
         """The model with this id."""
@@ -163,13 +163,13 @@ class Determined:
         """The registry's models, sorted; ``name`` and ``description`` filter by substring."""
         records = [
             r
-            for r in self._session.registry().list_models()
+            for r in self._session.store().models.list()
             if (not name or name in r["name"])
             and (not description or description in r["description"])
             and (model_id is None or r["id"] == model_id)
         ]
         records.sort(key=_MODEL_KEYS[sort_by], reverse=order_by.value == OrderBy.DESC.value)
-        return [Model._from_record(self._session, r) for r in records]
+        return [Model.from_record(self._session, r) for r in records]
 
     def get_models(
         self,

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Set
 from determined_lite.client import _control
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import TERMINAL_STATES, ExperimentState, OrderBy, TrialSortBy
-from determined_lite.client._session import FromRecord, Session
+from determined_lite.client._session import Session
 from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
 from determined_lite.client._trial import Trial
 from determined_lite.store import Action, NotFoundError
@@ -25,7 +25,7 @@ _TRIAL_KEYS = {
 }
 
 
-class Experiment(FromRecord):
+class Experiment:
     """An experiment of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
     ``config``, ``state`` (``ExperimentState``), ``name``, ``archived`` (False), ``progress``,
     ``description`` (the config's), ``notes``, ``labels`` (a set; None when empty,
@@ -48,6 +48,13 @@ class Experiment(FromRecord):
     def id(self) -> int:
         return self._id
 
+    @classmethod
+    def from_record(cls, session: Session, record: Dict[str, Any]) -> "Experiment":
+        """The experiment of a store record (``store.experiments.get``'s form), without reading it again."""
+        made = cls(record["id"], session)
+        made._hydrate(record)
+        return made
+
     def _hydrate(self, record: Dict[str, Any]) -> None:
         self.config = record.get("config")
         self.description = (self.config or {}).get("description")
@@ -55,7 +62,7 @@ class Experiment(FromRecord):
         self.name = record["name"]
         self.archived = False
         self._running = bool(record["running"])
-        annotations = self._session.registry().experiment_annotations(self._id) or {}
+        annotations = self._session.store().experiments.annotations(self._id) or {}
         self.labels = set(annotations.get("labels") or []) or None
         self.notes = annotations.get("notes", "")
 
@@ -63,7 +70,7 @@ class Experiment(FromRecord):
 
     def set_notes(self, notes: str) -> None:
         """Set (overwrite) the experiment's notes."""
-        self._session.registry().set_experiment_annotations(self._id, notes=notes)
+        self._session.store().experiments.set_annotations(self._id, notes=notes)
         self.notes = notes
 
     def add_label(self, label: str) -> None:
@@ -76,18 +83,18 @@ class Experiment(FromRecord):
 
     def set_labels(self, labels: Set[str]) -> None:
         """Replace the experiment's labels with ``labels``."""
-        self._session.registry().set_experiment_annotations(self._id, labels=sorted(labels))
+        self._session.store().experiments.set_annotations(self._id, labels=sorted(labels))
         self.labels = set(labels) or None
 
     def _stored_labels(self) -> Set[str]:
-        annotations = self._session.registry().experiment_annotations(self._id)
+        annotations = self._session.store().experiments.annotations(self._id)
         if annotations is None:
             raise NotFoundError(f"experiment {self._id} not found")
         return set(annotations["labels"])
 
     def reload(self) -> None:
         """Read the experiment again from the store."""
-        record = self._session.store().get_experiment(self._id)
+        record = self._session.store().experiments.get(self._id)
         if record is None:
             raise NotFoundError(f"experiment {self._id} not found")
         self._hydrate(record)
@@ -147,11 +154,11 @@ class Experiment(FromRecord):
     ) -> List[Trial]:
         """The experiment's trials, sorted (``limit`` is a page size in Determined: all are returned)."""
         records = sorted(
-            self._session.store().list_trials(self._id),
+            self._session.store().trials.list(self._id),
             key=_TRIAL_KEYS[sort_by],
             reverse=order_by.value == OrderBy.DESC.value,
         )
-        return [Trial._from_record(self._session, r) for r in records]
+        return [Trial.from_record(self._session, r) for r in records]
 
     def iter_trials(
         self,
@@ -172,13 +179,13 @@ class Experiment(FromRecord):
         by default by the searcher metric in the searcher's direction."""
         check_sort_args(sort_by, order_by)
         store = self._session.store()
-        experiment = store.get_experiment(self._id)
+        experiment = store.experiments.get(self._id)
         if experiment is None:
             raise NotFoundError(f"experiment {self._id} not found")
-        trials = {t["id"]: t for t in store.list_trials(self._id)}
+        trials = {t["id"]: t for t in store.trials.list(self._id)}
         checkpoints = [
-            Checkpoint._from_record(self._session, r, experiment, trials.get(r["trial_id"]))
-            for r in store.list_checkpoints(experiment_id=self._id)
+            Checkpoint.from_record(self._session, r, experiment, trials.get(r["trial_id"]))
+            for r in store.checkpoints.list(experiment_id=self._id)
             if r["state"] == "COMPLETED"
         ]
         return sort_checkpoints(checkpoints, sort_by, order_by, experiment["config"], max_results)

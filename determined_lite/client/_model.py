@@ -31,16 +31,18 @@ class ModelVersion:
         self.notes: Optional[str] = None
 
     @classmethod
-    def _from_record(cls, session: Session, record: Dict[str, Any]) -> "ModelVersion":
+    def from_record(cls, session: Session, record: Dict[str, Any]) -> "ModelVersion":
+        """The version of a store record (``store.models.get_version``'s form)."""
         version = cls(session, record["version"], record["model_name"])
         version._hydrate(record)
         return version
 
     def _hydrate(self, record: Dict[str, Any]) -> None:
-        found = self._session.store().get_checkpoint(record["checkpoint_uuid"])
-        self.checkpoint = Checkpoint(self._session, record["checkpoint_uuid"])
-        if found is not None:
-            self.checkpoint._hydrate(found, None, None)
+        found = self._session.store().checkpoints.get(record["checkpoint_uuid"])
+        if found is None:
+            self.checkpoint = Checkpoint(self._session, record["checkpoint_uuid"])
+        else:
+            self.checkpoint = Checkpoint.from_record(self._session, found)
         self.model_id = record["model_id"]
         self.metadata = record["metadata"] or {}
         self.name = record["name"]
@@ -49,13 +51,13 @@ class ModelVersion:
 
     def reload(self) -> None:
         """Read the version again from the store."""
-        record = self._session.registry().get_model_version(self.model_name, self.model_version)
+        record = self._session.store().models.get_version(self.model_name, self.model_version)
         if record is None:
             raise NotFoundError(f"model {self.model_name!r} has no version {self.model_version}")
         self._hydrate(record)
 
     def _update(self, **fields: Any) -> None:
-        record = self._session.registry().update_model_version(self.model_name, self.model_version, **fields)
+        record = self._session.store().models.update_version(self.model_name, self.model_version, **fields)
         self._hydrate(record)
 
     def set_name(self, name: str) -> None:
@@ -68,7 +70,7 @@ class ModelVersion:
 
     def delete(self) -> None:
         """Remove this version from the registry (its checkpoint stays)."""
-        self._session.registry().delete_model_version(self.model_name, self.model_version)
+        self._session.store().models.delete_version(self.model_name, self.model_version)
 
     def __repr__(self) -> str:
         return f"ModelVersion(model_name={self.model_name}, model_version={self.model_version})"
@@ -92,7 +94,8 @@ class Model:
         self.archived: Optional[bool] = None
 
     @classmethod
-    def _from_record(cls, session: Session, record: Dict[str, Any]) -> "Model":
+    def from_record(cls, session: Session, record: Dict[str, Any]) -> "Model":
+        """The model of a store record (``store.models.get``'s form)."""
         model = cls(session, record["name"])
         model._hydrate(record)
         return model
@@ -109,29 +112,29 @@ class Model:
 
     def reload(self) -> None:
         """Read the model again from the store."""
-        record = self._session.registry().get_model(self.name)
+        record = self._session.store().models.get(self.name)
         if record is None:
             raise NotFoundError(f"model {self.name!r} not found")
         self._hydrate(record)
 
     def _update(self, **fields: Any) -> None:
-        self._hydrate(self._session.registry().update_model(self.name, **fields))
+        self._hydrate(self._session.store().models.update(self.name, **fields))
 
     def get_version(self, version: int = -1) -> Optional[ModelVersion]:
         """Version ``version``; -1 (default): the latest, None when there is none. A missing
         version number raises ``NotFoundError``."""
-        record = self._session.registry().get_model_version(self.name, version)
+        record = self._session.store().models.get_version(self.name, version)
         if record is None:
             if version == -1:
                 return None
             raise NotFoundError(f"model {self.name!r} has no version {version}")
-        return ModelVersion._from_record(self._session, record)
+        return ModelVersion.from_record(self._session, record)
 
     def list_versions(self, order_by: OrderBy = OrderBy.DESC) -> List[ModelVersion]:
         """The model's versions by number (newest first by default)."""
         descending = order_by.value == OrderBy.DESC.value
-        records = self._session.registry().list_model_versions(self.name, descending=descending)
-        return [ModelVersion._from_record(self._session, r) for r in records]
+        records = self._session.store().models.list_versions(self.name, descending=descending)
+        return [ModelVersion.from_record(self._session, r) for r in records]
 
     def get_versions(self, order_by: OrderBy = OrderBy.DESC) -> List[ModelVersion]:
         """Deprecated in Determined: ``list_versions``."""
@@ -139,8 +142,8 @@ class Model:
 
     def register_version(self, checkpoint_uuid: str) -> ModelVersion:
         """Register the checkpoint as the model's next version."""
-        record = self._session.registry().add_model_version(self.name, checkpoint_uuid)
-        return ModelVersion._from_record(self._session, record)
+        record = self._session.store().models.add_version(self.name, checkpoint_uuid)
+        return ModelVersion.from_record(self._session, record)
 
     def add_metadata(self, metadata: Dict[str, Any]) -> None:
         """Merge ``metadata`` into the model's (its keys replace existing ones)."""
@@ -172,7 +175,7 @@ class Model:
 
     def delete(self) -> None:
         """Remove the model and its versions from the registry (their checkpoints stay)."""
-        self._session.registry().delete_model(self.name)
+        self._session.store().models.delete(self.name)
 
     def __repr__(self) -> str:
         return f"Model(id={self.model_id}, name={self.name}, metadata={self.metadata})"

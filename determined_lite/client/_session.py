@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from typing import Any, Dict, Optional, Tuple, Type, TypeVar
+from typing import Dict, Optional
 
-from determined_lite.store import ModelRegistry, Store, default_db_path
+from determined_lite.store import Store, default_db_path
 
 _lock = threading.Lock()
-_opened: Dict[Tuple[str, str], object] = {}
+_opened: Dict[str, Store] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,37 +26,8 @@ class Session:
 
     def store(self) -> Store:
         """The store (one object per file and process, safe across threads)."""
-        return self._open("store")  # type: ignore[return-value]
-
-    def registry(self) -> ModelRegistry:
-        """The model registry and checkpoint metadata of the same file."""
-        return self._open("registry")  # type: ignore[return-value]
-
-    def _open(self, kind: str) -> object:
-        key = (kind, self.db_path)
         with _lock:
-            found = _opened.get(key)
+            found = _opened.get(self.db_path)
             if found is None:
-                found = Store(self.db_path) if kind == "store" else ModelRegistry(self.db_path)
-                _opened[key] = found
+                found = _opened[self.db_path] = Store(self.db_path)
             return found
-
-
-_R = TypeVar("_R", bound="FromRecord")
-
-
-class FromRecord:
-    """An SDK object (experiment, trial) made from its store record: ``cls(id, session)`` then
-    ``_hydrate(record)``."""
-
-    def __init__(self, record_id: int, session: Session) -> None:
-        raise NotImplementedError
-
-    def _hydrate(self, record: Dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    @classmethod
-    def _from_record(cls: Type[_R], session: Session, record: Dict[str, Any]) -> _R:
-        made = cls(record["id"], session)
-        made._hydrate(record)
-        return made

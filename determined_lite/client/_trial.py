@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import OrderBy, TrialState
-from determined_lite.client._session import FromRecord, Session
+from determined_lite.client._session import Session
 from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
 from determined_lite.store import TERMINAL_STATES, NotFoundError
 
@@ -38,7 +38,7 @@ class TrialMetrics:
         return self.steps_completed
 
 
-class Trial(FromRecord):
+class Trial:
     """A trial of the store. Attributes (cached; ``reload()`` refreshes them): ``id``,
     ``experiment_id``, ``hparams``, ``state``, ``summary_metrics`` (None: not kept locally)."""
 
@@ -51,6 +51,13 @@ class Trial(FromRecord):
         self.state: Optional[TrialState] = None
         self._record: Dict[str, Any] = {}
 
+    @classmethod
+    def from_record(cls, session: Session, record: Dict[str, Any]) -> "Trial":
+        """The trial of a store record (``store.trials.get``'s form), without reading it again."""
+        made = cls(record["id"], session)
+        made._hydrate(record)
+        return made
+
     def _hydrate(self, record: Dict[str, Any]) -> None:
         self._record = record
         self.experiment_id = record["experiment_id"]
@@ -59,7 +66,7 @@ class Trial(FromRecord):
 
     def reload(self) -> None:
         """Read the trial again from the store."""
-        record = self._session.store().get_trial(self.id)
+        record = self._session.store().trials.get(self.id)
         if record is None:
             raise NotFoundError(f"trial {self.id} not found")
         self._hydrate(record)
@@ -67,7 +74,7 @@ class Trial(FromRecord):
     def _experiment_record(self) -> Dict[str, Any]:
         if self.experiment_id is None:
             self.reload()
-        found = self._session.store().get_experiment(int(self.experiment_id))  # type: ignore[arg-type]
+        found = self._session.store().experiments.get(int(self.experiment_id))  # type: ignore[arg-type]
         if found is None:
             raise NotFoundError(f"experiment {self.experiment_id} not found")
         return found
@@ -76,7 +83,7 @@ class Trial(FromRecord):
         """Kill this trial alone, as Determined's ``Trial.kill()``: its experiment's runner stops
         it within a poll (it ends CANCELED) and the search goes on with the other trials; a trial
         of an experiment that runs no process is CANCELED now. An ended trial stays as it is."""
-        self._session.store().request_trial_kill(self.id)
+        self._session.store().requests.kill_trial(self.id)
 
     def list_checkpoints(
         self,
@@ -90,8 +97,8 @@ class Trial(FromRecord):
         experiment = self._experiment_record()
         if not self._record:
             self.reload()
-        records = self._session.store().list_checkpoints(trial_id=self.id)
-        checkpoints = [Checkpoint._from_record(self._session, r, experiment, self._record) for r in records]
+        records = self._session.store().checkpoints.list(trial_id=self.id)
+        checkpoints = [Checkpoint.from_record(self._session, r, experiment, self._record) for r in records]
         return sort_checkpoints(checkpoints, sort_by, order_by, experiment["config"], max_results)
 
     def top_checkpoint(
@@ -108,11 +115,11 @@ class Trial(FromRecord):
             return iter(())
         store = self._session.store()
         rows = (
-            store.training_metrics(self.id)
+            store.metrics.training(self.id)
             if table == "training_metrics"
-            else store.validation_metrics(self.id)
+            else store.metrics.validation(self.id)
         )
-        record = store.get_trial(self.id) or {}
+        record = store.trials.get(self.id) or {}
         now = datetime.datetime.now(datetime.timezone.utc)
         return (
             TrialMetrics(
@@ -136,13 +143,13 @@ class Trial(FromRecord):
         store = self._session.store()
         after = 0
         while True:
-            lines = store.logs(trial_id=self.id, after_id=after, tail=tail, limit=head)
+            lines = store.logs.list(trial_id=self.id, after_id=after, tail=tail, limit=head)
             for line in lines:
                 after = line["id"]
                 yield line["line"] + "\n"
             if not follow:
                 return
-            record = store.get_trial(self.id)
+            record = store.trials.get(self.id)
             if not lines and (record is None or record["state"] in TERMINAL_STATES):
                 return
             time.sleep(0.5)

@@ -55,7 +55,7 @@ def _detach(experiment_id: int, lock: Any, test: bool = False, resume: bool = Fa
     pid = _spawn_background(experiment_id, lock, test=test, resume=resume)
     # ACTIVE and run by `pid` from now on, not when it gets there: a `pause` right after this
     # command returns is a request the runner honours (issue 28.4).
-    Store().set_experiment_running(experiment_id, pid)
+    Store().experiments.set_running(experiment_id, pid)
     return pid
 
 
@@ -176,14 +176,14 @@ def _record(config_path: str, context_dir: str, raw: Dict[str, Any]) -> int:
         stored, secrets = _probe_storage(config_path, raw)
         # Recorded as run by this process from the start: `activate` never starts a second runner.
         name = raw.get("name") or "experiment"
-        experiment_id = store.create_experiment(
+        experiment_id = store.experiments.create(
             stored, context_dir, os.path.abspath(config_path), name, pid=os.getpid()
         )
         try:
             save_secrets(experiment_id, secrets)
             install_context(staging, experiment_id)
         except BaseException:
-            store.delete_experiment(experiment_id)
+            store.experiments.delete(experiment_id)
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -256,7 +256,7 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[
     experiment = _activatable(store, experiment_id)
     if experiment["running"] and experiment["state"] == ExperimentState.ACTIVE:
         if experiment["requested_action"] == Action.PAUSE:
-            store.clear_action(experiment_id, Action.PAUSE)
+            store.requests.clear(experiment_id, Action.PAUSE)
             print(f"Experiment {experiment_id} is running; its pause request is withdrawn.", file=out)
             return EXIT_OK
         raise ExperimentLocked(
@@ -266,13 +266,13 @@ def activate_experiment(experiment_id: int, detach: bool = False, out: Optional[
     lock = take_runner_lock(experiment_id, out=out)
     try:
         _activatable(store, experiment_id)  # again, under the lock: the previous run may have ended it
-        store.clear_action(experiment_id)
+        store.requests.clear(experiment_id)
         if detach:
             pid = _detach(experiment_id, lock, resume=True)
             print(f"Activating experiment {experiment_id}", file=out)
             print(f"Running in the background (process {pid})", file=out)
             return EXIT_OK
-        store.set_experiment_running(experiment_id, os.getpid())  # before a `pause` can see it PAUSED
+        store.experiments.set_running(experiment_id, os.getpid())  # before a `pause` can see it PAUSED
         print(f"Activating experiment {experiment_id}", file=out)
         return run_experiment(experiment_id, test=False, resume=True, out=out, lock=lock)
     finally:
@@ -283,7 +283,7 @@ def _activatable(store: Any, experiment_id: int) -> Dict[str, Any]:
     """The experiment, unless it is unknown (``NotFoundError``) or ended (``ActivationRefused``)."""
     from determined_lite.store import TERMINAL_STATES, ExperimentKind, NotFoundError
 
-    experiment = store.get_experiment(experiment_id)
+    experiment = store.experiments.get(experiment_id)
     if experiment is None:
         raise NotFoundError(f"experiment {experiment_id} not found")
     if experiment.get("kind") == ExperimentKind.LOCAL:

@@ -36,7 +36,7 @@ class Endings:
         (fitted to ``width``: a terminal's)."""
         settings = self.search.settings
         return summary(
-            self.store.describe_experiment(self.id, metrics=False),  # the metrics are not shown
+            self.store.experiments.describe(self.id, metrics=False),  # the metrics are not shown
             metric=settings.metric,
             smaller_is_better=settings.smaller_is_better,
             varying=self.varying,
@@ -53,9 +53,9 @@ class Endings:
         """PAUSED, its unfinished trials too: ``activate`` resumes it."""
         self._stopping()
         for request in self.search.unfinished():
-            self.store.update_trial(request.trial_id, state=TrialState.PAUSED)
+            self.store.trials.update(request.trial_id, state=TrialState.PAUSED)
         self.search.apply_retention()
-        self.store.set_experiment_state(self.id, ExperimentState.PAUSED)
+        self.store.experiments.set_state(self.id, ExperimentState.PAUSED)
         self._final(f"experiment {self.id} {why}; resume with: det-lite experiment activate {self.id}")
 
     def end(self, state: ExperimentState, trial_state: TrialState, note: str = "") -> None:
@@ -63,15 +63,15 @@ class Endings:
         self._stopping()
         for request in list(self.search.unfinished()):
             request.finished = True
-            self.store.update_trial(request.trial_id, state=trial_state)
+            self.store.trials.update(request.trial_id, state=trial_state)
         self.search.apply_retention()
-        self.store.set_experiment_state(self.id, state)
+        self.store.experiments.set_state(self.id, state)
         self.search.save()
         self._final(f"experiment {self.id} {state}{note}")
 
     def complete(self) -> int:
         """The search is over: COMPLETED when a trial completed (exit 0), else ERROR (exit 1)."""
-        trials = self.store.list_trials(self.id)
+        trials = self.store.trials.list(self.id)
         ok = any(t["state"] == TrialState.COMPLETED for t in trials)
         settings = self.search.settings
         note = errored_note(trials, settings.metric, settings.smaller_is_better) if ok else ""

@@ -108,13 +108,13 @@ class _Collector:
         self.store_id = os.path.realpath(store.path)
         self.default_root = os.path.realpath(default_checkpoint_root(store.home))
         self.report = GcReport(dry_run=dry_run)
-        self.registered: Set[str] = {c["uuid"] for c in store.list_checkpoints()}
+        self.registered: Set[str] = {c["uuid"] for c in store.checkpoints.list()}
         self._clouds: Dict[int, Optional[CheckpointStorage]] = {}
 
     def cloud(self, experiment_id: int) -> Optional[CheckpointStorage]:
         """The experiment's cloud checkpoint storage (None: a directory, or no such experiment)."""
         if experiment_id not in self._clouds:
-            config = (self.store.get_experiment(experiment_id) or {"config": {}})["config"]
+            config = (self.store.experiments.get(experiment_id) or {"config": {}})["config"]
             self._clouds[experiment_id] = (
                 checkpoint_storage(config, experiment_id) if _is_cloud(config) else None
             )
@@ -141,12 +141,12 @@ class _Collector:
         if writer_may_be_alive(meta, entry.mtime):
             return Fate.BUSY, "its writer may still register it"
         experiment_id = int(meta["experiment_id"])
-        experiment = self.store.get_experiment(experiment_id)
+        experiment = self.store.experiments.get(experiment_id)
         if experiment is None:
             return Fate.REMOVE, f"experiment {experiment_id} was deleted"
         if experiment["running"] and experiment["pid"] != os.getpid():
             return Fate.BUSY, f"experiment {experiment_id} is running"
-        trial = self.store.get_trial(int(meta.get("trial_id") or 0))
+        trial = self.store.trials.get(int(meta.get("trial_id") or 0))
         if trial is None or trial["experiment_id"] != experiment_id:
             return Fate.REMOVE, f"its trial of experiment {experiment_id} is gone"
         if trial["state"] in _UNFINISHED and self._resumable(trial["id"], meta):
@@ -159,8 +159,8 @@ class _Collector:
         batches = meta.get("total_batches")
         if not isinstance(batches, int):
             return False
-        latest = max((c["total_batches"] for c in self.store.list_checkpoints(trial_id=trial_id)), default=-1)
-        return batches > latest and self.store.has_training_report(trial_id, batches)
+        latest = max((c["total_batches"] for c in self.store.checkpoints.list(trial_id=trial_id)), default=-1)
+        return batches > latest and self.store.metrics.has_training_report(trial_id, batches)
 
     # --- actions ------------------------------------------------------------------------------
     def act(self, fate: Fate, path: str, why: str, entry: Optional[RootEntry] = None) -> None:
@@ -179,7 +179,8 @@ class _Collector:
                 cloud = self.cloud(int(meta["experiment_id"]))
                 if cloud is not None:  # registered only once in the experiment's cloud store
                     cloud.upload(path, entry.uuid)
-                self.store.add_checkpoint(trial_id, entry.uuid, path, batches, meta.get("validation_metrics"))
+                metrics = meta.get("validation_metrics")
+                self.store.checkpoints.add(trial_id, entry.uuid, path, batches, metrics)
                 self.registered.add(entry.uuid)
         except OSError as e:
             verb = "remove" if fate == Fate.REMOVE else "register"
@@ -203,12 +204,12 @@ class _Collector:
             return
         if _is_cloud(experiment["config"]):  # the local copies of a cloud store come and go
             return
-        for c in self.store.list_checkpoints(experiment_id=experiment["id"]):
+        for c in self.store.checkpoints.list(experiment_id=experiment["id"]):
             path = c["path"]
             if not os.path.isdir(path) and os.path.isdir(os.path.dirname(os.path.normpath(path))):
                 self.report.actions.append((Fate.FORGET, path, f"checkpoint {c['uuid']}'s directory is gone"))
                 if not self.report.dry_run:
-                    self.store.delete_checkpoint(c["uuid"])
+                    self.store.checkpoints.delete(c["uuid"])
                     self.registered.discard(c["uuid"])
 
     def sweep_cloud(self, experiment: Dict[str, Any]) -> None:
@@ -237,7 +238,7 @@ class _Collector:
         parent = os.path.join(self.store.home, EXPERIMENTS_DIR)
         for name in _listdir(parent):
             path = os.path.join(parent, name)
-            if name.isdigit() and self.store.get_experiment(int(name)) is None:
+            if name.isdigit() and self.store.experiments.get(int(name)) is None:
                 self.act(Fate.REMOVE, path, f"experiment {name} was deleted")
             elif name.startswith(STAGING_PREFIX) and now - _mtime(path) >= TMP_GRACE_S:
                 self.act(Fate.REMOVE, path, "a context snapshot staged by a create that died")
@@ -245,7 +246,7 @@ class _Collector:
         for name in _listdir(parent):
             number = name[len(_TENSORBOARD_PREFIX) :]
             if name.startswith(_TENSORBOARD_PREFIX) and number.isdigit():
-                if self.store.get_experiment(int(number)) is None:
+                if self.store.experiments.get(int(number)) is None:
                     self.act(Fate.REMOVE, os.path.join(parent, name), f"experiment {number} was deleted")
 
 
@@ -285,7 +286,7 @@ def reconcile_experiment(store: Any, experiment_id: int, *, dry_run: bool = Fals
     """Register or remove what the experiment's dead processes left in its checkpoint root, and
     forget registered checkpoints whose directory is gone. Nothing while another process runs it."""
     collector = _Collector(store, dry_run)
-    experiment = store.get_experiment(experiment_id)
+    experiment = store.experiments.get(experiment_id)
     if experiment is not None:
         collector.forget_missing(experiment)
         collector.sweep_root(checkpoint_root(experiment["config"]), only_experiment=experiment_id)
@@ -296,7 +297,7 @@ def collect_garbage(store: Any, *, dry_run: bool = False) -> GcReport:
     """``det-lite checkpoint gc``: every experiment of the store, every checkpoint root they use
     (and the home's default one), run and TensorBoard directories of deleted experiments."""
     collector = _Collector(store, dry_run)
-    experiments = store.list_experiments(with_config=True)
+    experiments = store.experiments.list(with_config=True)
     roots: List[str] = [default_checkpoint_root(store.home)]
     for experiment in experiments:
         collector.forget_missing(experiment)
@@ -316,7 +317,7 @@ def collect_garbage(store: Any, *, dry_run: bool = False) -> GcReport:
 def delete_experiment_files(
     store: Any, experiment: Dict[str, Any], checkpoints: Iterable[Dict[str, Any]]
 ) -> GcReport:
-    """After ``Store.delete_experiment``: its registered checkpoints (only ``<uuid>`` directories),
+    """After ``store.experiments.delete``: its registered checkpoints (only ``<uuid>`` directories),
     the unregistered and temporary ones naming it, its TensorBoard files and run directory
     (with the context snapshot)."""
     collector = _Collector(store, dry_run=False)

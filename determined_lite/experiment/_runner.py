@@ -48,7 +48,7 @@ class ExperimentRunner:
         lock: Optional[RunnerLock] = None,
     ) -> None:
         self.store, self.id = store, experiment_id
-        experiment = store.get_experiment(experiment_id)
+        experiment = store.experiments.get(experiment_id)
         if experiment is None:
             raise ValueError(f"experiment {experiment_id} not found")
         config = experiment["config"]
@@ -72,7 +72,7 @@ class ExperimentRunner:
         """Run the search (``resume``: from its stored state) until it ends or pauses; the exit
         code (0: COMPLETED)."""
         self.launcher.prestart()  # the fork server warms up while the runner sets up
-        self.store.set_experiment_running(self.id, os.getpid())
+        self.store.experiments.set_running(self.id, os.getpid())
         make_private_dirs(experiment_dir(self.id))
         if self.launcher.wake_path:
             self.wakeup.listen(self.launcher.wake_path)  # the runs' chiefs announce their questions
@@ -103,7 +103,7 @@ class ExperimentRunner:
                 self.logs.flush()
             finally:
                 self.progress.close()
-            self.store.set_experiment_pid(self.id, None)
+            self.store.experiments.set_pid(self.id, None)
             self.launcher.executor.close()
             self.wakeup.close()  # after the signal handlers that write to it are gone
 
@@ -123,12 +123,12 @@ class ExperimentRunner:
             if self.stop_signals > signals_seen:
                 signals_seen = self.stop_signals
                 self._request_pause()
-            action = self.store.pending_action(self.id)
+            action = self.store.requests.pending(self.id)
             if action == Action.KILL:
                 return self._kill()
             if action == Action.PAUSE:
                 self.search.pausing = True
-            self.runs.kill_trials(self.store.trial_kill_requests(self.id))
+            self.runs.kill_trials(self.store.requests.trial_kills(self.id))
             answer_next_ops(self.runs, self.search)
             self.runs.poll(self.search.pausing)  # runs that ended first: their slots fill in this pass
             if not self.search.pausing:
@@ -139,7 +139,7 @@ class ExperimentRunner:
             self.wakeup.wait(wait_s(self.runs, self.wakeup, POLL_S))  # an event; else the store again
 
     def _request_pause(self) -> None:
-        self.store.request_action(self.id, Action.PAUSE)
+        self.store.requests.request(self.id, Action.PAUSE)
         self.logs.log(
             None,
             f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
@@ -150,7 +150,7 @@ class ExperimentRunner:
         """No run in flight: the exit code once the experiment pauses or ends, None to go on."""
         search = self.search
         if search.pausing:
-            self.store.clear_action(self.id)
+            self.store.requests.clear(self.id)
             if search.queue or search.held or not search.shutdown:
                 self.endings.mark_paused("paused")
                 return 1
@@ -165,7 +165,7 @@ class ExperimentRunner:
         self.search.pausing = True  # no new trial starts or is created
         self.runs.poll(pausing=True)  # trials that just finished keep their state
         self._stop(ExperimentState.CANCELED)
-        self.store.clear_action(self.id)
+        self.store.requests.clear(self.id)
         return 1
 
     def _stop(self, state: ExperimentState) -> int:

@@ -100,7 +100,7 @@ class Runs:
         search.save()  # the queue it took from (every other change saves where it is made)
 
     def _latest_checkpoint(self, trial_id: int) -> Optional[Dict[str, Any]]:
-        checkpoints = self.store.list_checkpoints(trial_id=trial_id)
+        checkpoints = self.store.checkpoints.list(trial_id=trial_id)
         return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
 
     def _start(self, request: TrialRequest) -> None:
@@ -123,8 +123,8 @@ class Runs:
         )
         self.running[request.request_id] = Run(request, process, process.spec, request.pending)
         self._warn_shared_machine()
-        self.store.update_trial(trial_id, state=TrialState.ACTIVE, started_at=time.time())
-        self.store.add_trial_run(trial_id, executor=self.settings.executor, **process.placement.to_json())
+        self.store.trials.update(trial_id, state=TrialState.ACTIVE, started_at=time.time())
+        self.store.trials.add_run(trial_id, executor=self.settings.executor, **process.placement.to_json())
         resumed = ""
         if latest:
             resumed = f" from checkpoint {latest['uuid'][:SHORT_UUID]} (batch {latest['total_batches']})"
@@ -136,7 +136,7 @@ class Runs:
     def _at_target(self, request: TrialRequest, total_batches: int) -> bool:
         """Whether the trial's checkpoint at ``total_batches`` is at its pending length already:
         then its validation there goes to the searcher, and no run starts (none is relaunched)."""
-        validations = self.store.validation_metrics(request.trial_id)
+        validations = self.store.metrics.validation(request.trial_id)
         at = metric_at_target(validations, total_batches, request.pending or 0, self.search.settings)
         if at is None or self.search.test_mode:
             return False
@@ -184,7 +184,7 @@ class Runs:
         if result.status == WorkerStatus.COMPLETED:
             self._completed(run, result)
         elif result.status == WorkerStatus.STOPPED:
-            if pausing or self.store.pending_action(self.id) in (Action.PAUSE, Action.KILL):
+            if pausing or self.store.requests.pending(self.id) in (Action.PAUSE, Action.KILL):
                 search.requeue(request)  # resumes from its checkpoint on activate
             else:  # the trial asked to stop (context.set_stop_requested)
                 search.exit_early(request, ExitReason.USER_CANCELED, TrialState.COMPLETED)
@@ -196,7 +196,7 @@ class Runs:
             self.logs.log(request.trial_id, f"trial {request.trial_id} stopped: {why}")
             search.pausing = True
             search.requeue(request)
-            self.store.request_action(self.id, Action.PAUSE)  # other trials stop at a checkpoint
+            self.store.requests.request(self.id, Action.PAUSE)  # other trials stop at a checkpoint
         else:
             self._failed(run, result, pausing)
 
@@ -231,7 +231,7 @@ class Runs:
         return metric
 
     def _stored_metric(self, trial_id: int, total_batches: int) -> Optional[float]:
-        for v in reversed(self.store.validation_metrics(trial_id)):
+        for v in reversed(self.store.metrics.validation(trial_id)):
             if v["total_batches"] == total_batches and self.metric in v["metrics"]:
                 return v["metrics"][self.metric]
         return None
@@ -260,7 +260,7 @@ class Runs:
 
     def _restart(self, request: TrialRequest) -> None:
         request.restarts += 1
-        self.store.update_trial(request.trial_id, restarts=request.restarts)
+        self.store.trials.update(request.trial_id, restarts=request.restarts)
         latest = self._latest_checkpoint(request.trial_id)
         start = f"its latest checkpoint (batch {latest['total_batches']})" if latest else "the start"
         count = f"{request.restarts}/{self.settings.max_restarts}"
@@ -289,7 +289,7 @@ class Runs:
                     self.search.queue.remove(request.request_id)
                 self.logs.log(request.trial_id, f"trial {request.trial_id} killed; the search goes on")
                 self.search.exit_early(request, ExitReason.USER_CANCELED, TrialState.CANCELED)
-            self.store.clear_trial_kill(request.trial_id)
+            self.store.requests.clear_trial_kill(request.trial_id)
         if stopped:
             self.reconcile()  # checkpoints a stopped run left unregistered
         self.search.save()

@@ -80,10 +80,10 @@ class Search:
             self.apply(self.searcher.initial_operations())
             return
         for request in self.unfinished():
-            self.store.update_trial(request.trial_id, state=TrialState.ACTIVE)
+            self.store.trials.update(request.trial_id, state=TrialState.ACTIVE)
 
     def _load(self) -> bool:
-        saved = self.store.load_searcher_state(self.id)
+        saved = self.store.experiments.load_searcher_state(self.id)
         if saved and saved["searcher"].get("searcher") != self.searcher.name:  # a --test run's
             self.searcher = self._make(single=True)
         state = SearchState.load(saved, self.searcher)
@@ -97,7 +97,7 @@ class Search:
         """Store the search's state (each change calls this; an unchanged state is not written)."""
         state = SearchState(self.requests, self.queue, self.shutdown, self.held).to_json(self.searcher)
         if (text := dumps_json(state, "searcher state")) != self._saved:
-            self.store.save_searcher_state(self.id, state)
+            self.store.experiments.save_searcher_state(self.id, state)
             self._saved = text
 
     def unfinished(self) -> Iterator[TrialRequest]:
@@ -112,7 +112,7 @@ class Search:
                 continue
             if isinstance(op, Create):
                 seed = trial_seed(self.seed, op.request_id)
-                trial_id = self.store.create_trial(self.id, op.request_id, op.hparams, seed)
+                trial_id = self.store.trials.create(self.id, op.request_id, op.hparams, seed)
                 self.requests[op.request_id] = TrialRequest(op.request_id, trial_id, op.hparams, seed)
             elif isinstance(op, ValidateAfter):
                 self.requests[op.request_id].pending = op.length
@@ -166,7 +166,7 @@ class Search:
 
     def finish(self, request: TrialRequest, state: TrialState) -> None:
         request.finished = True
-        self.store.update_trial(request.trial_id, state=state, stopped_early=request.stopped_early)
+        self.store.trials.update(request.trial_id, state=state, stopped_early=request.stopped_early)
         self.apply_retention()
 
     def apply_retention(self) -> None:

@@ -21,10 +21,10 @@ def oversubscription(store: Any, experiment_id: int, wanted: int, available: int
     """The warning when this experiment's ``wanted`` slots and those other running experiments
     use (from the store) exceed the ``available`` slots; None when they fit."""
     others = []
-    for exp in store.list_experiments():
+    for exp in store.experiments.list():
         if exp["id"] == experiment_id or exp["state"] != ExperimentState.ACTIVE or not exp["running"]:
             continue
-        active = sum(t["state"] == TrialState.ACTIVE for t in store.list_trials(exp["id"]))
+        active = sum(t["state"] == TrialState.ACTIVE for t in store.trials.list(exp["id"]))
         if active:
             others.append((exp["id"], _slots_in_use(exp, active, available)))
     used = sum(slots for _, slots in others)

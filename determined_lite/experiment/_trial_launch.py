@@ -67,7 +67,7 @@ class TrialLauncher:
         test_mode: bool,
         pass_fds: Tuple[int, ...],
     ) -> "TrialLauncher":
-        """The launcher of a stored experiment (``store.get_experiment``) with the settings the
+        """The launcher of a stored experiment (``store.experiments.get``) with the settings the
         runner read from its config."""
         experiment_id, config = experiment["id"], experiment["config"]
         snapshot = context_snapshot_dir(experiment_id)

@@ -54,4 +54,4 @@ class TrialLogs:
                 who = f"[rank {rank}] " if rank is not None else ""
                 self.progress.write(f"{where}{who}{text}")
         for trial_id, lines in by_trial.items():
-            self.store.add_logs(trial_id, lines, experiment_id=self.experiment_id)
+            self.store.logs.add(trial_id, lines, experiment_id=self.experiment_id)

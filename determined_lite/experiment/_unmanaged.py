@@ -79,7 +79,7 @@ def _validated(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _find_external(store: Store, external_id: str) -> Optional[Dict[str, Any]]:
-    for exp in store.list_experiments():
+    for exp in store.experiments.list():
         if exp.get("kind") == ExperimentKind.UNMANAGED and exp["config"].get(EXTERNAL_ID_KEY) == external_id:
             return exp
     return None
@@ -96,20 +96,18 @@ def _experiment(store: Store, config: Dict[str, Any], labels: Any, external_id: 
                 f"experiment {found['id']} (external id {external_id!r}) is run by process "
                 f"{found['pid']}; an experiment has one writer"
             )
-        store.set_experiment_running(found["id"], os.getpid())
+        store.experiments.set_running(found["id"], os.getpid())
         return int(found["id"])
     checkpoint_storage(config).probe()
     stored, secrets = redact(config)
     if external_id is not None:
         stored[EXTERNAL_ID_KEY] = external_id
-    eid = store.create_experiment(
+    eid = store.experiments.create(
         stored, os.getcwd(), None, stored.get("name"), pid=os.getpid(), kind=ExperimentKind.UNMANAGED
     )
     save_secrets(eid, secrets)
     if labels:
-        from determined_lite.store import ModelRegistry
-
-        ModelRegistry(store.path).set_experiment_annotations(eid, labels=list(labels))
+        store.experiments.set_annotations(eid, labels=list(labels))
     return eid
 
 
@@ -119,14 +117,14 @@ def _trial(
     """The trial (a new one, or the one of ``external_trial_id``) and its latest checkpoint's path."""
     request_id = f"external:{external_trial_id}" if external_trial_id is not None else UNMANAGED_REQUEST_ID
     if external_trial_id is not None:
-        for trial in store.list_trials(eid):
+        for trial in store.trials.list(eid):
             if trial["request_id"] == request_id:
-                store.update_trial(trial["id"], state=TrialState.ACTIVE, started_at=time.time())
-                checkpoints = store.list_checkpoints(trial_id=trial["id"])
+                store.trials.update(trial["id"], state=TrialState.ACTIVE, started_at=time.time())
+                checkpoints = store.checkpoints.list(trial_id=trial["id"])
                 latest = max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
                 return int(trial["id"]), latest["path"] if latest else None
-    tid = store.create_trial(eid, request_id, hparams, seed)
-    store.update_trial(tid, started_at=time.time())
+    tid = store.trials.create(eid, request_id, hparams, seed)
+    store.trials.update(tid, started_at=time.time())
     make_private_dirs(os.path.join(experiment_dir(eid), f"trial_{tid}"))  # the progress file's
     return tid, None
 
@@ -142,11 +140,11 @@ def _record(
     store = Store()
     eid = _experiment(store, validated, labels, external_experiment_id)
     try:
-        stored = (store.get_experiment(eid) or {})["config"]
+        stored = (store.experiments.get(eid) or {})["config"]
         seed = int(stored["reproducibility"]["experiment_seed"])
         tid, latest = _trial(store, eid, hparams, seed, external_trial_id)
     except BaseException:
-        store.set_experiment_pid(eid, None)
+        store.experiments.set_pid(eid, None)
         raise
     return Recorded(store.path, eid, tid, stored, latest)
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-from determined_lite.storage import STATE_FILE, CheckpointIdError, checkpoint_dir, fetch_checkpoint
+from determined_lite.storage import (
+    STATE_FILE,
+    CheckpointIdError,
+    StorageError,
+    checkpoint_dir,
+    fetch_checkpoint,
+)
 from determined_lite.store._paths import checkpoint_root
 
 
@@ -32,9 +38,9 @@ def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str
             "searcher.source_checkpoint_uuid and searcher.source_trial_id: give one of them, not both"
         )
     if uuid is not None:
-        found = store.get_checkpoint(str(uuid))
+        found = store.checkpoints.get(str(uuid))
         if found is not None:
-            return fetch_checkpoint(store, found)
+            return _fetch(store, found, "searcher.source_checkpoint_uuid")
         root = checkpoint_root(config)
         path = os.path.join(root, str(uuid))
         try:
@@ -49,10 +55,19 @@ def warm_start_checkpoint(config: Mapping[str, Any], store: Any) -> Optional[str
             f"checkpoint directory {path} (a Determined checkpoint goes there, with its {STATE_FILE})"
         )
     if trial_id is not None:
-        if store.get_trial(int(trial_id)) is None:
+        if store.trials.get(int(trial_id)) is None:
             raise WarmStartError(f"searcher.source_trial_id: no trial {trial_id} in det-lite's store")
-        checkpoints = store.list_checkpoints(trial_id=int(trial_id))
+        checkpoints = store.checkpoints.list(trial_id=int(trial_id))
         if not checkpoints:
             raise WarmStartError(f"searcher.source_trial_id: trial {trial_id} has no checkpoint")
-        return fetch_checkpoint(store, max(checkpoints, key=lambda c: c["total_batches"]))
+        return _fetch(store, max(checkpoints, key=lambda c: c["total_batches"]), "searcher.source_trial_id")
     return None
+
+
+def _fetch(store: Any, checkpoint: Mapping[str, Any], field: str) -> str:
+    """The checkpoint's local directory; a cloud copy that cannot be fetched (unreachable, or a
+    stored name that would land outside it) is a :class:`WarmStartError` naming ``field``."""
+    try:
+        return fetch_checkpoint(store, checkpoint)
+    except StorageError as e:
+        raise WarmStartError(f"{field}: checkpoint {checkpoint['uuid']}: {e}") from None

@@ -88,7 +88,7 @@ class LocalRun:
         cannot be written."""
         try:
             store = Store()
-            experiment_id = store.create_experiment(
+            experiment_id = store.experiments.create(
                 _recorded_config(exp_conf, checkpoint_root),
                 context_dir,
                 None,
@@ -96,7 +96,7 @@ class LocalRun:
                 pid=os.getpid(),
                 kind=ExperimentKind.LOCAL,
             )
-            trial_id = store.create_trial(experiment_id, LOCAL_REQUEST_ID, _plain(hparams), seed)
+            trial_id = store.trials.create(experiment_id, LOCAL_REQUEST_ID, _plain(hparams), seed)
         except (StoreError, OSError) as e:
             logger.warning(
                 "this run is not recorded in the det-lite store (%s): `det-lite checkpoint list` "
@@ -126,7 +126,7 @@ class LocalRun:
         too), as the CLI's runner does: PAUSED (it keeps its latest checkpoint to resume from
         Python). An error: ERROR.
         """
-        action = self.store.pending_action(self.experiment_id)
+        action = self.store.requests.pending(self.experiment_id)
         if isinstance(error, KeyboardInterrupt):
             state = ExperimentState.PAUSED
         elif error is not None:
@@ -138,10 +138,10 @@ class LocalRun:
         else:
             state = ExperimentState.COMPLETED
         trial_state = TrialState(state.value)
-        self.store.update_trial(self.trial_id, state=trial_state)
+        self.store.trials.update(self.trial_id, state=trial_state)
         unfinished = [self.trial_id] if state == ExperimentState.PAUSED else []
         apply_retention(self.store, self.experiment_id, self.retention, unfinished)
-        self.store.set_experiment_state(self.experiment_id, state)
-        self.store.clear_action(self.experiment_id)
-        self.store.set_experiment_pid(self.experiment_id, None)
+        self.store.experiments.set_state(self.experiment_id, state)
+        self.store.requests.clear(self.experiment_id)
+        self.store.experiments.set_pid(self.experiment_id, None)
         return state

@@ -29,7 +29,7 @@ STOP_ACTIONS = (Action.PAUSE, Action.KILL)
 
 def stop_requested(store: Any, experiment_id: int) -> bool:
     """Whether ``pause`` or ``kill`` was asked of the experiment (from any terminal)."""
-    return store.pending_action(experiment_id) in STOP_ACTIONS
+    return store.requests.pending(experiment_id) in STOP_ACTIONS
 
 
 @dataclasses.dataclass(eq=False)
@@ -51,20 +51,20 @@ class TrialReporter:
     def restart_at(self, batches: int) -> None:
         """A resumed trial re-trains what came after its checkpoint: metrics reported past it by
         the interrupted run are replaced by the ones this run reports."""
-        self.store.delete_metrics_after(self.trial_id, batches)
+        self.store.metrics.delete_after(self.trial_id, batches)
 
     def training(self, batches: int, metrics: Dict[str, Any]) -> None:
-        self.store.add_training_metrics(self.trial_id, batches, metrics)
-        self.store.update_trial(self.trial_id, total_batches=batches)
+        self.store.metrics.add_training(self.trial_id, batches, metrics)
+        self.store.trials.update(self.trial_id, total_batches=batches)
 
     def validation(self, batches: int, metrics: Dict[str, Any]) -> None:
         """Record a validation; the trial's best searcher metric follows it."""
-        self.store.add_validation_metrics(self.trial_id, batches, metrics)
+        self.store.metrics.add_validation(self.trial_id, batches, metrics)
         value = metrics.get(self.metric) if self.metric is not None else None
         if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-            best = (self.store.get_trial(self.trial_id) or {}).get("best_validation")
+            best = (self.store.trials.get(self.trial_id) or {}).get("best_validation")
             if is_better(float(value), best, self.smaller_is_better):
-                self.store.update_trial(self.trial_id, best_validation=float(value))
+                self.store.trials.update(self.trial_id, best_validation=float(value))
 
     def checkpoint(
         self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
@@ -74,7 +74,7 @@ class TrialReporter:
         if self.retention is not None and self.retention.storage is not None:
             self.retention.storage.upload(checkpoint_dir, uuid)
         if self.experiment_id is None or self.retention is None:  # no experiment, no policy
-            self.store.add_checkpoint(self.trial_id, uuid, checkpoint_dir, total_batches, metrics)
+            self.store.checkpoints.add(self.trial_id, uuid, checkpoint_dir, total_batches, metrics)
             return
         checkpoint = {
             "trial_id": self.trial_id,
@@ -87,13 +87,13 @@ class TrialReporter:
 
     def forget_checkpoint(self, uuid: str) -> None:
         """A checkpoint the trial deleted itself (a Core API script): out of the store."""
-        self.store.delete_checkpoint(uuid)
+        self.store.checkpoints.delete(uuid)
 
     def experiment_best_validation(self) -> Optional[float]:
         """The best searcher metric any trial of the experiment reported so far (None: none)."""
         if self.experiment_id is None:
             return None
-        trials = self.store.list_trials(self.experiment_id)
+        trials = self.store.trials.list(self.experiment_id)
         values = [t["best_validation"] for t in trials if t.get("best_validation") is not None]
         if not values:
             return None

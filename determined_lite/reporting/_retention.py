@@ -147,11 +147,11 @@ def apply_retention(
 ) -> int:
     """Drop the experiment's checkpoints the policy does not keep, from the store then the disk;
     returns how many. ``unfinished_trials`` keep their latest checkpoint."""
-    dropped = policy.to_drop(store.list_checkpoints(experiment_id=experiment_id), unfinished_trials)
-    registered = store.registered_checkpoints(experiment_id)  # a model version's: kept
+    dropped = policy.to_drop(store.checkpoints.list(experiment_id=experiment_id), unfinished_trials)
+    registered = store.checkpoints.registered(experiment_id)  # a model version's: kept
     dropped = [c for c in dropped if c["uuid"] not in registered]
     for c in dropped:
-        store.delete_checkpoint(c["uuid"])
+        store.checkpoints.delete(c["uuid"])
         remove_checkpoint_dir(c, policy.storage)
     return len(dropped)
 
@@ -171,14 +171,14 @@ def register_checkpoint(
     """
     trial_id = checkpoint["trial_id"]
     current = [
-        c for c in store.list_checkpoints(experiment_id=experiment_id) if c["uuid"] != checkpoint["uuid"]
+        c for c in store.checkpoints.list(experiment_id=experiment_id) if c["uuid"] != checkpoint["uuid"]
     ]
     candidates = current + [dict(checkpoint, experiment_id=experiment_id)]
     dropped = [c for c in policy.to_drop(candidates, [trial_id]) if c["trial_id"] == trial_id]
-    registered = store.registered_checkpoints(experiment_id)  # a model version's: kept
+    registered = store.checkpoints.registered(experiment_id)  # a model version's: kept
     # The new checkpoint (the latest) is always kept.
     dropped = [c for c in dropped if c["uuid"] != checkpoint["uuid"] and c["uuid"] not in registered]
-    store.add_checkpoint(
+    store.checkpoints.add(
         trial_id,
         checkpoint["uuid"],
         checkpoint["path"],

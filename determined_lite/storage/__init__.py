@@ -4,6 +4,8 @@
   once at ``experiment create``, and its copies (hard links to the snapshot).
 * ``_backend.py``: checkpoint storage (``checkpoint_storage``'s five types) over fsspec: upload,
   download, delete, probe, listing; secrets kept out of the store.
+* ``_confine.py``: nothing read from storage lands outside its destination (stored names and
+  links checked before anything is written); ``StorageError``.
 * ``_code.py``: a checkpoint's ``code/`` (one link to the snapshot's code, put on disk once) and
   stand-alone copies of checkpoints.
 * ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, storage ids, ``metadata.json``'s
@@ -15,13 +17,13 @@ from determined_lite.storage._backend import (
     REDACTED,
     SECRET_FIELDS,
     CheckpointStorage,
-    StorageError,
     checkpoint_storage,
     fetch_checkpoint,
     redact,
     save_secrets,
 )
 from determined_lite.storage._code import SEALED_CODE, checkpoint_code, code_reference, copy_checkpoint
+from determined_lite.storage._confine import StorageError, UnsafeNameError
 from determined_lite.storage._context import (
     DEFAULT_IGNORE,
     DETIGNORE,
@@ -60,6 +62,7 @@ __all__ = [
     "SECRET_FIELDS",
     "CheckpointStorage",
     "StorageError",
+    "UnsafeNameError",
     "checkpoint_storage",
     "fetch_checkpoint",
     "redact",

@@ -27,7 +27,8 @@ import time
 import uuid as uuid_module
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from determined_lite._errors import ActionRequired
+from determined_lite.storage._code import copy_checkpoint
+from determined_lite.storage._confine import StorageError, inside, name_problem, stored_names
 from determined_lite.storage._layout import is_checkpoint_id
 from determined_lite.store._paths import (
     checkpoint_root,
@@ -44,10 +45,6 @@ PROBE_PREFIX = ".det-lite-probe-"
 CLOUD_TYPES = ("s3", "gcs", "azure")
 _PACKAGES = {"s3": ("s3fs", "s3"), "gcs": ("gcsfs", "gcs"), "azure": ("adlfs", "azure")}
 T = TypeVar("T")
-
-
-class StorageError(ActionRequired, OSError):
-    """Checkpoint storage failed for good (permission, missing bucket) or past its retries."""
 
 
 def redact(config: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
@@ -147,6 +144,15 @@ def _permanent(error: BaseException) -> bool:
     return getattr(error, "status_code", None) in (401, 403, 404)
 
 
+def upload_names(local_dir: str) -> List[str]:
+    """The files under ``local_dir`` (links followed) as ``/``-separated relative names,
+    ``metadata.json`` first."""
+    files: List[str] = []
+    for directory, _, names in os.walk(local_dir, followlinks=True):
+        files += [os.path.relpath(os.path.join(directory, n), local_dir).replace(os.sep, "/") for n in names]
+    return sorted(files, key=lambda rel: (rel != "metadata.json", rel))
+
+
 class CheckpointStorage:
     """An experiment's checkpoint storage: ``<root>/<uuid>/`` on one fsspec filesystem, and the
     local directory its checkpoints are written to (and read from)."""
@@ -231,44 +237,43 @@ class CheckpointStorage:
             self.local_path(checkpoint_uuid)
         ):
             return
-        files: List[str] = []
-        for directory, _, names in os.walk(local_dir, followlinks=True):
-            files += [os.path.relpath(os.path.join(directory, n), local_dir) for n in names]
-        files.sort(key=lambda rel: (rel != "metadata.json", rel))
-        for rel in files:
-            source, target = os.path.join(local_dir, rel), f"{key}/{rel.replace(os.sep, '/')}"
+        for name in upload_names(local_dir):
+            problem = name_problem(name)
+            if problem is not None:  # never under another key than the checkpoint's
+                raise StorageError(f"checkpoint storage {self.url}: refused to upload {name!r} ({problem})")
             self._call(
-                f"uploading checkpoint {checkpoint_uuid}", functools.partial(self.fs.put_file, source, target)
+                f"uploading checkpoint {checkpoint_uuid}",
+                functools.partial(self.fs.put_file, os.path.join(local_dir, name), f"{key}/{name}"),
             )
 
     def exists(self, checkpoint_uuid: str) -> bool:
         key = self._key(checkpoint_uuid)
-        return bool(
-            self._call(
-                f"looking up checkpoint {checkpoint_uuid}", lambda: self.fs.exists(key)
-            )
-        )
+        return bool(self._call(f"looking up checkpoint {checkpoint_uuid}", lambda: self.fs.exists(key)))
 
     def download(self, checkpoint_uuid: str, dest: str) -> str:
-        """Copy ``<root>/<uuid>/`` to ``dest`` (next to it first, then renamed): ``dest``."""
+        """Copy ``<root>/<uuid>/`` to ``dest`` (next to it first, then renamed): ``dest``. Every
+        stored name is checked before anything is written (``_confine``): none lands outside."""
         key = self._key(checkpoint_uuid)
         if self.is_local and os.path.realpath(dest) == os.path.realpath(self.local_path(checkpoint_uuid)):
             return dest
         found = self._call(f"listing checkpoint {checkpoint_uuid}", lambda: self.fs.find(key))
         if not found:
             raise FileNotFoundError(f"checkpoint {checkpoint_uuid} is not in {self.url}")
+        names = stored_names(key, found, self.url) if not self.is_local else []
         parent = os.path.dirname(os.path.abspath(dest))
         make_private_dirs(parent)
         staging = os.path.join(parent, f".tmp-{checkpoint_uuid}-{uuid_module.uuid4().hex[:8]}")
         try:
-            for name in found:
-                rel = str(name).lstrip("/")[len(key.lstrip("/")) + 1 :]  # memory:// adds a "/"
-                target = os.path.join(staging, *rel.split("/"))
-                make_private_dirs(os.path.dirname(target))
-                self._call(
-                    f"downloading checkpoint {checkpoint_uuid}",
-                    functools.partial(self.fs.get_file, name, target),
-                )
+            if self.is_local:  # a directory: links stay links, code linked to is copied
+                copy_checkpoint(key, staging)
+            for name, rel in names:
+                target = inside(staging, rel)
+                make_private_dirs(target if rel.endswith("/") else os.path.dirname(target))
+                if not rel.endswith("/"):  # a folder marker is its folder
+                    self._call(
+                        f"downloading checkpoint {checkpoint_uuid}",
+                        functools.partial(self.fs.get_file, name, target),
+                    )
             restrict_tree(staging)  # private, as every checkpoint det-lite writes
             try:
                 os.rename(staging, dest)
@@ -339,7 +344,7 @@ def fetch_checkpoint(store: Any, checkpoint: Mapping[str, Any]) -> str:
     """The local directory of a registered checkpoint (a store's row), downloaded from its
     experiment's cloud store when the local copy is gone."""
     path = str(checkpoint["path"])
-    experiment = store.get_experiment(checkpoint["experiment_id"]) if not os.path.isdir(path) else None
+    experiment = store.experiments.get(checkpoint["experiment_id"]) if not os.path.isdir(path) else None
     config = (experiment or {}).get("config") or {}
     if (config.get("checkpoint_storage") or {}).get("type") not in CLOUD_TYPES:
         return path

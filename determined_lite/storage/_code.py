@@ -20,6 +20,7 @@ import shutil
 from typing import Callable, Optional, Sequence
 
 from determined_lite._errors import is_disk_full
+from determined_lite.storage._confine import check_links
 from determined_lite.storage._context import (
     MAX_CONTEXT_BYTES,
     SNAPSHOT_MANIFEST,
@@ -93,9 +94,15 @@ def copy_checkpoint(source: str, dest: str, selector: Selector = None) -> None:
     """Copy the checkpoint directory ``source`` into ``dest`` (made when missing) so that it stands
     alone: files copied, symbolic links copied as links (never followed), and a ``code`` link to
     sealed code copied as the files it links to. ``selector``: which files (relative paths with
-    ``/``) to copy, as Determined's ``download(selector=...)``; None: all, empty directories too."""
+    ``/``) to copy, as Determined's ``download(selector=...)``; None: all, empty directories too.
+    A link that would point outside the copy is refused before anything is written
+    (:class:`~determined_lite.storage.UnsafeNameError`)."""
+    code = os.path.join(source, CODE_DIR)
+    sealed = code_reference(code)
+    check_links(source, source, skip=lambda path: path == code and sealed is not None)
+    if sealed is not None:
+        check_links(sealed, source)
     _copy_tree(source, dest, selector, "")
-    sealed = code_reference(os.path.join(source, CODE_DIR))
     if sealed is not None:
         _copy_tree(sealed, os.path.join(dest, CODE_DIR), selector, CODE_DIR + "/")
 

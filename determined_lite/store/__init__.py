@@ -8,11 +8,11 @@ Experiment and trial states (Determined's, the subset det-lite needs; ``Experime
 * ``COMPLETED``, ``CANCELED`` (killed), ``ERROR``: terminal (``TERMINAL_STATES``), stamped with
   ``ended_at``.
 
-The Python SDK's model registry and checkpoint metadata are ``ModelRegistry`` (``_registry.py``),
-another view of the same file.
+``Store`` is one ``Database`` and its repositories (``store.experiments``, ``trials``,
+``metrics``, ``checkpoints``, ``models``, ``requests``, ``logs``; ``_store.py``).
 
-Pause and kill from another terminal are requests (``Action``; ``request_action`` /
-``apply_action``) that the experiment's processes read at their next scheduling-unit boundary.
+Pause and kill from another terminal are requests (``Action``; ``store.requests.request`` /
+``apply``) that the experiment's processes read at their next scheduling-unit boundary.
 Importing this package imports only the standard library.
 """
 
@@ -24,7 +24,6 @@ from determined_lite.store._paths import (
     process_alive,
     tensorboard_dir,
 )
-from determined_lite.store._registry import ModelRegistry
 from determined_lite.store._states import (
     STOPPED_EARLY,
     TERMINAL_STATES,
@@ -45,7 +44,6 @@ __all__ = [
     "ActionOutcome",
     "ExperimentKind",
     "ExperimentState",
-    "ModelRegistry",
     "NotFoundError",
     "Store",
     "StoreError",

@@ -11,7 +11,7 @@ for all of those. So a reader touches at most trials x ``MAX_BUCKETS`` rows what
 of reports, and a report costs one index lookup (the largest batch) and one upsert per numeric
 metric. A report at or before the largest batch (a re-report
 after a restart replacing a row) rebuilds its bucket from the rows; forgetting the rows past a
-batch (``delete_metrics_after``) deletes the buckets past it and rebuilds the one holding it
+batch (``Metrics.delete_after``) deletes the buckets past it and rebuilds the one holding it
 (the whole series when the width must shrink). Values are read with Python's ``json``, so
 NaN and infinities count (SQLite's JSON functions cannot read them).
 """

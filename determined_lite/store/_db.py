@@ -113,7 +113,8 @@ def loads_json(text: Optional[str]) -> Any:
 
 
 class Database:
-    """The SQLite file at ``path`` (default ``$DET_LITE_HOME/det-lite.db``), in WAL mode.
+    """The SQLite file at ``path`` (default ``$DET_LITE_HOME/det-lite.db``), in WAL mode: the
+    connections, migrations and transactions the repositories run their SQL in.
 
     Opening creates the directory and the database when missing and upgrades an older schema.
     Each thread (and each process after ``fork``) gets its own connection. ``read_only``: open
@@ -129,7 +130,7 @@ class Database:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: List[sqlite3.Connection] = []  # referenced so a fork child never closes them
-        self._conn()
+        self.connection()
         if not self.read_only:
             self._restrict_files()
 
@@ -140,7 +141,8 @@ class Database:
         for path in [self.path] + [self.path + suffix for suffix in _DB_COMPANIONS]:
             restrict_existing(path)
 
-    def _conn(self) -> sqlite3.Connection:
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened, and the schema brought up to date, on first use)."""
         conn = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             return conn
@@ -233,7 +235,7 @@ class Database:
 
     def _transaction(self, body: Callable[[sqlite3.Connection], T], write: bool) -> T:
         def attempt() -> T:
-            conn = self._conn()
+            conn = self.connection()
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 result = body(conn)
@@ -249,10 +251,12 @@ class Database:
 
         return self._retry(attempt)
 
-    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body(conn)`` in one write transaction (``BEGIN IMMEDIATE``), retried while locked."""
         return self._transaction(body, write=True)
 
-    def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+    def read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """``body(conn)`` in one read transaction: a consistent snapshot."""
         return self._transaction(body, write=False)
 
     def close(self) -> None:
@@ -264,8 +268,10 @@ class Database:
                 self._open.remove(conn)
         self._local.conn = None
 
-    def __enter__(self: T) -> T:
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+class Repository:
+    """Some of the store's tables and all the SQL that reads and writes them, over ``db``: the
+    rest of det-lite never sees SQL, so another engine is another ``Database``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db

@@ -8,7 +8,7 @@ format: ``tests/store/test_states.py`` pins them.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Type
 
 from determined_lite._enums import TextEnum
 
@@ -32,6 +32,14 @@ class TrialState(TextEnum):
     COMPLETED = "COMPLETED"
     CANCELED = "CANCELED"
     ERROR = "ERROR"
+
+
+def check_member(value: str, allowed: Type[TextEnum], what: str) -> str:
+    """``value`` as the plain text of its ``allowed`` member; ValueError naming the choices."""
+    choices = [member.value for member in allowed]
+    if value not in choices:
+        raise ValueError(f"{what} must be one of {', '.join(choices)}; got {value!r}")
+    return allowed(value).value
 
 
 # What tables show for a COMPLETED trial the searcher closed before its full length (ASHA).
@@ -71,7 +79,7 @@ class Action(TextEnum):
 
 
 class ActionOutcome(TextEnum):
-    """What ``Store.apply_action`` did (its docstring says when)."""
+    """What ``store.requests.apply`` did (its docstring says when)."""
 
     REQUESTED = "requested"
     PAUSED = "paused"

@@ -30,7 +30,7 @@ def run_action(experiment_id: int, action: str) -> Dict[str, Any]:
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
     store = Store()
-    if store.get_experiment(experiment_id) is None:
+    if store.experiments.get(experiment_id) is None:
         raise NotFoundError(f"experiment {experiment_id} not found")
     if action == "activate":
         out = io.StringIO()
@@ -41,7 +41,7 @@ def run_action(experiment_id: int, action: str) -> Dict[str, Any]:
         messages = [line for line in out.getvalue().splitlines() if line.strip()]
     else:
         messages = control_experiment(store, experiment_id, Action(action))
-    exp = store.get_experiment(experiment_id)
+    exp = store.experiments.get(experiment_id)
     return {
         "experiment_id": experiment_id,
         "action": action,

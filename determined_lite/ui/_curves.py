@@ -1,7 +1,7 @@
 """Learning curves for the dashboard: every trial's metric in min/max buckets, kept in memory and
 extended with only the buckets that changed since, so that a live page's refresh reads little.
 
-The store keeps each curve down-sampled as it is written (``Store.metric_buckets``: at most
+The store keeps each curve down-sampled as it is written (``store.metrics.buckets``: at most
 1024 buckets of a power-of-two width per trial, merged to the asked width in SQLite), so a read
 touches at most that many rows per trial whatever the number of reports. A chart asks for about
 ``points`` buckets per trial (at most ``2 * BASE_BUCKETS``), which makes one power-of-two
@@ -121,7 +121,7 @@ class CurveCache:
         for (width, upto), ids in groups.items():
             half = (len(ids) + 1) // 2
             for part in (ids[:half], ids[half:]) if len(ids) > 1 else (ids,):
-                jobs.append(self._pool.submit(self.store.metric_buckets, part, kind, metric, width, upto))
+                jobs.append(self._pool.submit(self.store.metrics.buckets, part, kind, metric, width, upto))
         found: List[Bucket] = []
         for job in jobs:
             found.extend(job.result())

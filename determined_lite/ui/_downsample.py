@@ -1,12 +1,12 @@
 """Server-side down-sampling of learning curves: a bounded number of points per trial that keeps
 every bucket's minimum and maximum, so spikes and the best value survive at any zoom-out.
 
-The store keeps the buckets as metrics are written (``Store.metric_buckets``: per trial and
+The store keeps the buckets as metrics are written (``store.metrics.buckets``: per trial and
 bucket of ``width`` batches, the first and last batch, the count of numbers, the minimum and
 the maximum; ``_curves.py`` caches them and merges them to the chart's width); here each bucket
 becomes one point (one number) or two (its minimum and maximum, at its first and last batch, in
 the order that continues the curve from the previous point: a falling curve stays falling, a
-rising one rising), and each curve ends on its exact last value (``Store.metric_last``). A
+rising one rising), and each curve ends on its exact last value (``store.metrics.last``). A
 bucket of NaN only, and an infinite bound, is a gap (``None``: JSON has no NaN or infinity).
 """
 

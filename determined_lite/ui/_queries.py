@@ -57,7 +57,7 @@ class Queries:
         with self._lock:
             if ended and exp["id"] in self._ended_progress:
                 return self._ended_progress[exp["id"]]
-        value = progress(exp["config"], self.store.load_searcher_state(exp["id"]))
+        value = progress(exp["config"], self.store.experiments.load_searcher_state(exp["id"]))
         if ended:
             with self._lock:
                 self._ended_progress[exp["id"]] = value
@@ -67,13 +67,13 @@ class Queries:
         """``{"experiments": [...]}``, newest first, filtered by state (exact) and name (substring,
         any case)."""
         rows = []
-        for exp in reversed(self.store.list_experiments(with_config=True)):
+        for exp in reversed(self.store.experiments.list(with_config=True)):
             if state and exp["state"] != state:
                 continue
             if name and name.lower() not in str(exp["name"] or "").lower():
                 continue
             metric, smaller = searcher_metric(exp["config"])
-            trials = self.store.list_trials(exp["id"])
+            trials = self.store.trials.list(exp["id"])
             rows.append(
                 {
                     **{k: exp[k] for k in ("id", "name", "kind", "state", "running", "requested_action")},
@@ -87,7 +87,7 @@ class Queries:
         return {"experiments": rows}
 
     def _experiment(self, experiment_id: int) -> Dict[str, Any]:
-        exp = self.store.get_experiment(experiment_id)
+        exp = self.store.experiments.get(experiment_id)
         if exp is None:
             raise NotFoundError(f"experiment {experiment_id} not found")
         return exp
@@ -98,9 +98,9 @@ class Queries:
         config = exp["config"] if isinstance(exp["config"], dict) else {}
         metric, smaller = searcher_metric(config)
         varying = [".".join(p) for p in searched_paths(config.get("hyperparameters") or {})]
-        trials = [self._trial_row(t, varying, config) for t in self.store.list_trials(experiment_id)]
-        state = self.store.load_searcher_state(experiment_id)
-        checkpoints = [self._checkpoint(c) for c in self.store.list_checkpoints(experiment_id=experiment_id)]
+        trials = [self._trial_row(t, varying, config) for t in self.store.trials.list(experiment_id)]
+        state = self.store.experiments.load_searcher_state(experiment_id)
+        checkpoints = [self._checkpoint(c) for c in self.store.checkpoints.list(experiment_id=experiment_id)]
         head = {k: v for k, v in exp.items() if k != "config"}
         return {
             "experiment": {
@@ -112,7 +112,7 @@ class Queries:
             "config_yaml": yaml.safe_dump(config, sort_keys=False, default_flow_style=False),
             "varying": varying,
             "trials": trials,
-            "metrics": self.store.metric_names([t["id"] for t in trials]),
+            "metrics": self.store.metrics.names([t["id"] for t in trials]),
             "checkpoints": checkpoints,
             "rungs": rungs(state, {str(t["request_id"]): t["id"] for t in trials}, smaller),
         }
@@ -148,7 +148,7 @@ class Queries:
 
     def trial(self, trial_id: int) -> Dict[str, Any]:
         """The trial page: its row, hyperparameters, checkpoints and metric names."""
-        trial = self.store.get_trial(trial_id)
+        trial = self.store.trials.get(trial_id)
         if trial is None:
             raise NotFoundError(f"trial {trial_id} not found")
         exp = self._experiment(trial["experiment_id"])
@@ -160,8 +160,8 @@ class Queries:
             "experiment": {"id": exp["id"], "name": exp["name"], "state": exp["state"]},
             "metric": metric,
             "smaller_is_better": smaller,
-            "metrics": self.store.metric_names([trial_id]),
-            "checkpoints": [self._checkpoint(c) for c in self.store.list_checkpoints(trial_id=trial_id)],
+            "metrics": self.store.metrics.names([trial_id]),
+            "checkpoints": [self._checkpoint(c) for c in self.store.checkpoints.list(trial_id=trial_id)],
         }
 
     # --- curves and logs -------------------------------------------------------------------------
@@ -174,18 +174,18 @@ class Queries:
             raise QueryError("kind must be training or validation")
         if not metric:
             raise QueryError("metric is required")
-        trials = [t for t in map(self.store.get_trial, trial_ids) if t is not None]
+        trials = [t for t in map(self.store.trials.get, trial_ids) if t is not None]
         points = min(points, _downsample.MAX_POINTS) if points > 0 else default_points(len(trials))
         width, buckets = self.curve_cache.buckets(trials, kind, metric, points)
         ids = [t["id"] for t in trials]
-        series = _downsample.curves(buckets, ids, self.store.metric_last(ids, kind, metric))
+        series = _downsample.curves(buckets, ids, self.store.metrics.last(ids, kind, metric))
         return {"kind": kind, "metric": metric, "width": width, "series": series}
 
     def experiment_curves(
         self, experiment_id: int, kind: str, metric: str, points: int = 0
     ) -> Dict[str, Any]:
         self._experiment(experiment_id)
-        return self.curves([t["id"] for t in self.store.list_trials(experiment_id)], kind, metric, points)
+        return self.curves([t["id"] for t in self.store.trials.list(experiment_id)], kind, metric, points)
 
     def logs(self, where: Tuple[str, int], tail: Optional[int], search: str) -> Dict[str, Any]:
         """``{"lines": [{"id", "trial_id", "rank", "line", "time"}], "total"?}``: the last ``tail``
@@ -193,13 +193,13 @@ class Queries:
         key, ident = where
         if key == "experiment_id":
             self._experiment(ident)
-        elif self.store.get_trial(ident) is None:
+        elif self.store.trials.get(ident) is None:
             raise NotFoundError(f"trial {ident} not found")
         keep = min(tail or LOG_TAIL, MAX_LOG_LINES)
         if not search:
-            return {"lines": self.store.logs(**{key: ident}, tail=keep)}
+            return {"lines": self.store.logs.list(**{key: ident}, tail=keep)}
         needle = search.lower()
-        found = [line for line in self.store.logs(**{key: ident}) if needle in line["line"].lower()]
+        found = [line for line in self.store.logs.list(**{key: ident}) if needle in line["line"].lower()]
         return {"lines": found[-keep:], "matches": len(found)}
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from determined_lite.cli import _logs, cli
 from determined_lite.store import Store, tensorboard_dir
+from determined_lite.store._logs import Logs
 from tests.timing import budget
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,23 +44,23 @@ def _checkpoint_dir(home, uuid, content):
 @pytest.fixture
 def filled(store, _det_lite_home):
     """Experiment 1 (two trials, metrics, checkpoints, logs) and experiment 2 (empty, COMPLETED)."""
-    exp_id = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
-    t1 = store.create_trial(exp_id, 0, {"lr": 0.1, "global_batch_size": 32}, 11)
-    t2 = store.create_trial(exp_id, 1, {"lr": 0.01, "global_batch_size": 32}, 12)
-    store.add_training_metrics(t1, 10, {"loss": 0.5})
-    store.add_training_metrics(t1, 20, {"loss": 0.25})
-    store.add_validation_metrics(t1, 20, {"loss": 0.125, "acc": float("nan")})
+    exp_id = store.experiments.create(CONFIG, "/ctx", "/ctx/exp.yaml")
+    t1 = store.trials.create(exp_id, 0, {"lr": 0.1, "global_batch_size": 32}, 11)
+    t2 = store.trials.create(exp_id, 1, {"lr": 0.01, "global_batch_size": 32}, 12)
+    store.metrics.add_training(t1, 10, {"loss": 0.5})
+    store.metrics.add_training(t1, 20, {"loss": 0.25})
+    store.metrics.add_validation(t1, 20, {"loss": 0.125, "acc": float("nan")})
     path_a = _checkpoint_dir(_det_lite_home, "uuid-a", '{"total_batches": 20}')
-    store.add_checkpoint(t1, "uuid-a", path_a, 20, {"loss": 0.125})
-    store.update_trial(t1, state="COMPLETED", best_validation=0.125)
-    store.add_training_metrics(t2, 10, {"loss": 0.75})
+    store.checkpoints.add(t1, "uuid-a", path_a, 20, {"loss": 0.125})
+    store.trials.update(t1, state="COMPLETED", best_validation=0.125)
+    store.metrics.add_training(t2, 10, {"loss": 0.75})
     path_b = _checkpoint_dir(_det_lite_home, "uuid-b", '{"total_batches": 10}')
-    store.add_checkpoint(t2, "uuid-b", path_b, 10)
-    store.add_logs(None, ["searcher: grid of 2 trials"], experiment_id=exp_id)
-    store.add_logs(t1, [(0, "epoch 1"), (1, "epoch 1 on rank 1")])
-    store.add_logs(t2, ["hello from trial 2"])
-    done = store.create_experiment({"name": "done"}, "/d", "/d/e.yaml")
-    store.set_experiment_state(done, "COMPLETED")
+    store.checkpoints.add(t2, "uuid-b", path_b, 10)
+    store.logs.add(None, ["searcher: grid of 2 trials"], experiment_id=exp_id)
+    store.logs.add(t1, [(0, "epoch 1"), (1, "epoch 1 on rank 1")])
+    store.logs.add(t2, ["hello from trial 2"])
+    done = store.experiments.create({"name": "done"}, "/d", "/d/e.yaml")
+    store.experiments.set_state(done, "COMPLETED")
     tb = tensorboard_dir(exp_id)
     os.makedirs(os.path.join(tb, f"trial_{t1}"))
     run_dir = os.path.join(str(_det_lite_home), "experiments", str(exp_id))
@@ -112,7 +113,7 @@ def test_experiment_list_json(filled):
 
 def test_experiment_list_shows_newest_100_unless_all(store):
     for i in range(101):
-        store.create_experiment({"name": f"e{i}"}, "/c", "/c/e.yaml")
+        store.experiments.create({"name": f"e{i}"}, "/c", "/c/e.yaml")
     result = run("experiment", "list", "--json")
     assert [e["id"] for e in json.loads(result.stdout)] == list(range(2, 102))
     table = run("experiment", "list")
@@ -123,14 +124,14 @@ def test_experiment_list_shows_newest_100_unless_all(store):
 
 
 def test_experiment_list_marks_requests_and_dead_processes(store):
-    exp_id = store.create_experiment(CONFIG, "/c", "/c/e.yaml")
-    store.set_experiment_pid(exp_id, os.getpid())
-    store.request_action(exp_id, "kill")
+    exp_id = store.experiments.create(CONFIG, "/c", "/c/e.yaml")
+    store.experiments.set_pid(exp_id, os.getpid())
+    store.requests.request(exp_id, "kill")
     assert "ACTIVE (kill requested)" in run("experiment", "list").stdout
-    store.clear_action(exp_id)
+    store.requests.clear(exp_id)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    store.set_experiment_pid(exp_id, child.pid)
+    store.experiments.set_pid(exp_id, child.pid)
     assert "ACTIVE (not running)" in run("experiment", "list").stdout
 
 
@@ -142,7 +143,7 @@ def test_experiment_describe_json_is_determineds_form(filled, store):
     (described,) = json.loads(result.stdout)
     assert set(described) == {"experiment", "config", "jobSummary"}
     exp = described["experiment"]
-    recorded = store.get_experiment(1)
+    recorded = store.experiments.get(1)
     assert described["config"] == exp["config"] == CONFIG
     assert described["jobSummary"] is None
     t1, t2 = filled["trials"]
@@ -174,15 +175,15 @@ def test_experiment_describe_json_is_determineds_form(filled, store):
         (2, "STATE_COMPLETED"),
     ]
     done = both[1]["experiment"]
-    ended = store.get_experiment(2)
+    ended = store.experiments.get(2)
     assert done["numTrials"] == 0 and done["bestTrialId"] is None
     assert done["duration"] == round((ended["ended_at"] - ended["created_at"]) * 1000)
 
     # The best trial follows searcher.smaller_is_better (Determined's default: True, above).
     larger = dict(CONFIG, searcher={"name": "grid", "metric": "acc", "smaller_is_better": False})
-    exp3 = store.create_experiment(larger, "/ctx", "/ctx/exp.yaml")
+    exp3 = store.experiments.create(larger, "/ctx", "/ctx/exp.yaml")
     for request, acc in enumerate((0.5, 0.9, 0.7)):
-        store.update_trial(store.create_trial(exp3, request, {}, request), best_validation=acc)
+        store.trials.update(store.trials.create(exp3, request, {}, request), best_validation=acc)
     (third,) = json.loads(run("experiment", "describe", str(exp3), "--json").stdout)
     trial_ids = third["experiment"]["trialIds"]
     assert (third["experiment"]["bestTrialId"], third["experiment"]["bestTrialSearcherMetric"]) == (
@@ -231,14 +232,14 @@ def test_experiment_describe_table(filled):
 def long_trial(store):
     """Experiment 1: one trial of 10 training reports (loss 1/n at batch 10n), validations at
     batches 30 and 60, a checkpoint at 60 and one at 75 (between reports)."""
-    exp = store.create_experiment(CONFIG, "/ctx", "/ctx/exp.yaml")
-    trial = store.create_trial(exp, 0, {"lr": 0.1}, 1)
+    exp = store.experiments.create(CONFIG, "/ctx", "/ctx/exp.yaml")
+    trial = store.trials.create(exp, 0, {"lr": 0.1}, 1)
     for n in range(1, 11):
-        store.add_training_metrics(trial, 10 * n, {"loss": 1 / n})
-    store.add_validation_metrics(trial, 30, {"val_loss": 0.5})
-    store.add_validation_metrics(trial, 60, {"val_loss": 0.25})
-    store.add_checkpoint(trial, "ckpt-60", "/c/60", 60)
-    store.add_checkpoint(trial, "ckpt-75", "/c/75", 75)
+        store.metrics.add_training(trial, 10 * n, {"loss": 1 / n})
+    store.metrics.add_validation(trial, 30, {"val_loss": 0.5})
+    store.metrics.add_validation(trial, 60, {"val_loss": 0.25})
+    store.checkpoints.add(trial, "ckpt-60", "/c/60", 60)
+    store.checkpoints.add(trial, "ckpt-75", "/c/75", 75)
     return trial
 
 
@@ -275,7 +276,7 @@ def test_describe_metric_columns_come_from_the_rows_shown(long_trial, store):
     """--metrics names the metrics of the rows it shows: a metric reported only in a training
     report that the default table leaves out gets a column with --all-workloads (read in a
     first pass over every row) and in CSV."""
-    store.add_training_metrics(long_trial, 40, {"loss": 0.25, "grad_norm": 3.5})
+    store.metrics.add_training(long_trial, 40, {"loss": 0.25, "grad_norm": 3.5})
     default = run("experiment", "describe", "1", "--metrics").stdout.split("Workloads:\n")[1]
     assert "grad_norm" not in default
     every = run("experiment", "describe", "1", "--metrics", "--all-workloads").stdout
@@ -299,7 +300,7 @@ def test_trial_describe(filled, store):
     t1, t2 = filled["trials"]
     result = run("trial", "describe", str(t2), "--json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == store.describe_trial(t2)
+    assert json.loads(result.stdout) == store.trials.describe(t2)
     table = run("t", "describe", str(t1))
     assert table.exit_code == 0
     assert table.stdout.startswith(f"Trial {t1} of experiment 1:\n")
@@ -337,12 +338,12 @@ def test_trial_logs(filled):
 
 def test_follow_prints_lines_written_meanwhile_and_stops_with_the_experiment(store, monkeypatch):
     monkeypatch.setattr(_logs, "POLL_SECONDS", 0.01)
-    exp_id = store.create_experiment(CONFIG, "/c", "/c/e.yaml")
-    trial = store.create_trial(exp_id, 0, {}, 1)
-    store.set_experiment_pid(exp_id, os.getpid())
-    store.add_logs(trial, ["line 0"])
+    exp_id = store.experiments.create(CONFIG, "/c", "/c/e.yaml")
+    trial = store.trials.create(exp_id, 0, {}, 1)
+    store.experiments.set_pid(exp_id, os.getpid())
+    store.logs.add(trial, ["line 0"])
     following = threading.Event()
-    original_logs = Store.logs
+    original_logs = Logs.list
 
     def logs_and_signal(self, *args, **kwargs):
         following.set()
@@ -351,11 +352,11 @@ def test_follow_prints_lines_written_meanwhile_and_stops_with_the_experiment(sto
     def writer():  # writes only once `logs -f` has started reading
         following.wait()
         for i in range(1, 51):
-            store.add_logs(trial, [f"line {i}"])
-        store.update_trial(trial, state="COMPLETED")
-        store.set_experiment_state(exp_id, "COMPLETED")
+            store.logs.add(trial, [f"line {i}"])
+        store.trials.update(trial, state="COMPLETED")
+        store.experiments.set_state(exp_id, "COMPLETED")
 
-    monkeypatch.setattr(Store, "logs", logs_and_signal)
+    monkeypatch.setattr(Logs, "list", logs_and_signal)
     thread = threading.Thread(target=writer)
     thread.start()
     result = run("experiment", "logs", str(exp_id), "--follow")
@@ -373,7 +374,7 @@ def test_checkpoint_list(filled, store):
     t1, t2 = filled["trials"]
     result = run("checkpoint", "list", "--json")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == store.list_checkpoints()
+    assert json.loads(result.stdout) == store.checkpoints.list()
     assert [c["uuid"] for c in json.loads(result.stdout)] == ["uuid-a", "uuid-b"]
     by_trial = json.loads(run("checkpoint", "list", "--trial", str(t2), "--json").stdout)
     assert [(c["uuid"], c["trial_id"], c["total_batches"]) for c in by_trial] == [("uuid-b", t2, 10)]
@@ -423,7 +424,7 @@ def test_checkpoint_export_errors(filled, store, tmp_path):
     unknown = run("checkpoint", "export", "no-such-uuid", str(tmp_path / "x"))
     message = "det-lite: error: checkpoint no-such-uuid not found"
     assert (unknown.exit_code, unknown.stderr.strip()) == (2, message)
-    store.add_checkpoint(filled["trials"][1], "uuid-gone", str(tmp_path / "gone"), 30)
+    store.checkpoints.add(filled["trials"][1], "uuid-gone", str(tmp_path / "gone"), 30)
     missing = run("checkpoint", "export", "uuid-gone", str(tmp_path / "y"))
     assert missing.exit_code == 1
     assert f"directory {tmp_path / 'gone'} is missing" in missing.stderr
@@ -438,29 +439,29 @@ def test_pause_and_kill_without_a_running_process(filled, store):
     result = run("experiment", "pause", "1")
     assert result.exit_code == 0
     assert result.stdout.strip() == "Experiment 1 had no running process; it is now PAUSED."
-    assert store.get_experiment(1)["state"] == "PAUSED"
-    assert store.get_trial(t2)["state"] == "PAUSED"
+    assert store.experiments.get(1)["state"] == "PAUSED"
+    assert store.trials.get(t2)["state"] == "PAUSED"
     assert run("experiment", "pause", "1").stdout.strip() == "Experiment 1 is already PAUSED; nothing to do."
     result = run("experiment", "kill", "1")
     assert result.stdout.strip() == "Experiment 1 had no running process; it is now CANCELED."
-    assert (store.get_experiment(1)["state"], store.get_trial(t2)["state"]) == ("CANCELED", "CANCELED")
-    assert store.get_trial(t1)["state"] == "COMPLETED"
+    assert (store.experiments.get(1)["state"], store.trials.get(t2)["state"]) == ("CANCELED", "CANCELED")
+    assert store.trials.get(t1)["state"] == "COMPLETED"
     assert (
         run("experiment", "kill", "2").stdout.strip() == "Experiment 2 is already COMPLETED; nothing to do."
     )
 
 
 def test_pause_and_kill_with_a_running_process_write_requests(filled, store):
-    store.set_experiment_pid(1, os.getpid())
+    store.experiments.set_pid(1, os.getpid())
     result = run("experiment", "pause", "1")
     assert result.exit_code == 0
     assert result.stdout.startswith("Requested pause of experiment 1;")
-    assert (store.pending_action(1), store.get_experiment(1)["state"]) == ("pause", "ACTIVE")
+    assert (store.requests.pending(1), store.experiments.get(1)["state"]) == ("pause", "ACTIVE")
     # activate on a running experiment withdraws the pause request
     withdrawn = run("experiment", "activate", "1")
     assert withdrawn.exit_code == 0
     assert "pause request is withdrawn" in withdrawn.stdout
-    assert store.pending_action(1) is None
+    assert store.requests.pending(1) is None
     # a second runner is refused, naming the process that runs the experiment (one runner each)
     again = run("experiment", "activate", "1")
     assert again.exit_code == 2
@@ -469,7 +470,7 @@ def test_pause_and_kill_with_a_running_process_write_requests(filled, store):
         "pause or kill it first (det-lite experiment pause 1)"
     )
     run("experiment", "kill", "1")
-    assert (store.pending_action(1), store.get_experiment(1)["state"]) == ("kill", "ACTIVE")
+    assert (store.requests.pending(1), store.experiments.get(1)["state"]) == ("kill", "ACTIVE")
 
 
 def test_activate_refuses_finished_experiments(filled):
@@ -492,7 +493,7 @@ def test_activate_calls_the_experiment_layer(filled, store, monkeypatch):
         return 1
 
     monkeypatch.setattr(experiment, "activate_experiment", fake_activate, raising=False)
-    store.set_experiment_state(1, "PAUSED")
+    store.experiments.set_state(1, "PAUSED")
     result = run("experiment", "activate", "1", "--detach")
     assert (result.exit_code, calls) == (1, [(1, True)])
 
@@ -501,29 +502,29 @@ def test_delete_refuses_an_active_experiment(filled, store):
     result = run("experiment", "delete", "1", "--yes")
     assert result.exit_code == 2
     assert "experiment 1 is ACTIVE; kill or pause it before deleting it" in result.stderr
-    assert store.get_experiment(1) is not None
+    assert store.experiments.get(1) is not None
 
 
 def test_delete_removes_rows_checkpoints_and_tensorboard_files(filled, store, tmp_path):
     outside = tmp_path / "not-a-uuid-dir"
     outside.mkdir()
-    store.add_checkpoint(filled["trials"][1], "uuid-x", str(outside), 40)
+    store.checkpoints.add(filled["trials"][1], "uuid-x", str(outside), 40)
     run("experiment", "kill", "1")
     declined = run("experiment", "delete", "1", input="n\n")
     assert declined.exit_code == 1
-    assert store.get_experiment(1) is not None and os.path.isdir(filled["paths"][0])
+    assert store.experiments.get(1) is not None and os.path.isdir(filled["paths"][0])
     result = run("experiment", "delete", "1", input="y\n")
     assert result.exit_code == 0, result.stderr
     assert "Deleted experiment 1 (3 checkpoint(s))." in result.stdout
-    assert store.get_experiment(1) is None
-    assert store.list_checkpoints() == []
+    assert store.experiments.get(1) is None
+    assert store.checkpoints.list() == []
     assert not any(os.path.exists(p) for p in filled["paths"])
     assert not os.path.exists(filled["tb"])
     assert not os.path.exists(filled["run_dir"])
     assert os.path.isdir(os.path.join(os.path.dirname(filled["run_dir"]), str(filled["done"])))
     assert outside.is_dir()  # not a <uuid> directory: left alone, with a warning
     assert f"left checkpoint uuid-x at {outside}" in result.stderr
-    assert [e["id"] for e in store.list_experiments()] == [2]
+    assert [e["id"] for e in store.experiments.list()] == [2]
 
 
 # --- tensorboard ----------------------------------------------------------------------------

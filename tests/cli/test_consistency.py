@@ -25,16 +25,16 @@ UUIDS = [
 @pytest.fixture
 def store(_det_lite_home):
     s = Store()
-    exp = s.create_experiment({"name": "e", "searcher": {"name": "single"}}, "/ctx", "/ctx/e.yaml")
-    trial = s.create_trial(exp, 0, {"lr": 0.1, "layers": {"n": 2}}, 5)
-    s.add_training_metrics(trial, 2, {"loss": 0.1 + 1e-12, "note": "text"})
-    s.add_training_metrics(trial, 4, {"loss": 0.05})
-    s.add_validation_metrics(trial, 4, {"accuracy": 0.875, "matrix": [[1, 0], [0, 1]]})
+    exp = s.experiments.create({"name": "e", "searcher": {"name": "single"}}, "/ctx", "/ctx/e.yaml")
+    trial = s.trials.create(exp, 0, {"lr": 0.1, "layers": {"n": 2}}, 5)
+    s.metrics.add_training(trial, 2, {"loss": 0.1 + 1e-12, "note": "text"})
+    s.metrics.add_training(trial, 4, {"loss": 0.05})
+    s.metrics.add_validation(trial, 4, {"accuracy": 0.875, "matrix": [[1, 0], [0, 1]]})
     for batches, uuid in zip([2, 4, 4], UUIDS):
         path = _det_lite_home / "checkpoints" / uuid
         path.mkdir(parents=True)
         (path / "metadata.json").write_text("{}")
-        s.add_checkpoint(trial, uuid, str(path), batches, None)
+        s.checkpoints.add(trial, uuid, str(path), batches, None)
     yield s
     s.close()
 
@@ -117,7 +117,7 @@ def test_entrypoint_typos_get_a_suggestion(tmp_path, _det_lite_home):
     )
     far = cli("experiment", "create", CONST, LINEAR, "--config", "entrypoint=model_def:Zebra")
     assert far.stderr.strip().endswith("defines no 'Zebra' (its trial classes: LinearTrial)")
-    assert Store().list_experiments() == []  # nothing recorded
+    assert Store().experiments.list() == []  # nothing recorded
     with pytest.raises(ImportError, match=r"has no attribute 'LinearTrail'; did you mean 'LinearTrial'\?"):
         import_entrypoint("model_def:LinearTrail", LINEAR)
 
@@ -220,7 +220,7 @@ def test_a_bad_timeout_in_the_environment_is_one_line_before_anything_is_recorde
         "environment.environment_variables[0]: "
         "$DET_LITE_COLLECTIVE_TIMEOUT must be a number of seconds >= 0, got '-1'"
     )
-    assert Store().list_experiments() == []  # nothing recorded
+    assert Store().experiments.list() == []  # nothing recorded
     resumed = cli("experiment", "activate", "1", env={**os.environ, "DET_LITE_ACTIVATE_WAIT": "x"})
     assert resumed.returncode == 2
     assert "$DET_LITE_ACTIVATE_WAIT must be a number of seconds >= 0, got 'x'" in resumed.stderr

@@ -43,16 +43,16 @@ def _fill(home) -> None:
     os.environ["DET_LITE_HOME"] = str(home)
     store = Store()
     for i in range(3):
-        exp = store.create_experiment(
+        exp = store.experiments.create(
             {"name": f"a-rather-long-experiment-name-{i}", "searcher": {"name": "grid"}},
             "/ctx",
             "/ctx/e.yaml",
         )
-        trial = store.create_trial(exp, 0, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}, 1)
+        trial = store.trials.create(exp, 0, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}, 1)
         path = os.path.join(str(home), "checkpoints", f"{i}" * 32)
-        store.add_checkpoint(trial, f"{i}" * 32, path, 20, {"loss": 0.125, "accuracy": 0.96875})
-        store.add_validation_metrics(trial, 20, {"loss": 0.125, "confusion": [[1, 0], [0, 1]] * 5})
-        store.update_trial(trial, best_validation=0.125)
+        store.checkpoints.add(trial, f"{i}" * 32, path, 20, {"loss": 0.125, "accuracy": 0.96875})
+        store.metrics.add_validation(trial, 20, {"loss": 0.125, "confusion": [[1, 0], [0, 1]] * 5})
+        store.trials.update(trial, best_validation=0.125)
     store.close()
 
 

@@ -125,7 +125,7 @@ def test_two_experiments_on_a_taken_port_with_hparams(tmp_path, _det_lite_home):
 def test_several_experiments_without_launch(_det_lite_home):
     store = Store()
     for name in ("a", "b"):
-        store.create_experiment({"name": name}, "/ctx", "/ctx/exp.yaml")
+        store.experiments.create({"name": name}, "/ctx", "/ctx/exp.yaml")
     proc = cli("tensorboard", "1", "2", "--no-launch", "--json", check=True)
     shown = json.loads(proc.stdout)
     assert shown["logdir"] == {"experiment_1": tensorboard_dir(1), "experiment_2": tensorboard_dir(2)}

@@ -21,7 +21,7 @@ def test_init_fills_the_singletons_and_close_clears_train_only(_det_lite_home: A
         core_v2.train.report_training_metrics(steps_completed=3, metrics={"loss": 0.5})
         core_v2.init(config=core_v2.Config(name="second"))  # closes the first context
         store = Store()
-        assert [(e["name"], e["state"]) for e in store.list_experiments()] == [
+        assert [(e["name"], e["state"]) for e in store.experiments.list()] == [
             ("first", "COMPLETED"),
             ("second", "ACTIVE"),
         ]
@@ -29,9 +29,9 @@ def test_init_fills_the_singletons_and_close_clears_train_only(_det_lite_home: A
     finally:
         core_v2.close()
     assert core_v2.train is None and core_v2.checkpoint is not None  # Determined clears train only
-    assert store.get_experiment(2)["state"] == "COMPLETED"
+    assert store.experiments.get(2)["state"] == "COMPLETED"
     core_v2.close()  # closing again does nothing
-    assert store.get_experiment(2)["state"] == "COMPLETED"
+    assert store.experiments.get(2)["state"] == "COMPLETED"
 
 
 def test_without_a_config_outside_a_trial_it_says_what_is_missing(_det_lite_home: Any) -> None:
@@ -47,7 +47,7 @@ def test_the_deprecated_defaults_and_unmanaged_configs_are_merged(_det_lite_home
     with pytest.warns(FutureWarning, match="'defaults' and 'unmanaged' parameters have been deprecated"):
         with core_v2.init_context(defaults=defaults, unmanaged=unmanaged):
             pass
-    (exp,) = Store().list_experiments()
+    (exp,) = Store().experiments.list()
     assert (exp["name"], exp["config"]["external_experiment_id"]) == ("merged", "ext-1")
 
 

@@ -125,16 +125,16 @@ def test_pause_activate_and_kill_through_the_sdk(tmp_path):
     store = Store()
 
     def batches() -> int:
-        trials = store.list_trials(exp.id)
+        trials = store.trials.list(exp.id)
         return trials[0]["total_batches"] if trials else 0
 
     _wait_for(lambda: batches() >= 2, "the trial to train")
     exp.pause()
-    _wait_for(lambda: store.get_experiment(exp.id)["state"] == "PAUSED", "the pause")
+    _wait_for(lambda: store.experiments.get(exp.id)["state"] == "PAUSED", "the pause")
     exp.reload()
     assert exp.state == ExperimentState.PAUSED
     paused_at = batches()
-    assert store.list_checkpoints(experiment_id=exp.id), "a paused trial keeps a checkpoint"
+    assert store.checkpoints.list(experiment_id=exp.id), "a paused trial keeps a checkpoint"
 
     exp.activate()
     exp.reload()
@@ -143,8 +143,8 @@ def test_pause_activate_and_kill_through_the_sdk(tmp_path):
     exp.activate()  # already running: nothing to do, as in Determined
     exp.kill()
     assert exp.wait(interval=0.2) == ExperimentState.CANCELED
-    assert store.get_experiment(exp.id)["state"] == "CANCELED"
-    assert [t["state"] for t in store.list_trials(exp.id)] == ["CANCELED"]
+    assert store.experiments.get(exp.id)["state"] == "CANCELED"
+    assert [t["state"] for t in store.trials.list(exp.id)] == ["CANCELED"]
 
 
 def test_trial_kill_ends_one_trial_and_the_search_goes_on(tmp_path):
@@ -157,7 +157,7 @@ def test_trial_kill_ends_one_trial_and_the_search_goes_on(tmp_path):
     store = Store()
 
     def first_trial_batches() -> int:
-        trials = store.list_trials(exp.id)
+        trials = store.trials.list(exp.id)
         return trials[0]["total_batches"] if trials else 0
 
     _wait_for(lambda: first_trial_batches() >= 2, "the first trial to train")
@@ -167,11 +167,11 @@ def test_trial_kill_ends_one_trial_and_the_search_goes_on(tmp_path):
     first, second = exp.list_trials()
     assert first.id == killed.id and first.state == client.TrialState.CANCELED
     assert second.state == client.TrialState.COMPLETED
-    rows = {t["id"]: t for t in store.list_trials(exp.id)}
+    rows = {t["id"]: t for t in store.trials.list(exp.id)}
     assert rows[first.id]["total_batches"] < 12 and rows[second.id]["total_batches"] == 12
     w12 = closed_form(second.hparams["lr"], 12, batch_size=2, n=8)[-1]
     last = list(second.iter_metrics("validation"))[-1]
     assert last.steps_completed == 12
     assert last.metrics["val_loss"] == pytest.approx(val_loss(w12, 4), rel=1e-9)
     killed.kill()  # an ended trial: nothing to do
-    assert store.list_trials(exp.id)[0]["state"] == "CANCELED"
+    assert store.trials.list(exp.id)[0]["state"] == "CANCELED"

@@ -11,7 +11,7 @@ import pytest
 
 from determined_lite import client
 from determined_lite.client import CheckpointSortBy, ExperimentState, OrderBy
-from determined_lite.store import ModelRegistry, NotFoundError, Store, StoreError
+from determined_lite.store import NotFoundError, Store, StoreError
 
 # (trial request, batches, metrics): val_loss is the searcher metric; t2's batch-8 checkpoint has none.
 CHECKPOINTS = [
@@ -29,8 +29,8 @@ def make_experiment(tmp_path, smaller_is_better: bool = True) -> dict:
         "name": "fake",
         "searcher": {"name": "grid", "metric": "val_loss", "smaller_is_better": smaller_is_better},
     }
-    exp_id = store.create_experiment(config, None, None)
-    trials = {r: store.create_trial(exp_id, r, {"lr": 0.1 * r}, seed=r) for r in (1, 2)}
+    exp_id = store.experiments.create(config, None, None)
+    trials = {r: store.trials.create(exp_id, r, {"lr": 0.1 * r}, seed=r) for r in (1, 2)}
     uuids = {}
     for request, batches, metrics in CHECKPOINTS:
         uuid = f"ckpt-{request}-{batches}"
@@ -38,9 +38,9 @@ def make_experiment(tmp_path, smaller_is_better: bool = True) -> dict:
         path.mkdir(parents=True)
         (path / "state_dict.pth").write_bytes(b"x" * batches)
         (path / "metadata.json").write_text(json.dumps({"steps_completed": batches}))
-        store.add_checkpoint(trials[request], uuid, str(path), batches, metrics)
+        store.checkpoints.add(trials[request], uuid, str(path), batches, metrics)
         uuids[(request, batches)] = uuid
-    store.set_experiment_state(exp_id, "COMPLETED")
+    store.experiments.set_state(exp_id, "COMPLETED")
     return {"id": exp_id, "trials": trials, "uuids": uuids}
 
 
@@ -157,23 +157,23 @@ def test_model_registry_round_trip(tmp_path):
     assert client.get_model("mnist").get_version(1).notes == "the first"
     with pytest.raises(NotFoundError):
         client.get_model("nope")
-    assert len(ModelRegistry().list_model_versions("mnist")) == 2
+    assert len(Store().models.list_versions("mnist")) == 2
 
 
 def test_pause_and_kill_without_a_running_process_change_the_store(tmp_path):
     store = Store()
-    exp_id = store.create_experiment({"searcher": {"metric": "loss"}}, None, None)
-    trial_id = store.create_trial(exp_id, 1, {}, seed=1)
+    exp_id = store.experiments.create({"searcher": {"metric": "loss"}}, None, None)
+    trial_id = store.trials.create(exp_id, 1, {}, seed=1)
     exp = client.get_experiment(exp_id)
     assert exp.state == ExperimentState.ACTIVE
     exp.pause()
     exp.reload()
-    assert exp.state == ExperimentState.PAUSED and store.get_experiment(exp_id)["state"] == "PAUSED"
+    assert exp.state == ExperimentState.PAUSED and store.experiments.get(exp_id)["state"] == "PAUSED"
     with pytest.raises(ValueError, match="paused state"):
         exp.wait(interval=0.01)
     exp.kill()
     assert exp.wait(interval=0.01) == ExperimentState.CANCELED
-    assert store.get_trial(trial_id)["state"] == "CANCELED"
+    assert store.trials.get(trial_id)["state"] == "CANCELED"
     assert [e.id for e in client.list_experiments()] == [exp_id]
     assert client.list_experiments(states=[ExperimentState.ACTIVE]) == []
 
@@ -224,7 +224,7 @@ def test_checkpoint_delete_forgets_it_and_removes_its_directory(tmp_path):
     assert [c.uuid for c in exp.list_checkpoints(CheckpointSortBy.SEARCHER_METRIC, OrderBy.ASC)] == [
         made["uuids"][(2, 4)], made["uuids"][(1, 4)], made["uuids"][(2, 8)]
     ]
-    assert Store().get_trial(made["trials"][1])["latest_checkpoint"] == made["uuids"][(1, 4)]
+    assert Store().trials.get(made["trials"][1])["latest_checkpoint"] == made["uuids"][(1, 4)]
     with pytest.raises(NotFoundError):
         client.get_checkpoint(best.uuid).delete()
 
@@ -239,23 +239,23 @@ def test_a_model_versions_checkpoint_outlives_retention_and_refuses_deletion(tmp
     kept = made["uuids"][(2, 8)]  # no metric: retention's first victim
     client.create_model("digits").register_version(kept)
     store = Store()
-    assert store.registered_checkpoints(made["id"]) == {kept: "model 'digits' version 1"}
+    assert store.checkpoints.registered(made["id"]) == {kept: "model 'digits' version 1"}
     policy = RetentionPolicy("val_loss", True, save_trial_best=0, save_trial_latest=0, save_experiment_best=1)
     assert apply_retention(store, made["id"], policy, []) == 2
-    left = {c["uuid"] for c in store.list_checkpoints(experiment_id=made["id"])}
+    left = {c["uuid"] for c in store.checkpoints.list(experiment_id=made["id"])}
     assert left == {made["uuids"][(1, 8)], kept}
     assert (tmp_path / "ckpts" / kept / "state_dict.pth").read_bytes() == b"x" * 8
     registry = rf"checkpoint {kept} is in the model registry \(model 'digits' version 1\)"
     with pytest.raises(ValueError, match=registry):
         client.get_checkpoint(kept).delete()
-    assert store.get_checkpoint(kept) is not None
+    assert store.checkpoints.get(kept) is not None
     refused = cli("experiment", "delete", str(made["id"]), "--yes")
     assert refused.returncode == 2
     assert refused.stderr.strip().endswith(
         f"experiment {made['id']} has checkpoints in the model registry (checkpoint {kept}: "
         "model 'digits' version 1); delete those model versions first"
     )
-    assert store.get_experiment(made["id"])["id"] == made["id"]  # nothing deleted
+    assert store.experiments.get(made["id"])["id"] == made["id"]  # nothing deleted
     client.get_model("digits").get_version(1).delete()
     client.get_checkpoint(kept).delete()
-    assert store.get_checkpoint(kept) is None and not (tmp_path / "ckpts" / kept).exists()
+    assert store.checkpoints.get(kept) is None and not (tmp_path / "ckpts" / kept).exists()

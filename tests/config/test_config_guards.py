@@ -100,7 +100,7 @@ def test_a_fifo_as_the_config_file_exits_2_without_waiting(tmp_path) -> None:
     ]
     from determined_lite.store import Store
 
-    assert Store().count_experiments() == 0
+    assert Store().experiments.count() == 0
 
 
 def test_horovod_missing_for_two_slots_exits_2_before_recording(tmp_path, monkeypatch, capsys) -> None:
@@ -117,4 +117,4 @@ def test_horovod_missing_for_two_slots_exits_2_before_recording(tmp_path, monkey
     assert create_experiment(path, LINEAR) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"det-lite: error: {path}: {_horovodrun.HOROVOD_MISSING}"]
-    assert Store().count_experiments() == 0  # nothing left ACTIVE behind
+    assert Store().experiments.count() == 0  # nothing left ACTIVE behind

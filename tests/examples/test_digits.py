@@ -55,7 +55,7 @@ def test_digits_experiment_reaches_95_percent(tmp_path, monkeypatch) -> None:
     # experiment whose retention policy (Determined's default) keeps the best and the latest
     assert result.checkpoint_dirs
     assert {pathlib.Path(p).parent for p in result.checkpoint_dirs} == {tmp_path / "checkpoints"}
-    kept = Store().list_checkpoints()
+    kept = Store().checkpoints.list()
     assert [c["path"] for c in kept] == [p for p in result.checkpoint_dirs if p in {c["path"] for c in kept}]
     best = max(kept, key=lambda c: c["metrics"]["accuracy"])
     assert best["metrics"]["accuracy"] == max(v["accuracy"] for v in validations if "accuracy" in v)

@@ -405,7 +405,7 @@ def test_trials_run_concurrently_up_to_max_concurrent_trials(tmp_path, monkeypat
     from determined_lite.store import Store
 
     starts = sorted(
-        line["time"] for line in Store().logs(experiment_id=1) if "starts: train to" in line["line"]
+        line["time"] for line in Store().logs.list(experiment_id=1) if "starts: train to" in line["line"]
     )
     assert len(starts) == 3
     trials = describe(1)["trials"]

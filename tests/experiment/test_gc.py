@@ -70,23 +70,23 @@ def test_gc_removes_orphans_registers_resumable_checkpoints_and_keeps_the_rest(
     home, root = _det_lite_home, _det_lite_home / "checkpoints"
     ours = os.path.realpath(store.path)
     conf: Dict[str, Any] = {"searcher": {"name": "single"}}
-    done = store.create_experiment(conf, "/ctx", None, state="COMPLETED")
-    t_done = store.create_trial(done, 1, {}, 0, state="COMPLETED")
-    paused = store.create_experiment(conf, "/ctx", None, state="PAUSED")
-    t_paused = store.create_trial(paused, 1, {}, 0, state="PAUSED")
+    done = store.experiments.create(conf, "/ctx", None, state="COMPLETED")
+    t_done = store.trials.create(done, 1, {}, 0, state="COMPLETED")
+    paused = store.experiments.create(conf, "/ctx", None, state="PAUSED")
+    t_paused = store.trials.create(paused, 1, {}, 0, state="PAUSED")
     for batches in (2, 4):
-        store.add_training_metrics(t_paused, batches, {"loss": 1.0})
+        store.metrics.add_training(t_paused, batches, {"loss": 1.0})
 
     def meta(exp: Optional[int], trial: Optional[int], batches: int, **extra: Any) -> Dict[str, Any]:
         found = {"experiment_id": exp, "trial_id": trial, "total_batches": batches, "store": ours}
         return dict(found, writer=dead_writer(), **extra)
 
     registered = plant(root, meta(done, t_done, 4))
-    store.add_checkpoint(t_done, registered.name, str(registered), 4)
+    store.checkpoints.add(t_done, registered.name, str(registered), 4)
     paused_ckpt = plant(root, meta(paused, t_paused, 2))
-    store.add_checkpoint(t_paused, paused_ckpt.name, str(paused_ckpt), 2)
+    store.checkpoints.add(t_paused, paused_ckpt.name, str(paused_ckpt), 2)
     gone = str(root / "0f0f0f0f-gone")  # registered, its directory deleted by hand
-    store.add_checkpoint(t_done, "0f0f0f0f-gone", gone, 2)
+    store.checkpoints.add(t_done, "0f0f0f0f-gone", gone, 2)
 
     removed = {
         plant(root, meta(done, t_done, 2)).name,  # renamed into place, never registered; trial finished
@@ -117,7 +117,7 @@ def test_gc_removes_orphans_registers_resumable_checkpoints_and_keeps_the_rest(
 
     before = names(root)
     dry = cli("checkpoint", "gc", "--dry-run", check=True).stdout
-    assert names(root) == before and store.get_checkpoint("0f0f0f0f-gone") is not None
+    assert names(root) == before and store.checkpoints.get("0f0f0f0f-gone") is not None
     why = "an unfinished checkpoint whose writer is gone"
     assert f"would be removed: {root / '.tmp-old-unknown'} ({why})" in dry
 
@@ -125,22 +125,22 @@ def test_gc_removes_orphans_registers_resumable_checkpoints_and_keeps_the_rest(
     assert names(root) == kept | {resumable.name}
     assert removed.isdisjoint(names(root))
     assert names(other_root) == {legacy_elsewhere.name}  # no store named: only the default root's
-    assert store.get_checkpoint("0f0f0f0f-gone") is None
-    registered_now = store.get_checkpoint(resumable.name)
+    assert store.checkpoints.get("0f0f0f0f-gone") is None
+    registered_now = store.checkpoints.get(resumable.name)
     assert registered_now is not None
     assert (registered_now["total_batches"], registered_now["metrics"]) == (4, {"loss": 0.5})
-    assert store.get_trial(t_paused)["latest_checkpoint"] == resumable.name
+    assert store.trials.get(t_paused)["latest_checkpoint"] == resumable.name
     assert names(home / "experiments") == {str(done)}
     assert names(home / "tensorboard") == set()
     assert proc.stdout.splitlines()[-1] == "checkpoint gc: 3 in use, 1 registered, 9 removed, 1 forgotten"
 
 
 def test_gc_leaves_a_running_experiment_alone(store: Store, _det_lite_home: Path) -> None:
-    exp = store.create_experiment({}, "/ctx", None)
-    trial = store.create_trial(exp, 1, {}, 0)
+    exp = store.experiments.create({}, "/ctx", None)
+    trial = store.trials.create(exp, 1, {}, 0)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        store.set_experiment_pid(exp, sleeper.pid)
+        store.experiments.set_pid(exp, sleeper.pid)
         meta = {"experiment_id": exp, "trial_id": trial, "total_batches": 2, "writer": dead_writer()}
         meta["store"] = os.path.realpath(store.path)
         orphan = plant(_det_lite_home / "checkpoints", meta)

@@ -65,7 +65,7 @@ def test_checkpoints_are_listed_and_retention_keeps_the_best_and_the_latest(_det
 
 def test_retention_follows_the_exp_conf(_det_lite_home):
     _fit({"checkpoint_storage": {"save_trial_best": 0, "save_trial_latest": 1}})
-    (only,) = Store().list_checkpoints()
+    (only,) = Store().checkpoints.list()
     assert only["total_batches"] == 8
     assert os.listdir(_det_lite_home / "checkpoints") == [only["uuid"]]
 
@@ -73,7 +73,7 @@ def test_retention_follows_the_exp_conf(_det_lite_home):
 @pytest.mark.slow
 def test_activate_refuses_a_local_run(_det_lite_home):
     _fit()
-    Store().set_experiment_state(1, "PAUSED")
+    Store().experiments.set_state(1, "PAUSED")
     proc = cli("experiment", "activate", "1")
     assert proc.returncode == 2
     assert "experiment 1 is a local run of Trainer.fit from Python" in proc.stderr
@@ -88,8 +88,8 @@ class _PauseAt(pytorch.PyTorchCallback):
 
     def on_training_workload_end(self, avg_metrics, batch_metrics):
         store = Store()
-        if store.get_trial(1)["total_batches"] >= self.n:
-            store.request_action(1, self.action)
+        if store.trials.get(1)["total_batches"] >= self.n:
+            store.requests.request(1, self.action)
 
 
 class _Stopped(LinearTrial):
@@ -106,7 +106,7 @@ def test_pause_and_kill_from_another_terminal_stop_the_run(_det_lite_home, actio
     result = _fit(trial_cls=lambda ctx: _Stopped(ctx, action), reporting_period=pytorch.Batch(2))
     # Asked after the report at batch 4; seen at the next report (6), as from another terminal.
     assert result.stopped_early and result.total_batches == 6
-    exp = Store().describe_experiment(1)
+    exp = Store().experiments.describe(1)
     assert exp["state"] == state and exp["trials"][0]["state"] == state
     assert exp["requested_action"] is None and not exp["running"]
     # The run stopped with a checkpoint at batch 6; it stays for resuming from Python.
@@ -123,7 +123,7 @@ class _Broken(LinearTrial):
 def test_an_error_leaves_the_run_in_error(_det_lite_home):
     with pytest.raises(RuntimeError, match="boom"):
         _fit(trial_cls=_Broken)
-    exp = Store().describe_experiment(1)
+    exp = Store().experiments.describe(1)
     assert exp["state"] == "ERROR" and exp["trials"][0]["state"] == "ERROR"
     assert exp["pid"] is None
 
@@ -143,7 +143,7 @@ def test_a_store_that_cannot_be_written_costs_a_warning_not_the_run(tmp_path, mo
 
 def test_record_false_keeps_the_run_out_of_the_store(_det_lite_home):
     result = _fit(record=False)
-    assert Store().list_experiments() == []
+    assert Store().experiments.list() == []
     assert sorted(os.listdir(_det_lite_home / "checkpoints")) == sorted(c["uuid"] for c in result.checkpoints)
 
 
@@ -151,7 +151,7 @@ def test_runs_with_experiment_ids_are_not_recorded(_det_lite_home):
     info = pytorch.TrialInfo(trial_id=7, experiment_id=3)
     with pytorch.init(hparams=HPARAMS, exp_conf=CONF, trial_info=info) as ctx:
         pytorch.Trainer(LinearTrial(ctx), ctx).fit(max_length=pytorch.Batch(2), progress=False)
-    assert Store().list_experiments() == []
+    assert Store().experiments.list() == []
 
 
 def test_latest_and_best_checkpoint_name_only_checkpoints_still_on_disk(_det_lite_home):

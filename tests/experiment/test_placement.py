@@ -141,4 +141,4 @@ def test_more_slots_per_trial_than_the_machine_has_is_refused_at_create(tmp_path
     ]
     from determined_lite.store import Store
 
-    assert Store().count_experiments() == 0
+    assert Store().experiments.count() == 0

@@ -40,25 +40,25 @@ def _checkpoint(store: Store, tmp_path, trial_id: int, uuid: str, batches: int, 
 
 def test_registering_a_checkpoint_drops_what_the_policy_no_longer_keeps(tmp_path):
     store = Store()
-    exp = store.create_experiment({"name": "x"}, None, None)
-    t1, t2 = store.create_trial(exp, 1, {}, 1), store.create_trial(exp, 2, {}, 2)
+    exp = store.experiments.create({"name": "x"}, None, None)
+    t1, t2 = store.trials.create(exp, 1, {}, 1), store.trials.create(exp, 2, {}, 2)
     other = _checkpoint(store, tmp_path, t2, "t2-a", 2, 0.1)
-    store.add_checkpoint(t2, other["uuid"], other["path"], 2, other["metrics"])
+    store.checkpoints.add(t2, other["uuid"], other["path"], 2, other["metrics"])
     policy = RetentionPolicy(metric="loss", smaller_is_better=True, save_trial_best=1, save_trial_latest=1)
     dropped = []
     for i, loss in enumerate([0.5, 0.2, 0.4, 0.3], start=1):
         c = _checkpoint(store, tmp_path, t1, f"t1-{i}", 2 * i, loss)
         dropped += [d["uuid"] for d in register_checkpoint(store, exp, policy, c)]
     # Kept: the latest (t1-4) and the best (t1-2, loss 0.2); another trial's are not this chief's.
-    assert [c["uuid"] for c in store.list_checkpoints(trial_id=t1)] == ["t1-2", "t1-4"]
+    assert [c["uuid"] for c in store.checkpoints.list(trial_id=t1)] == ["t1-2", "t1-4"]
     assert dropped == ["t1-1", "t1-3"]
     assert sorted(os.listdir(tmp_path / "ckpts")) == ["t1-2", "t1-4", "t2-a"]
-    assert store.get_trial(t1)["latest_checkpoint"] == "t1-4"
+    assert store.trials.get(t1)["latest_checkpoint"] == "t1-4"
     # save_trial_latest 0 and no best: a running trial still keeps the one it resumes from.
     policy = RetentionPolicy(metric="loss", smaller_is_better=True, save_trial_best=0, save_trial_latest=0)
     register_checkpoint(store, exp, policy, _checkpoint(store, tmp_path, t1, "t1-5", 10, 0.9))
-    assert [c["uuid"] for c in store.list_checkpoints(trial_id=t1)] == ["t1-5"]
-    assert [c["uuid"] for c in store.list_checkpoints(trial_id=t2)] == ["t2-a"]
+    assert [c["uuid"] for c in store.checkpoints.list(trial_id=t1)] == ["t1-5"]
+    assert [c["uuid"] for c in store.checkpoints.list(trial_id=t2)] == ["t2-a"]
 
 
 def _on_disk(root: str) -> Set[str]:
@@ -97,9 +97,9 @@ def test_a_running_then_paused_trial_holds_only_what_retention_allows(tmp_path, 
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             if store is None and os.path.exists(os.path.join(str(_det_lite_home), "det-lite.db")):
                 store = Store()
-            trials = store.list_trials(1) if store is not None else []
+            trials = store.trials.list(1) if store is not None else []
             if trials:
-                registered = store.list_checkpoints(trial_id=trials[0]["id"])
+                registered = store.checkpoints.list(trial_id=trials[0]["id"])
                 on_disk = _on_disk(root)
                 written |= on_disk
                 most_registered = max(most_registered, len(registered))

@@ -51,7 +51,7 @@ def _slow_config(tmp_path, batches: int = 12) -> str:
 def _paused_experiment(tmp_path) -> None:
     """Experiment 1, PAUSED before it ran anything (activate runs it from the start)."""
     raw = load_config(_slow_config(tmp_path)).to_dict()
-    Store().create_experiment(raw, LINEAR, None, state="PAUSED")
+    Store().experiments.create(raw, LINEAR, None, state="PAUSED")
 
 
 def _hold_lock(seconds: float) -> subprocess.Popen:
@@ -68,7 +68,7 @@ def _hold_lock(seconds: float) -> subprocess.Popen:
 
 def _starts(experiment_id: int = 1) -> int:
     """How many times a runner started a trial of the experiment."""
-    return sum("starts: train to" in line["line"] for line in Store().logs(experiment_id=experiment_id))
+    return sum("starts: train to" in line["line"] for line in Store().logs.list(experiment_id=experiment_id))
 
 
 def _assert_completed_once(batches: int = 12) -> None:
@@ -167,7 +167,7 @@ def test_activate_right_after_sigkill_of_the_runner(tmp_path):
     store = Store()
     deadline = time.monotonic() + budget(90)
     while time.monotonic() < deadline:
-        trials = store.list_trials(1) if store.get_experiment(1) else []
+        trials = store.trials.list(1) if store.experiments.get(1) else []
         if trials and trials[0]["total_batches"] >= 6:
             break
         time.sleep(0.1)

@@ -81,11 +81,11 @@ def _runs(tmp_path: Any, **searcher: Any) -> Runs:
 
 def _lines(runs: Runs) -> List[str]:
     runs.logs.flush()
-    return [line["line"] for line in runs.store.logs(experiment_id=runs.id)]
+    return [line["line"] for line in runs.store.logs.list(experiment_id=runs.id)]
 
 
 def _states(runs: Runs) -> Dict[int, str]:
-    return {t["id"]: t["state"] for t in runs.store.list_trials(runs.id)}
+    return {t["id"]: t["state"] for t in runs.store.trials.list(runs.id)}
 
 
 def test_queued_trials_start_as_max_concurrent_trials_allows_and_report_their_metric(tmp_path):
@@ -99,7 +99,7 @@ def test_queued_trials_start_as_max_concurrent_trials_allows_and_report_their_me
     runs.start_queued()  # its slot goes to the next trial
     assert [r.trial_id for r in runs.launcher.started] == [1, 2] and runs.search.queue == []
     assert _states(runs) == {1: "COMPLETED", 2: "ACTIVE"}
-    trials = runs.store.describe_experiment(runs.id)["trials"]
+    trials = runs.store.experiments.describe(runs.id)["trials"]
     assert [[r["host"] for r in t["runs"]] for t in trials] == [["here"], ["here"]]
 
 

@@ -11,18 +11,21 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
 from tests.cli_helpers import cli, describe, wait_for_batches
 from tests.cli_helpers import write_config as _write_config
 from tests.cloud_storage import (
+    BUCKET,
     LINEAR,
+    PREFIX,
     REPO,
+    S3Server,
     assert_closed_form,
     free_port,
     linear_config,
+    s3_server,
     wait_for_port,
     weight_after,
 )
@@ -30,62 +33,17 @@ from tests.fixtures.experiments.linear.model_def import closed_form
 from tests.timing import budget
 
 boto3 = pytest.importorskip("boto3")
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 
-BUCKET = "det-lite-ckpts"
-PREFIX = "team/runs"
 SECRET = "s3cr3t-Value-9f2c"
 
 pytestmark = pytest.mark.timeout(240)
 
 
-class S3Server:
-    """moto's S3 server on 127.0.0.1 (a fixed port, so it can be stopped and started again with
-    its buckets: moto keeps them in this process)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = None
-
-    def start(self) -> None:
-        self.server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.server.start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    def client(self):
-        return boto3.client(
-            "s3",
-            endpoint_url=self.url,
-            region_name="us-east-1",
-            aws_access_key_id="k",
-            aws_secret_access_key="s",
-        )
-
-    def keys(self, bucket: str = BUCKET) -> list:
-        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
-        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
-
-    def uuids(self) -> set:
-        return {k[len(PREFIX) + 1 :].split("/")[0] for k in self.keys()}
-
-
 @pytest.fixture
 def s3():
-    server = S3Server()
-    server.start()
-    server.client().create_bucket(Bucket=BUCKET)
-    try:
+    with s3_server() as server:
         yield server
-    finally:
-        if server.server is None:
-            server.start()
-        urllib.request.urlopen(urllib.request.Request(f"{server.url}/moto-api/reset", method="POST")).close()
-        server.stop()
 
 
 def storage(s3: S3Server, **changes) -> dict:
@@ -372,3 +330,51 @@ def test_warm_start_from_a_checkpoint_in_the_bucket(tmp_path, s3, _det_lite_home
     (trial,) = describe(2)["trials"]
     expected = closed_form(0.01, 4, 2, 8, w0=weight_after(4))[3]
     assert trial["validation_metrics"][-1]["metrics"]["weight"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_keys_planted_in_the_bucket_write_nothing_outside(tmp_path, s3, _det_lite_home):
+    """Issue 40: objects whose keys leave the checkpoint (``..``) planted under a registered
+    checkpoint's prefix. `checkpoint export`, the SDK's ``Checkpoint.download()`` and a warm
+    start that fetches it each refuse with one line naming the key; nothing is written outside
+    (nor anything half-made inside)."""
+    short = {"searcher.max_length": {"batches": 4}}
+    cli("experiment", "create", write_config(tmp_path, s3, **short), LINEAR, check=True)
+    ((ckpt,),) = [t["checkpoints"] for t in describe(1)["trials"]]
+    uuid, home = ckpt["uuid"], str(_det_lite_home)
+    # Listed after code/'s files (S3 lists in byte order), so code/ exists when it is written.
+    planted = f"{PREFIX}/{uuid}/code//../../../evil"
+    s3.client().put_object(Bucket=BUCKET, Key=planted, Body=b"echo owned\n")
+    shutil.rmtree(os.path.join(home, "checkpoints", uuid))
+    line = (
+        f"checkpoint storage s3://{BUCKET}/{PREFIX}: refused to read '{BUCKET}/{planted}' (a '..' "
+        "segment in its name): a stored name must stay inside its destination; nothing was written"
+    )
+
+    def nothing_written() -> None:
+        # Where the old code put it: <home>/checkpoints/.tmp-<uuid>-<hex>/code//../../../evil
+        assert not os.path.exists(os.path.join(home, "evil"))
+        assert os.listdir(os.path.join(home, "checkpoints")) == []
+        assert sorted(os.listdir(str(tmp_path))) == sorted(["exp.yaml", os.path.basename(home)])
+
+    proc = cli("checkpoint", "export", uuid, os.path.join(str(tmp_path), "exported"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"det-lite: error: checkpoint {uuid}: {line}"]
+    nothing_written()
+
+    from determined_lite import client
+    from determined_lite.storage import UnsafeNameError
+
+    with pytest.raises(UnsafeNameError) as e:
+        client.get_checkpoint(uuid).download(os.path.join(str(tmp_path), "sdk"))
+    assert str(e.value) == line
+    nothing_written()
+
+    path = write_config(tmp_path, s3, **short, **{"searcher.source_checkpoint_uuid": uuid})
+    proc = cli("experiment", "create", path, LINEAR)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"det-lite: error: {path}: searcher.source_checkpoint_uuid: checkpoint {uuid}: {line}"
+    ]
+    assert not os.path.exists(os.path.join(home, "evil"))
+    assert os.listdir(os.path.join(home, "checkpoints")) == []
+    assert [e["id"] for e in json.loads(cli("experiment", "list", "--json", check=True).stdout)] == [1]

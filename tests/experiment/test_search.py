@@ -39,7 +39,7 @@ def _config(**searcher: Any) -> Dict[str, Any]:
 
 
 def _search(store: Store, config: Dict[str, Any], test_mode: bool = False) -> Search:
-    experiment_id = store.create_experiment(config, None, None)
+    experiment_id = store.experiments.create(config, None, None)
     settings = ExperimentSettings.from_config(config)
     search = Search(
         store, experiment_id, config, settings, SearcherSettings.from_config(config["searcher"]), test_mode
@@ -57,8 +57,8 @@ def test_the_searchers_first_operations_become_trials_queued_to_their_length():
         (2, 0.2, 8),
     ]
     assert search.queue == list(search.requests) and not search.shutdown
-    assert [t["state"] for t in store.list_trials(search.id)] == ["ACTIVE", "ACTIVE"]
-    saved = store.load_searcher_state(search.id)
+    assert [t["state"] for t in store.trials.list(search.id)] == ["ACTIVE", "ACTIVE"]
+    saved = store.experiments.load_searcher_state(search.id)
     assert saved is not None and saved["queue"] == search.queue
 
 
@@ -77,7 +77,7 @@ def test_close_stops_a_running_trials_run_and_completes_it_stopped_early():
     search.apply([Close(first), Close(second)])
     assert runs.closed == [first, second] and search.queue == []
     assert [(r.finished, r.stopped_early) for r in search.requests.values()] == [(True, True), (True, True)]
-    assert [t["state"] for t in store.list_trials(search.id)] == ["COMPLETED", "COMPLETED"]
+    assert [t["state"] for t in store.trials.list(search.id)] == ["COMPLETED", "COMPLETED"]
 
 
 def test_what_would_start_trials_is_held_while_pausing_and_released_after():
@@ -89,7 +89,7 @@ def test_what_would_start_trials_is_held_while_pausing_and_released_after():
     search.pausing = False
     search.release_held()
     assert search.held == [] and len(search.queue) == 2
-    assert [t["hparams"]["lr"] for t in store.list_trials(search.id)] == [0.1, 0.2]
+    assert [t["hparams"]["lr"] for t in store.trials.list(search.id)] == [0.1, 0.2]
 
 
 def test_the_saved_state_resumes_the_search_where_it_stood():
@@ -112,7 +112,7 @@ def test_the_saved_state_resumes_the_search_where_it_stood():
     again.begin(resume=True)
     assert again.queue == [second] and list(again.requests) == [first, second]
     assert again.requests[first].finished and again.requests[first].trained == 8
-    assert [t["state"] for t in store.list_trials(search.id)] == ["COMPLETED", "ACTIVE"]
+    assert [t["state"] for t in store.trials.list(search.id)] == ["COMPLETED", "ACTIVE"]
 
 
 def test_endings_pause_then_complete_with_the_final_line_after_the_summary():
@@ -126,15 +126,15 @@ def test_endings_pause_then_complete_with_the_final_line_after_the_summary():
         endings.final_line
         == f"experiment {search.id} paused; resume with: det-lite experiment activate {search.id}"
     )
-    assert store.get_experiment(search.id)["state"] == ExperimentState.PAUSED
-    assert [t["state"] for t in store.list_trials(search.id)] == ["PAUSED", "PAUSED"]
+    assert store.experiments.get(search.id)["state"] == ExperimentState.PAUSED
+    assert [t["state"] for t in store.trials.list(search.id)] == ["PAUSED", "PAUSED"]
     first = search.requests[next(iter(search.requests))]
     search.finish(first, TrialState.COMPLETED)
     assert endings.complete() == 0
     assert endings.final_line == f"experiment {search.id} COMPLETED"
-    assert [t["state"] for t in store.list_trials(search.id)] == ["COMPLETED", "COMPLETED"]
+    assert [t["state"] for t in store.trials.list(search.id)] == ["COMPLETED", "COMPLETED"]
     logs.flush()
-    lines = [line["line"] for line in store.logs(experiment_id=search.id)]
+    lines = [line["line"] for line in store.logs.list(experiment_id=search.id)]
     summary = endings.summary().splitlines()
     assert summary[0].split() == ["trial", "state", "batches", "best", "loss", "checkpoint", "lr"]
     paused = f"experiment {search.id} paused; resume with: det-lite experiment activate {search.id}"

@@ -16,7 +16,7 @@ from determined_lite.client import _core_v2 as core_v2
 from determined_lite.config import ConfigError
 from determined_lite.experiment._control import control_experiment
 from determined_lite.experiment._unmanaged import UnmanagedRunError
-from determined_lite.store import Action, ModelRegistry, Store
+from determined_lite.store import Action, Store
 
 
 def _config(**kwargs: Any) -> core_v2.Config:
@@ -39,7 +39,7 @@ def test_a_run_is_recorded_with_its_metrics_checkpoint_and_tensorboard_files(
     )
     with core_v2.init_context(config=config) as ctx:
         store = Store()
-        (exp,) = store.list_experiments()
+        (exp,) = store.experiments.list()
         assert (exp["kind"], exp["state"], exp["running"]) == ("unmanaged", "ACTIVE", True)
         assert exp["pid"] == os.getpid()  # the script is the experiment's driver
         assert ctx.info.trial.experiment_id == exp["id"] and ctx.info.latest_checkpoint is None
@@ -49,20 +49,20 @@ def test_a_run_is_recorded_with_its_metrics_checkpoint_and_tensorboard_files(
         with ctx.checkpoint.store_path({"steps_completed": 2}) as (path, uuid):
             (path / "state").write_text("2")
         tensorboard = str(ctx.train.get_tensorboard_path())
-    exp = store.get_experiment(exp["id"])
+    exp = store.experiments.get(exp["id"])
     assert (exp["state"], exp["pid"], exp["config"]["description"]) == ("COMPLETED", None, "two steps")
-    assert ModelRegistry(store.path).experiment_annotations(exp["id"])["labels"] == ["a", "b"]
+    assert Store(store.path).experiments.annotations(exp["id"])["labels"] == ["a", "b"]
     from determined_lite import client  # Determined's SDK sees what Determined's would
 
     sdk = client.get_experiment(exp["id"])
     assert (sdk.name, sdk.description, sdk.labels) == ("unmanaged-test", "two steps", {"a", "b"})
-    (trial,) = store.list_trials(exp["id"])
+    (trial,) = store.trials.list(exp["id"])
     assert (trial["state"], trial["hparams"], trial["best_validation"]) == ("COMPLETED", {"lr": 0.5}, 0.25)
-    assert [(m["total_batches"], m["metrics"]) for m in store.training_metrics(trial["id"])] == [
+    assert [(m["total_batches"], m["metrics"]) for m in store.metrics.training(trial["id"])] == [
         (1, {"loss": 1.0}),
         (2, {"loss": 0.5}),
     ]
-    (ckpt,) = store.list_checkpoints(trial_id=trial["id"])
+    (ckpt,) = store.checkpoints.list(trial_id=trial["id"])
     assert ckpt["uuid"] == uuid and ckpt["path"] == os.path.join(_storage(tmp_path), uuid)
     with open(os.path.join(ckpt["path"], "state")) as f:
         assert f.read() == "2"
@@ -77,9 +77,9 @@ def test_an_exception_inside_init_context_ends_it_in_error(_det_lite_home: Any) 
             ctx.train.report_training_metrics(steps_completed=1, metrics={"loss": 1.0})
             raise KeyError("inside")
     store = Store()
-    (exp,) = store.list_experiments()
+    (exp,) = store.experiments.list()
     assert (exp["state"], exp["pid"]) == ("ERROR", None)
-    assert [t["state"] for t in store.list_trials(exp["id"])] == ["ERROR"]
+    assert [t["state"] for t in store.trials.list(exp["id"])] == ["ERROR"]
 
 
 def test_a_kill_from_another_terminal_is_what_should_preempt_answers(
@@ -89,10 +89,10 @@ def test_a_kill_from_another_terminal_is_what_should_preempt_answers(
     with core_v2.init_context(config=_config()) as ctx:
         store = Store()
         assert ctx.preempt.should_preempt() is False
-        (exp,) = store.list_experiments()
+        (exp,) = store.experiments.list()
         assert "Requested kill" in control_experiment(store, exp["id"], Action.KILL)[0]
         assert ctx.preempt.should_preempt() is True
-    exp = store.get_experiment(exp["id"])
+    exp = store.experiments.get(exp["id"])
     assert (exp["state"], exp["requested_action"]) == ("CANCELED", None)
 
 
@@ -116,12 +116,12 @@ def test_external_ids_resume_the_trial_from_its_latest_checkpoint(_det_lite_home
     assert _resumable(5, external_experiment_id="exp-a") == 0  # a new trial of that experiment
     assert _resumable(7) == 0  # no ids: a new experiment
     store = Store()
-    first, second = store.list_experiments()
+    first, second = store.experiments.list()
     assert (first["state"], first["config"]["external_experiment_id"]) == ("COMPLETED", "exp-a")
-    trials = store.list_trials(first["id"])
+    trials = store.trials.list(first["id"])
     assert [t["total_batches"] for t in trials] == [20, 5]
-    assert [m["total_batches"] for m in store.training_metrics(trials[0]["id"])] == [10, 20]
-    assert [t["total_batches"] for t in store.list_trials(second["id"])] == [7]
+    assert [m["total_batches"] for m in store.metrics.training(trials[0]["id"])] == [10, 20]
+    assert [t["total_batches"] for t in store.trials.list(second["id"])] == [7]
 
 
 def test_an_experiment_has_one_writer(_det_lite_home: Any) -> None:
@@ -132,13 +132,13 @@ def test_an_experiment_has_one_writer(_det_lite_home: Any) -> None:
             core_v2.init_context(config=_config(**ids))
     with pytest.raises(UnmanagedRunError, match="external_trial_id needs external_experiment_id"):
         core_v2.init_context(config=_config(external_trial_id="t"))
-    assert len(Store().list_experiments()) == 1
+    assert len(Store().experiments.list()) == 1
 
 
 def test_a_bad_config_is_one_line_and_records_nothing(_det_lite_home: Any) -> None:
     with pytest.raises(ConfigError, match=r"^core_v2.Config: searcher.metric: "):
         core_v2.init_context(config=_config(searcher={"name": "single"}))
-    assert Store().list_experiments() == []
+    assert Store().experiments.list() == []
 
 
 def test_activate_refuses_an_unmanaged_experiment(_det_lite_home: Any) -> None:
@@ -149,7 +149,7 @@ def test_activate_refuses_an_unmanaged_experiment(_det_lite_home: Any) -> None:
         pass
     with pytest.raises(ActivationRefused, match="^experiment 1 is an unmanaged run of a Core API script"):
         activate_experiment(1)
-    assert Store().get_experiment(1)["state"] == "COMPLETED"
+    assert Store().experiments.get(1)["state"] == "COMPLETED"
 
 
 @pytest.mark.slow
@@ -178,6 +178,6 @@ def test_a_script_killed_before_closing_is_shown_not_running_and_can_be_killed(
     assert "dies (unmanaged) | ACTIVE (not running)" in cli("experiment", "list", check=True).stdout
     assert "had no running process; it is now CANCELED" in cli("experiment", "kill", "1", check=True).stdout
     store = Store()
-    (trial,) = store.list_trials(1)
-    assert store.get_experiment(1)["state"] == "CANCELED"
+    (trial,) = store.trials.list(1)
+    assert store.experiments.get(1)["state"] == "CANCELED"
     assert (trial["state"], trial["total_batches"]) == ("CANCELED", 1)

@@ -99,7 +99,7 @@ def test_each_trial_end_wakes_the_loop_before_its_fallback(
     code = create_experiment(config, LINEAR, out=io.StringIO())
     elapsed = time.monotonic() - start
     assert code == 0
-    trials = Store().list_trials(1)
+    trials = Store().trials.list(1)
     assert [t["state"] for t in trials] == ["COMPLETED"] * 3
     assert sorted(t["hparams"]["lr"] for t in trials) == [0.01, 0.02, 0.03]
     assert waits and all(waits), waits  # each wait ended by an event, never by its timeout
@@ -154,7 +154,7 @@ def test_a_question_wakes_the_loop_before_its_fallback(tmp_path, monkeypatch, ow
     start = time.monotonic()
     assert create_experiment(config, LINEAR, out=out) == 0
     assert time.monotonic() - start < fallback
-    trials = Store().describe_experiment(1)["trials"]
+    trials = Store().experiments.describe(1)["trials"]
     assert [t["state"] for t in trials] == ["COMPLETED"] * 4
     # Trial 3's promotion is decided when it reports (trial 1's only once trial 2 reported).
     assert "trial 3 promoted at 2: train to 4 batches in its process" in out.getvalue()

@@ -42,8 +42,8 @@ def test_a_remote_rank_reads_its_nodes_flag_not_the_store(tmp_path, monkeypatch)
 def test_a_local_rank_asks_the_store(tmp_path, monkeypatch):
     monkeypatch.delenv(STOP_FILE_ENV, raising=False)
     store = Store(str(tmp_path / "det-lite.db"))
-    exp = store.create_experiment({"name": "x"}, None, None)
+    exp = store.experiments.create({"name": "x"}, None, None)
     trial = _trial(tmp_path, str(tmp_path / "det-lite.db"))
     assert trial.stop_requested() is False
-    store.request_action(exp, Action.PAUSE)
+    store.requests.request(exp, Action.PAUSE)
     assert trial.stop_requested() is True

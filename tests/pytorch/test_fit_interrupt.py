@@ -88,7 +88,7 @@ def test_ctrl_c_stops_at_a_checkpoint_and_says_how_to_resume(_det_lite_home):
     eid, stopped, resume_at, path = int(last[1]), int(last[2]), int(last[3]), last[4]
     assert eid == 1 and stopped == resume_at == int(match[1]) and stopped % 4 == 0
     assert os.path.isdir(path)
-    exp = Store().describe_experiment(1)
+    exp = Store().experiments.describe(1)
     assert exp["state"] == "PAUSED" and exp["trials"][0]["state"] == "PAUSED" and exp["pid"] is None
 
     # What the line says works: the next run continues from that batch.
@@ -118,4 +118,4 @@ def test_a_second_ctrl_c_stops_at_once(_det_lite_home):
     assert last, out
     # Stopped in batch 6 (5 done); the checkpoint after the validation at batch 4 is the latest.
     assert (last[2], last[3]) == ("5", "4") and os.path.isdir(last[4])
-    assert Store().describe_experiment(1)["state"] == "PAUSED"
+    assert Store().experiments.describe(1)["state"] == "PAUSED"

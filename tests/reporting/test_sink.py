@@ -30,8 +30,8 @@ def _calls(reporter, ckpt_dir: str) -> None:
 
 def _store_with_trial(path: str):
     store = Store(path)
-    exp = store.create_experiment({"name": "x"}, None, None)
-    return store, exp, store.create_trial(exp, 1, {}, 0)
+    exp = store.experiments.create({"name": "x"}, None, None)
+    return store, exp, store.trials.create(exp, 1, {}, 0)
 
 
 def _reporter(store, exp: int, trial: int) -> TrialReporter:
@@ -44,9 +44,9 @@ def _strip(rows):
 
 
 def _snapshot(store, trial: int):
-    cks = [(c["uuid"], c["total_batches"]) for c in store.list_checkpoints(trial_id=trial)]
-    best = store.get_trial(trial)["best_validation"]
-    return _strip(store.training_metrics(trial)), _strip(store.validation_metrics(trial)), cks, best
+    cks = [(c["uuid"], c["total_batches"]) for c in store.checkpoints.list(trial_id=trial)]
+    best = store.trials.get(trial)["best_validation"]
+    return _strip(store.metrics.training(trial)), _strip(store.metrics.validation(trial)), cks, best
 
 
 def test_pipe_reports_equal_direct_writes(tmp_path):
@@ -119,7 +119,7 @@ def test_a_store_question_is_answered_after_the_reports_before_it(tmp_path):
     """``experiment_best_validation`` on a remote chief: the driver's store answers, counting
     the chief's own validation sent just before the question, and the other trials'."""
     store, exp, other = _store_with_trial(str(tmp_path / "s.db"))
-    trial = store.create_trial(exp, 2, {}, 0)
+    trial = store.trials.create(exp, 2, {}, 0)
     report_r, report_w = os.pipe()
     answer_r, answer_w = os.pipe()
     driver = _driver(Store(str(tmp_path / "s.db")), exp, trial, report_r, answer_w)
@@ -133,7 +133,7 @@ def test_a_store_question_is_answered_after_the_reports_before_it(tmp_path):
     assert remote.experiment_best_validation() == 0.25
     remote._out.close()
     driver.join(10)
-    assert not driver.is_alive() and store.get_trial(trial)["best_validation"] == 0.25
+    assert not driver.is_alive() and store.trials.get(trial)["best_validation"] == 0.25
     gone_r, gone_w = os.pipe()
     os.close(gone_w)  # a driver that is gone: EOF, not a hang
     lost = RemoteReporter(os.open(os.devnull, os.O_WRONLY), None, gone_r)

@@ -16,7 +16,7 @@ from determined_lite.store._buckets import MAX_BUCKETS, bucket_width
 
 def _brute(store: Store, trial: int, kind: str) -> Dict[Tuple[str, int], List[Any]]:
     """Every stored row decoded, bucketed at the width of the largest batch."""
-    rows = store.training_metrics(trial) if kind == "training" else store.validation_metrics(trial)
+    rows = store.metrics.training(trial) if kind == "training" else store.metrics.validation(trial)
     width = bucket_width(max((r["total_batches"] for r in rows), default=0))
     out: Dict[Tuple[str, int], List[Any]] = {}
     for row in rows:
@@ -38,7 +38,7 @@ def _brute(store: Store, trial: int, kind: str) -> Dict[Tuple[str, int], List[An
 
 
 def _stored(store: Store, trial: int, kind: str) -> Dict[Tuple[str, int], List[Any]]:
-    rows = store._read(
+    rows = store.db.read(
         lambda conn: conn.execute(
             "SELECT name, bucket, first, last, rows, nans, low, high, last_value FROM metric_buckets"
             " WHERE trial_id = ? AND kind = ?",
@@ -61,49 +61,49 @@ def _value(rng: random.Random) -> Any:
 
 def test_maintained_buckets_equal_a_brute_force_down_sampling(tmp_path):
     store = Store(str(tmp_path / "det-lite.db"))
-    exp = store.create_experiment({"name": "x"}, None, None)
+    exp = store.experiments.create({"name": "x"}, None, None)
     rng = random.Random(7)
     for seed in range(3):
-        trial = store.create_trial(exp, seed, {}, seed)
+        trial = store.trials.create(exp, seed, {}, seed)
         batch = 0
         for step in range(1500):
             batch += rng.choice([1, 1, 2, 7, 40])  # widths double a few times (merges)
             report = {"loss": _value(rng), "acc": _value(rng)}
             if rng.random() < 0.1:
                 del report["acc"]
-            store.add_training_metrics(trial, batch, report)
+            store.metrics.add_training(trial, batch, report)
             if step % 50 == 0:
-                store.add_validation_metrics(trial, batch, {"val_loss": _value(rng)})
+                store.metrics.add_validation(trial, batch, {"val_loss": _value(rng)})
             if rng.random() < 0.01:  # a re-report of an earlier batch replaces its row
                 again = rng.randint(1, batch)
-                store.add_training_metrics(trial, again, {"loss": _value(rng), "acc": -100.0})
+                store.metrics.add_training(trial, again, {"loss": _value(rng), "acc": -100.0})
         assert bucket_width(batch) >= 16 and len(_stored(store, trial, "training")) <= 2 * MAX_BUCKETS
         for kind in ("training", "validation"):
             assert _stored(store, trial, kind) == _brute(store, trial, kind)
         assert bucket_width(batch - 30) == bucket_width(batch) > bucket_width(batch // 3)
         for back in (batch - 30, batch // 3):  # restarts from a checkpoint: same width, then finer
-            store.delete_metrics_after(trial, back)
+            store.metrics.delete_after(trial, back)
             for kind in ("training", "validation"):
                 assert _stored(store, trial, kind) == _brute(store, trial, kind)
             for b in range(back + 1, back + 20):
-                store.add_training_metrics(trial, b, {"loss": _value(rng)})
+                store.metrics.add_training(trial, b, {"loss": _value(rng)})
             for kind in ("training", "validation"):
                 assert _stored(store, trial, kind) == _brute(store, trial, kind)
 
 
 def test_reads_keep_nan_out_of_the_bounds_and_end_on_the_exact_last_value(tmp_path):
     store = Store(str(tmp_path / "det-lite.db"))
-    exp = store.create_experiment({"name": "x"}, None, None)
-    trial = store.create_trial(exp, 1, {}, 0)
+    exp = store.experiments.create({"name": "x"}, None, None)
+    trial = store.trials.create(exp, 1, {}, 0)
     for batch, value in ((1, 3.0), (2, float("nan")), (3, -1.0), (8, float("nan")), (9, 2.5)):
-        store.add_training_metrics(trial, batch, {"loss": value})
-    buckets = store.metric_buckets([trial], "training", "loss", 4)
+        store.metrics.add_training(trial, batch, {"loss": value})
+    buckets = store.metrics.buckets([trial], "training", "loss", 4)
     assert [b[:5] for b in buckets] == [(trial, 1, 3, 2, -1.0), (trial, 8, 9, 1, 2.5)]
-    only_nan = store.metric_buckets([trial], "training", "loss", 1, after=8)
+    only_nan = store.metrics.buckets([trial], "training", "loss", 1, after=8)
     assert only_nan[0][:4] == (trial, 8, 8, 0) and math.isnan(only_nan[0][4])
-    assert store.metric_last([trial], "training", "loss") == {trial: (9, 2.5)}
-    store.add_training_metrics(trial, 10, {"loss": float("nan")})  # a bucket of NaN only after it
-    assert store.metric_last([trial], "training", "loss") == {trial: (9, 2.5)}
+    assert store.metrics.last([trial], "training", "loss") == {trial: (9, 2.5)}
+    store.metrics.add_training(trial, 10, {"loss": float("nan")})  # a bucket of NaN only after it
+    assert store.metrics.last([trial], "training", "loss") == {trial: (9, 2.5)}
 
 
 def _v3_store(path: str) -> None:
@@ -137,9 +137,9 @@ def test_a_v3_store_is_upgraded_with_its_buckets_backfilled(tmp_path):
     for kind in ("training", "validation"):
         assert _stored(store, 1, kind) == _brute(store, 1, kind)
     assert len(_stored(store, 1, "training")) == 2 * (3000 // 4 + 1)  # width 4: 3000 // 4 < 1024
-    store.add_training_metrics(1, 3001, {"loss": 9.0, "step": 3001})  # the write path carries on
+    store.metrics.add_training(1, 3001, {"loss": 9.0, "step": 3001})  # the write path carries on
     assert _stored(store, 1, "training") == _brute(store, 1, "training")
     store.close()
     reader = Store(path, read_only=True)
-    top = max(b[5] for b in reader.metric_buckets([1], "training", "loss", 64))
-    assert top == 9.0 and reader.metric_last([1], "validation", "val_loss") == {1: (3000, 0.5)}
+    top = max(b[5] for b in reader.metrics.buckets([1], "training", "loss", 64))
+    assert top == 9.0 and reader.metrics.last([1], "validation", "val_loss") == {1: (3000, 0.5)}

@@ -74,7 +74,7 @@ def _not_private(root: str, modes: Dict[str, int]) -> List[str]:
 def test_store_is_private_under_a_permissive_umask(umask, _det_lite_home):
     umask(0o022)
     store = Store()
-    store.create_experiment({"name": "x"}, None, None)  # a write: the WAL and SHM files exist now
+    store.experiments.create({"name": "x"}, None, None)  # a write: the WAL and SHM files exist now
     db = store.path
     assert os.path.exists(db + "-wal") and os.path.exists(db + "-shm")
     assert {p: oct(_mode(p)) for p in (str(_det_lite_home), db, db + "-wal", db + "-shm")} == {
@@ -90,7 +90,7 @@ def test_an_older_world_readable_store_is_made_private(umask, _det_lite_home):
     os.makedirs(_det_lite_home)  # as det-lite created it before: 0755, the database 0644
     sqlite3.connect(_det_lite_home / "det-lite.db").close()
     assert (_mode(str(_det_lite_home)), _mode(str(_det_lite_home / "det-lite.db"))) == (0o755, 0o644)
-    Store().list_experiments()
+    Store().experiments.list()
     assert (_mode(str(_det_lite_home)), _mode(str(_det_lite_home / "det-lite.db"))) == (DIR_MODE, FILE_MODE)
 
 

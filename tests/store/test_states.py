@@ -36,10 +36,10 @@ def test_a_member_is_its_text():
 
 def test_members_are_written_as_plain_text(tmp_path):
     store = Store(str(tmp_path / "det-lite.db"))
-    exp_id = store.create_experiment({"name": "x"}, "/ctx", "/ctx/e.yaml", state=ExperimentState.PAUSED)
-    trial_id = store.create_trial(exp_id, 0, {}, 1, state=TrialState.ACTIVE)
-    store.request_action(exp_id, Action.KILL)
-    row = store._read(
+    exp_id = store.experiments.create({"name": "x"}, "/ctx", "/ctx/e.yaml", state=ExperimentState.PAUSED)
+    trial_id = store.trials.create(exp_id, 0, {}, 1, state=TrialState.ACTIVE)
+    store.requests.request(exp_id, Action.KILL)
+    row = store.db.read(
         lambda conn: conn.execute(
             "SELECT e.state, typeof(e.state), e.requested_action, t.state FROM experiments e"
             " JOIN trials t ON t.experiment_id = e.id WHERE t.id = ?",
@@ -47,5 +47,5 @@ def test_members_are_written_as_plain_text(tmp_path):
         ).fetchone()
     )
     assert tuple(row) == ("PAUSED", "text", "kill", "ACTIVE")
-    assert type(store.get_experiment(exp_id)["state"]) is str
+    assert type(store.experiments.get(exp_id)["state"]) is str
     store.close()

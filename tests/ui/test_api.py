@@ -28,16 +28,16 @@ CONFIG = {
 @pytest.fixture
 def server(_det_lite_home):
     store = Store()
-    exp = store.create_experiment(CONFIG, None, None)
+    exp = store.experiments.create(CONFIG, None, None)
     for request_id, lr in enumerate((0.1, 0.2)):
-        trial = store.create_trial(exp, request_id, {"lr": lr, "width": 4}, 0)
+        trial = store.trials.create(exp, request_id, {"lr": lr, "width": 4}, 0)
         for batch in range(1, 11):
-            store.add_training_metrics(trial, batch, {"loss": lr * batch})
-            store.add_validation_metrics(trial, batch, {"val_loss": lr / batch})
-        store.update_trial(trial, best_validation=lr / 10, state="COMPLETED")
-        store.add_logs(trial, [f"trial {trial} says hello", f"lr is {lr}"])
-    store.set_experiment_state(exp, ExperimentState.COMPLETED)
-    store.create_experiment({**CONFIG, "name": "other"}, None, None, state=ExperimentState.PAUSED)
+            store.metrics.add_training(trial, batch, {"loss": lr * batch})
+            store.metrics.add_validation(trial, batch, {"val_loss": lr / batch})
+        store.trials.update(trial, best_validation=lr / 10, state="COMPLETED")
+        store.logs.add(trial, [f"trial {trial} says hello", f"lr is {lr}"])
+    store.experiments.set_state(exp, ExperimentState.COMPLETED)
+    store.experiments.create({**CONFIG, "name": "other"}, None, None, state=ExperimentState.PAUSED)
     srv = DashboardServer("127.0.0.1", 0)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
@@ -81,7 +81,7 @@ def test_every_request_needs_the_token(server):
     assert _status(server, "/api/experiments/2/kill", "POST", headers=cookie) == 403
     assert _status(server, f"/api/experiments/2/kill?token={server.token}", "POST") == 403
     assert _status(server, "/api/experiments/2/kill", "GET", headers={TOKEN_HEADER: server.token}) == 404
-    assert Store().get_experiment(2)["state"] == "PAUSED"
+    assert Store().experiments.get(2)["state"] == "PAUSED"
     assert server.server_address[0] == "127.0.0.1"
     assert server.queries.store.read_only
 
@@ -131,7 +131,7 @@ def test_actions_use_the_cli_rules(server):
     done = _call(server, "/api/experiments/2/kill", "POST", headers)
     assert done["state"] == "CANCELED"
     assert done["messages"] == ["Experiment 2 had no running process; it is now CANCELED."]
-    assert Store().get_experiment(2)["state"] == "CANCELED"
+    assert Store().experiments.get(2)["state"] == "CANCELED"
     again = _call(server, "/api/experiments/1/pause", "POST", headers)
     assert again["messages"] == ["Experiment 1 is already COMPLETED; nothing to do."]
     assert _status(server, "/api/experiments/1/activate", "POST", headers) == 409  # only PAUSED resumes

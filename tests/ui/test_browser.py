@@ -179,7 +179,7 @@ def test_list_shows_finished_and_running_experiments_live(site, page):
     done = _experiment_row(page, 1)
     assert done == {"name": "grid-demo", "state": "COMPLETED", "link": "#/experiments/1"}
     assert _experiment_row(page, 2)["state"] == "ACTIVE"
-    _store(site).create_experiment({"name": "appears-live"}, None, None, state="PAUSED")
+    _store(site).experiments.create({"name": "appears-live"}, None, None, state="PAUSED")
     _wait(page, "document.querySelector(`tr[data-experiment='3']`)", "the new experiment without a reload")
     assert _experiment_row(page, 3)["name"] == "appears-live"
     page.find_element("id", "filter-name").send_keys("grid")
@@ -207,7 +207,7 @@ def test_experiment_page_draws_one_curve_per_trial(site, page, tmp_path):
     assert [s["label"] for s in series] == ["trial 1", "trial 2"]
     for one, trial_id in zip(series, (1, 2)):
         reported = [
-            (m["total_batches"], m["metrics"]["val_loss"]) for m in store.validation_metrics(trial_id)
+            (m["total_batches"], m["metrics"]["val_loss"]) for m in store.metrics.validation(trial_id)
         ]
         assert [p[0] for p in one["points"]] == [b for b, _ in reported] == [2, 4, 6, 8, 10, 12]
         assert [p[1] for p in one["points"]] == pytest.approx([v for _, v in reported])
@@ -224,7 +224,7 @@ def test_experiment_page_draws_one_curve_per_trial(site, page, tmp_path):
 def test_hyperparameter_plot(site, page):
     _open(site, page, "/experiments/1")
     points = page.execute_script("return detLite.data['hparam:lr'].points")
-    best = {t["hparams"]["lr"]: t["best_validation"] for t in _store(site).list_trials(1)}
+    best = {t["hparams"]["lr"]: t["best_validation"] for t in _store(site).trials.list(1)}
     assert [p[0] for p in points] == [0.01, 0.05]
     assert [p[1] for p in points] == pytest.approx([best[0.01], best[0.05]])
     assert page.find_element("css selector", "[data-hparam='lr'] canvas").is_displayed()
@@ -265,8 +265,8 @@ def test_pause_and_kill_from_the_page_change_the_store(site, page):
     _press(page, "pause")
     assert "Requested pause of experiment 2" in page.find_element("id", "action-message").text
     deadline = time.monotonic() + 120
-    while store.get_experiment(2)["state"] != "PAUSED":  # the runner checkpoints and stops
-        assert time.monotonic() < deadline, store.get_experiment(2)
+    while store.experiments.get(2)["state"] != "PAUSED":  # the runner checkpoints and stops
+        assert time.monotonic() < deadline, store.experiments.get(2)
         time.sleep(0.5)
     _wait(
         page,
@@ -274,7 +274,7 @@ def test_pause_and_kill_from_the_page_change_the_store(site, page):
         "PAUSED on the page",
     )
     _press(page, "kill")
-    assert store.get_experiment(2)["state"] == "CANCELED"
+    assert store.experiments.get(2)["state"] == "CANCELED"
     assert "it is now CANCELED" in page.find_element("id", "action-message").text
 
 

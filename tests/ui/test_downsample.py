@@ -28,17 +28,17 @@ def test_two_points_per_bucket_in_the_order_that_continues_the_curve():
 
 def test_store_buckets_keep_every_minimum_and_maximum(tmp_path):
     store = Store(str(tmp_path / "det-lite.db"))
-    exp = store.create_experiment({"name": "x"}, None, None)
-    trials = [store.create_trial(exp, i, {}, 0) for i in range(2)]
+    exp = store.experiments.create({"name": "x"}, None, None)
+    trials = [store.trials.create(exp, i, {}, 0) for i in range(2)]
     rng = random.Random(0)
     values = {t: [rng.gauss(0, 1) for _ in range(5000)] for t in trials}
     values[trials[0]][1234] = -50.0  # a spike down and one up must survive
     values[trials[1]][4321] = 60.0
     for t in trials:
         for batch, value in enumerate(values[t], start=1):
-            store.add_training_metrics(t, batch, {"loss": value, "other": 1})
-    store.add_training_metrics(trials[1], 5001, {"loss": float("nan"), "other": 1})  # skipped, not fatal
-    rows = [store.get_trial(t) for t in trials]
+            store.metrics.add_training(t, batch, {"loss": value, "other": 1})
+    store.metrics.add_training(trials[1], 5001, {"loss": float("nan"), "other": 1})  # skipped, not fatal
+    rows = [store.trials.get(t) for t in trials]
     width, buckets = CurveCache(store).buckets(rows, "training", "loss", 100)
     assert width == 64  # the power of two that makes 5001 batches about 100 buckets
     series = curves(buckets, trials)
@@ -47,53 +47,53 @@ def test_store_buckets_keep_every_minimum_and_maximum(tmp_path):
         assert one["rows"] == 5000
         assert min(one["y"]) == min(values[t]) and max(one["y"]) == max(values[t])
         assert one["x"] == sorted(one["x"])
-    assert store.metric_names(trials) == {"training": ["loss", "other"], "validation": []}
-    assert store.metric_buckets(trials, "training", "missing", width) == []
+    assert store.metrics.names(trials) == {"training": ["loss", "other"], "validation": []}
+    assert store.metrics.buckets(trials, "training", "missing", width) == []
 
 
 def test_every_row_when_the_curve_is_short(tmp_path):
     store = Store(str(tmp_path / "det-lite.db"))
-    exp = store.create_experiment({"name": "x"}, None, None)
-    trial = store.create_trial(exp, 1, {}, 0)
+    exp = store.experiments.create({"name": "x"}, None, None)
+    trial = store.trials.create(exp, 1, {}, 0)
     for batch in (2, 4, 6):
-        store.add_validation_metrics(trial, batch, {"val_loss": 1.0 / batch})
-    width, buckets = CurveCache(store).buckets([store.get_trial(trial)], "validation", "val_loss", 1000)
+        store.metrics.add_validation(trial, batch, {"val_loss": 1.0 / batch})
+    width, buckets = CurveCache(store).buckets([store.trials.get(trial)], "validation", "val_loss", 1000)
     series = curves(buckets, [trial])
     assert width == 1 and series[0]["x"] == [2, 4, 6] and series[0]["y"] == [0.5, 0.25, 1 / 6]
 
 
 def test_the_cache_reads_only_new_rows_and_starts_over_after_a_restart(tmp_path, monkeypatch):
     store = Store(str(tmp_path / "det-lite.db"))
-    exp = store.create_experiment({"name": "x"}, None, None)
-    trial = store.create_trial(exp, 1, {}, 0)
+    exp = store.experiments.create({"name": "x"}, None, None)
+    trial = store.trials.create(exp, 1, {}, 0)
     cache = CurveCache(store)
     scans = []
-    real = store.metric_buckets
-    monkeypatch.setattr(store, "metric_buckets", lambda *a: scans.append(a[-1]) or real(*a))
+    real = store.metrics.buckets
+    monkeypatch.setattr(store.metrics, "buckets", lambda *a: scans.append(a[-1]) or real(*a))
 
     def report(batches, value):
         for batch in batches:
-            store.add_training_metrics(trial, batch, {"loss": value(batch)})
-        return curves(cache.buckets([store.get_trial(trial)], "training", "loss", 1000)[1], [trial])[0]
+            store.metrics.add_training(trial, batch, {"loss": value(batch)})
+        return curves(cache.buckets([store.trials.get(trial)], "training", "loss", 1000)[1], [trial])[0]
 
     assert report(range(1, 11), float)["y"] == [float(b) for b in range(1, 11)]
     assert report(range(11, 21), float)["y"] == [float(b) for b in range(1, 21)]
     assert scans == [0, 10]  # the second read started after batch 10
-    store.delete_metrics_after(trial, 5)
-    store.update_trial(trial, restarts=1)
+    store.metrics.delete_after(trial, 5)
+    store.trials.update(trial, restarts=1)
     assert report(range(6, 9), lambda b: -b)["y"] == [1.0, 2.0, 3.0, 4.0, 5.0, -6.0, -7.0, -8.0]
     assert scans[-1] == 0  # read again from the start
 
 
 def test_a_long_curve_is_coarsened_exactly(tmp_path):
     store = Store(str(tmp_path / "det-lite.db"))
-    exp = store.create_experiment({"name": "x"}, None, None)
-    trial = store.create_trial(exp, 1, {}, 0)
+    exp = store.experiments.create({"name": "x"}, None, None)
+    trial = store.trials.create(exp, 1, {}, 0)
     cache = CurveCache(store)
-    store.add_training_metrics(trial, 1, {"loss": 5.0})
-    cache.buckets([store.get_trial(trial)], "training", "loss", 10)
-    store.add_training_metrics(trial, 3 * BASE_BUCKETS, {"loss": -5.0})  # the width must grow
-    width, buckets = cache.buckets([store.get_trial(trial)], "training", "loss", 10)
+    store.metrics.add_training(trial, 1, {"loss": 5.0})
+    cache.buckets([store.trials.get(trial)], "training", "loss", 10)
+    store.metrics.add_training(trial, 3 * BASE_BUCKETS, {"loss": -5.0})  # the width must grow
+    width, buckets = cache.buckets([store.trials.get(trial)], "training", "loss", 10)
     assert [(b[1], b[3], b[4], b[5]) for b in buckets] == [
         (1, 1, 5.0, 5.0),
         (3 * BASE_BUCKETS, 1, -5.0, -5.0),
