@@ -1,5 +1,7 @@
-"""Shared test setup: every test gets its own storage root under tmp_path, and trial modules a
-test imports from a context or checkpoint directory (``model_def`` ...) do not leak into the next.
+"""Shared test setup: the session gets a storage root of its own (``tests/home_guard.py``, before
+any fixture: module-scoped ones write there) and the run fails if the user's own store changed;
+every test gets its own storage root under tmp_path, and trial modules a test imports from a
+context or checkpoint directory (``model_def`` ...) do not leak into the next.
 
 The tiers: ``slow`` marks the distributed, example and benchmark tests (whole directories), every
 test that declares a time limit of ``SLOW_LIMIT_S`` or more (end-to-end runs of the CLI or of
@@ -16,7 +18,10 @@ from typing import List, Optional
 
 import pytest
 
+from tests import home_guard  # first: $DET_LITE_HOME is the session's before anything runs
 from tests.timing import budget, load_factor
+
+pytest_sessionfinish = home_guard.pytest_sessionfinish  # the user's store is unchanged, or the run fails
 
 TESTS = pathlib.Path(__file__).resolve().parent
 SLOW_DIRS = {"distributed", "examples", "benchmarks"}

@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from determined_lite.config import SearcherSettings
+from determined_lite.config import OWN_LENGTH, SearcherSettings
 from determined_lite.searcher import Operation, SearchMethod, op_from_dict, op_to_dict
 
 
@@ -15,6 +15,15 @@ def trial_seed(experiment_seed: int, request_id: str) -> int:
     """A trial's seed: fixed by the experiment seed and the searcher's request id."""
     digest = hashlib.sha256(f"{experiment_seed}:{request_id}".encode()).digest()
     return int.from_bytes(digest[:4], "little") % (2**31)
+
+
+def run_length(pending: int, own_length: Optional[int]) -> Optional[int]:
+    """The length (searcher units) a run asked to train to ``pending`` ends at: ``pending``, or
+    for a script whose length is its own (:data:`OWN_LENGTH`, Determined >= 0.38) the batches its
+    ``fit`` reported (``own_length``); None when that is not known yet: only the script can say."""
+    if pending != OWN_LENGTH:
+        return pending
+    return own_length
 
 
 def metric_at_target(

@@ -13,6 +13,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite._progress import write_progress
+from determined_lite.config import OWN_LENGTH
 from determined_lite.pytorch._callback import PyTorchCallback
 from determined_lite.pytorch._progress import ProgressMeter
 from determined_lite.reporting import _local
@@ -24,9 +25,10 @@ class StoreCallback(PyTorchCallback):
     """Chief-side callback: metrics and checkpoints of a class trial into the store, through its
     ``reporting`` :class:`TrialReporter` (the searcher metric is the harness's)."""
 
-    def __init__(self, reporter: TrialReporter, context: Any = None) -> None:
+    def __init__(self, reporter: TrialReporter, context: Any = None, own_length: bool = False) -> None:
         self._reporter = reporter
         self._context: Any = context
+        self._own_length = own_length  # the searcher sets no length: report the one fit trains to
         self._written: Dict[str, str] = {}  # uuid -> directory, until flushed to disk
 
     def bind(self, context: Any) -> None:
@@ -39,6 +41,8 @@ class StoreCallback(PyTorchCallback):
 
     def on_trial_startup(self, first_batch_idx: int, checkpoint_uuid: Optional[str]) -> None:
         self._reporter.restart_at(first_batch_idx)
+        if self._own_length:  # the loop's plan: max_length in batches, whole optimizer steps
+            self._reporter.own_length(self._harness().state.plan.max_batches)
 
     def on_training_workload_end(
         self, avg_metrics: Dict[str, Any], batch_metrics: List[Dict[str, Any]]
@@ -77,7 +81,9 @@ def worker_hooks(
     path = progress_path(spec.result_path)
     metric = spec.training_settings().searcher_metric
     meter = ProgressMeter(lambda progress: write_progress(path, progress), metric)
-    return [("_core.store", StoreCallback(reporter)), ("_core.progress", meter)], reporter.stop_requested
+    own = next(iter(spec.max_length.values())) == OWN_LENGTH and not spec.test_mode
+    store = StoreCallback(reporter, own_length=own)
+    return [("_core.store", store), ("_core.progress", meter)], reporter.stop_requested
 
 
 class LocalRun(_local.LocalRun):

@@ -53,6 +53,11 @@ class TrialReporter:
         the interrupted run are replaced by the ones this run reports."""
         self.store.metrics.delete_after(self.trial_id, batches)
 
+    def own_length(self, batches: int) -> None:
+        """The length a script's ``fit`` trains to when the searcher sets none (recorded once per
+        run; the runner resumes the trial to it)."""
+        self.store.trials.set_own_length(self.trial_id, batches)
+
     def training(self, batches: int, metrics: Dict[str, Any]) -> None:
         self.store.metrics.add_training(self.trial_id, batches, metrics)
         self.store.trials.update(self.trial_id, total_batches=batches)

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional
 REPORT_FD_ENV = "DET_LITE_REPORT_FD"
 STOP_FILE_ENV = "DET_LITE_STOP_FILE"
 ANSWER_FD_ENV = "DET_LITE_ANSWER_FD"
-CALLS = ("restart_at", "training", "validation", "checkpoint", "forget_checkpoint")
+CALLS = ("restart_at", "own_length", "training", "validation", "checkpoint", "forget_checkpoint")
 QUESTIONS = ("experiment_best_validation",)
 
 
@@ -54,6 +54,9 @@ class RemoteReporter:
 
     def restart_at(self, batches: int) -> None:
         self._send("restart_at", batches)
+
+    def own_length(self, batches: int) -> None:
+        self._send("own_length", batches)
 
     def training(self, batches: int, metrics: Dict[str, Any]) -> None:
         self._send("training", batches, metrics)

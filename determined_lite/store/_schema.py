@@ -175,4 +175,11 @@ def _v8(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE trials ADD COLUMN kill_requested INTEGER NOT NULL DEFAULT 0")
 
 
-MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(conn: sqlite3.Connection) -> None:
+    """``trials.own_length``: the batches a script's ``Trainer.fit(max_length=...)`` trains to
+    when the searcher sets no length (Determined >= 0.38), as its chief reported it; NULL: not
+    known (the searcher's length applies, or the script has not reached ``fit`` yet)."""
+    conn.execute("ALTER TABLE trials ADD COLUMN own_length INTEGER")
+
+
+MIGRATIONS: List[Migration] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]

@@ -186,6 +186,18 @@ class Trials(Repository):
 
         self.db.write(body)
 
+    def set_own_length(self, trial_id: int, batches: int) -> None:
+        """Record the length (batches) a script trial's ``fit`` trains to, when the searcher sets
+        none: the runner resumes the trial to it after a pause, a restart or a lost node."""
+        sql = "UPDATE trials SET own_length = ? WHERE id = ?"
+        self.db.write(lambda conn: conn.execute(sql, (int(batches), int(trial_id))))
+
+    def own_length(self, trial_id: int) -> Optional[int]:
+        """What :meth:`set_own_length` recorded for the trial (None: nothing yet)."""
+        sql = "SELECT own_length FROM trials WHERE id = ?"
+        row = self.db.read(lambda conn: conn.execute(sql, (int(trial_id),)).fetchone())
+        return None if row is None or row[0] is None else int(row[0])
+
     def add_run(
         self, trial_id: int, *, executor: str, host: str, slots: int, devices: Sequence[str] = ()
     ) -> None:

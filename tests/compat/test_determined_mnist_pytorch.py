@@ -26,7 +26,7 @@ from typing import Any, Dict, List
 import pytest
 import torch
 
-from tests.cli_helpers import describe
+from tests.cli_helpers import describe, write_config
 from tests.compat.test_alias_pth import env_with_pth
 from tests.timing import budget
 
@@ -302,6 +302,27 @@ def test_e2e_failable(tmp_path_factory: Any, fail_at: Any) -> None:
     assert "trial 1 failed: rank 0: Exception: failed at this batch 3" in proc.stdout + proc.stderr
     assert [b for b, _ in validations(trial)] == [1, 2, 3] and trial["total_batches"] == 3
     assert "BATCH_IDX 2 EPOCH IDX 0" in home.logs() and "BATCH_IDX 3 " not in home.logs()
+
+
+def test_e2e_failable_with_a_restart_ends_as_determined_ends_it(tmp_path_factory: Any) -> None:
+    # Issue 40, item 3: the config sets no searcher length (fit's Batch(8) is the length); the
+    # restart from the checkpoint at batch 3 used to end the trial COMPLETED at 5 of 8 ("at its
+    # target already"). As in Determined, it resumes and fails again at batch index 5, and the
+    # trial ends in ERROR (Determined after max_restarts; det-lite at once, as it fails again
+    # the same way).
+    config = write_config(
+        os.path.join(E2E, "failable.yaml"), tmp_path_factory.mktemp("failable_cfg"), max_restarts=1
+    )
+    home, proc, exp = run(tmp_path_factory, "e2e_failable_restart", config, E2E, FAIL_AT_BATCH="5")
+    (trial,) = exp["trials"]
+    assert proc.returncode != 0 and exp["state"] == "ERROR" and trial["state"] == "ERROR"
+    assert trial["restarts"] == 1 and trial["total_batches"] == 5
+    logs = home.logs()
+    assert "restarting trial 1 from its latest checkpoint (batch 3) (1/1)" in logs, logs
+    again = "trial 1 not restarted: it failed again the same way (rank 0: Exception: failed at this batch 5"
+    assert again in logs, logs
+    assert "at its target already" not in logs
+    assert [b for b, _ in validations(trial)] == [1, 2, 3, 4, 5]
 
 
 def test_e2e_distributed_stop_requested(tmp_path_factory: Any) -> None:

@@ -130,6 +130,54 @@ def test_sigkill_then_activate_equals_uninterrupted(tmp_path, kind):
         assert_trainer_closed_form(trial, 24)
 
 
+# Determined >= 0.38: no searcher length; the script's fit(max_length=Epoch(epochs)) is the length.
+OWN_LENGTH_SEARCHER = {"name": "single", "metric": "val_loss"}
+
+
+def test_a_script_with_its_own_length_resumes_to_it_after_a_pause(tmp_path):
+    """Issue 40, item 3: activate resumed nothing and ended the trial COMPLETED where it paused
+    ("at its target already"); the chief reports fit's length, and the trial resumes to it."""
+    path = trainer_config(
+        tmp_path, searcher=OWN_LENGTH_SEARCHER, **{"hyperparameters.sleep": 0.1, "hyperparameters.epochs": 6}
+    )
+    proc = start(path)
+    wait_for_batches(1, 6, proc)
+    cli("experiment", "pause", "1", check=True)
+    out, _ = proc.communicate(timeout=budget(60))
+    assert proc.returncode == 1, out
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "PAUSED" and 6 <= trial["total_batches"] < 24
+    proc = cli("experiment", "activate", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "at its target already" not in proc.stdout
+    (trial,) = describe(1)["trials"]
+    assert_trainer_closed_form(trial, 24)  # 6 epochs of 4 batches
+
+
+def test_a_script_with_its_own_length_failing_once_completes_at_its_fit_length(tmp_path):
+    """Issue 40, item 3: a restart ended the trial COMPLETED at its checkpoint (batch 4); now it
+    resumes from there to fit's 3 epochs, every metric the uninterrupted run's."""
+    marker = str(tmp_path / "failed-once")
+    path = trainer_config(
+        tmp_path,
+        searcher=OWN_LENGTH_SEARCHER,
+        max_restarts=1,
+        min_checkpoint_period={"batches": 4},
+        **{"hyperparameters.epochs": 3, "hyperparameters.fail_once_at": 6},
+        **{"hyperparameters.fail_marker": marker},
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert os.path.exists(marker)  # it did fail once
+    (trial,) = describe(1)["trials"]
+    assert trial["restarts"] == 1
+    assert_trainer_closed_form(trial, 12)
+    logs = cli("trial", "logs", str(trial["id"])).stdout
+    assert "trial 1 failed: rank 0: RuntimeError: injected failure at batch 6" in logs, logs
+    assert "restarting trial 1 from its latest checkpoint (batch 4) (1/1)" in logs, logs
+    assert "at its target already" not in logs
+
+
 def test_kill_cancels_a_core_script(tmp_path):
     proc = start(core_config(tmp_path, **SLOW_CORE))
     wait_for_batches(1, 2, proc)
