@@ -48,6 +48,10 @@ def _det_lite_home(tmp_path, monkeypatch):
     # scripts/device_check_slots.py checks real ones.
     if "DET_LITE_DEVICES" not in os.environ:
         monkeypatch.setenv("DET_LITE_DEVICES", "")
+    # Piped tables fit $COLUMNS when it is set: the tests' subprocesses get whole columns.
+    # (GNU readline, which pytest loads, sets COLUMNS in the C environment alone: unset there too.)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    os.unsetenv("COLUMNS")
     return home
 
 

@@ -1,9 +1,13 @@
 """The ``det-lite`` command line: Determined's verbs against the local store.
 
-``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``,
-``det-lite trial describe|logs``, ``det-lite checkpoint list|export|gc``,
-``det-lite tensorboard EXPERIMENT_ID``, ``det-lite run SCRIPT [ARGS]`` (a Determined script in
-local mode), ``det-lite ui`` (the web dashboard); aliases ``e``, ``t``, ``c``, ``ls``, ``dashboard``.
+``det-lite experiment create|list|describe|logs|pause|activate|kill|delete``, ``experiment
+wait|list-trials|set description|set name|label add|label remove|fork`` (``_experiment_more``),
+``det-lite trial describe|logs|kill``, ``det-lite checkpoint list|describe|export|gc``,
+``det-lite slot list``, ``det-lite tensorboard EXPERIMENT_ID``, ``det-lite run SCRIPT [ARGS]``
+(a Determined script in local mode), ``det-lite ui`` (the web dashboard); aliases ``e``, ``t``,
+``c``, ``ls``, ``lt``, ``dashboard``. Determined's other common commands (``agent``, ``task``,
+``notebook``, ``e continue``, ...) each print one line saying what to use instead
+(``_pointers``).
 Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input; errors are one line,
 ``det-lite: error: ...`` (``_common.show_error``). Read-only commands
 import only click and the standard library (never torch).
@@ -21,7 +25,12 @@ from determined_lite import __version__
 from determined_lite.cli._checkpoint import checkpoint
 from determined_lite.cli._common import CommandLine
 from determined_lite.cli._experiment import experiment
+from determined_lite.cli._experiment_more import COMMANDS as EXPERIMENT_MORE
+from determined_lite.cli._pointers import CHECKPOINT as CHECKPOINT_POINTERS
+from determined_lite.cli._pointers import EXPERIMENT as EXPERIMENT_POINTERS
+from determined_lite.cli._pointers import TOP_LEVEL as TOP_LEVEL_POINTERS
 from determined_lite.cli._run import run
+from determined_lite.cli._slot import slot
 from determined_lite.cli._tensorboard import tensorboard
 from determined_lite.cli._trial import trial
 from determined_lite.cli._ui import ui
@@ -44,6 +53,13 @@ cli.add_command(checkpoint)
 cli.add_command(tensorboard)
 cli.add_command(run)
 cli.add_command(ui)
+cli.add_command(slot)
+for _command in EXPERIMENT_MORE + EXPERIMENT_POINTERS:
+    experiment.add_command(_command)
+for _command in CHECKPOINT_POINTERS:
+    checkpoint.add_command(_command)
+for _command in TOP_LEVEL_POINTERS:
+    cli.add_command(_command)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

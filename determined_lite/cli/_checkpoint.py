@@ -1,4 +1,5 @@
-"""``det-lite checkpoint ...`` (alias ``c``): list checkpoints, export (download) one, gc."""
+"""``det-lite checkpoint ...`` (alias ``c``): list checkpoints, describe one, export (download)
+one, gc."""
 
 from __future__ import annotations
 
@@ -88,22 +89,15 @@ def list_checkpoints(
     help="Where to copy it (Determined's `checkpoint download -o DIR`); the same as DEST.",
 )
 def export(uuid: str, dest: Optional[str], output_dir: Optional[str]) -> None:
-    """Copy checkpoint UUID's directory to DEST (created; an existing DEST must be empty).
+    """Copy checkpoint UUID's directory to DEST (created; an existing DEST must be empty);
+    without DEST, to checkpoints/<uuid> under the current directory, as Determined does.
 
     UUID may be a unique prefix of at least 4 characters (as the tables show: the first 8).
     Determined calls this `checkpoint download UUID -o DIR`; that form works too.
     """
-    dest = _destination(dest, output_dir)
-    _copy_checkpoint(open_store(), uuid, dest)
-
-
-def _destination(dest: Optional[str], output_dir: Optional[str]) -> str:
     if dest is not None and output_dir is not None and dest != output_dir:
         raise click.UsageError("give the destination once: DEST or -o/--output-dir")
-    found = dest if dest is not None else output_dir
-    if found is None:
-        raise click.UsageError("missing the destination: DEST or -o/--output-dir DIR")
-    return found
+    _copy_checkpoint(open_store(), uuid, dest if dest is not None else output_dir)
 
 
 def _copy_as_users(source: str, target: str) -> None:
@@ -123,13 +117,15 @@ def _copy_as_users(source: str, target: str) -> None:
                 os.chmod(path, 0o666 & ~mask)
 
 
-def _copy_checkpoint(store: Store, uuid: str, dest: str) -> None:
-    """Copy a checkpoint's directory next to ``dest``, then rename it there."""
+def _copy_checkpoint(store: Store, uuid: str, dest: Optional[str]) -> None:
+    """Copy a checkpoint's directory next to ``dest`` (default ``checkpoints/<uuid>``), then
+    rename it there."""
     import shutil
     import tempfile
 
     found = get_checkpoint(store, uuid)
     uuid = found["uuid"]
+    dest = dest if dest is not None else os.path.join("checkpoints", uuid)
     from determined_lite.storage import StorageError, fetch_checkpoint
 
     try:
@@ -158,6 +154,53 @@ def _copy_checkpoint(store: Store, uuid: str, dest: str) -> None:
     click.echo(
         f"Exported checkpoint {uuid} (trial {found['trial_id']}, batch {found['total_batches']}) to {dest}"
     )
+
+
+@checkpoint.command("describe", short_help="Show a checkpoint.")
+@click.argument("uuid")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (non-finite numbers as null).")
+def describe(uuid: str, as_json: bool) -> None:
+    """Show checkpoint UUID (or a unique prefix of it): its experiment, trial, batch, time,
+    validation metrics, metadata (the SDK's, else its metadata.json), model versions and path."""
+    store = open_store()
+    found = get_checkpoint(store, uuid)
+    metadata = store.checkpoints.metadata(found["uuid"])
+    if metadata is None:
+        metadata = _file_metadata(found["path"])
+    registered = store.checkpoints.registered(found["experiment_id"]).get(found["uuid"])
+    shown = {
+        "Checkpoint UUID": found["uuid"],
+        "Experiment ID": found["experiment_id"],
+        "Trial ID": found["trial_id"],
+        "Steps Completed": found["total_batches"],
+        "State": found["state"],
+        "Report Time": format_time(found["created_at"]),
+        "Validation Metrics": found["metrics"] or {},
+        "Metadata": metadata,
+        "Model Versions": registered or "",
+        "Path": found["path"],
+    }
+    if as_json:
+        echo_json({**found, "metadata": metadata, "model_versions": registered})
+        return
+    # Nested metadata (the experiment config a metadata.json holds) is "{...}": --json has it.
+    shown["Metadata"] = {k: "{...}" if isinstance(v, (dict, list)) else v for k, v in metadata.items()}
+    width = max(len(k) for k in shown)
+    for key, value in shown.items():
+        text = format_mapping(value) if isinstance(value, dict) else str(value)
+        click.echo(f"{key + ':':<{width + 1}} {text}")
+
+
+def _file_metadata(path: str) -> dict:
+    """The checkpoint directory's metadata.json ({} when it cannot be read)."""
+    import json
+
+    try:
+        with open(os.path.join(path, "metadata.json")) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 @checkpoint.command("gc", short_help="Remove orphaned checkpoints and files of deleted experiments.")

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import click
 
-from determined_lite.cli._common import display_name, display_state, format_mapping, format_time
+from determined_lite.cli._common import display_name, display_state, format_mapping, format_time, format_value
 from determined_lite.cli._table import Cut, Fit, echo_chunks, echo_table, write_csv
 from determined_lite.store import Store, Workload, trial_display_state
 
@@ -143,12 +143,32 @@ def experiment_json(exp: Dict[str, Any]) -> Dict[str, Any]:
     return {"experiment": experiment, "config": config, "jobSummary": None}
 
 
+class KeptOrder(dict):
+    """A mapping that text tables show in its own order (others are shown sorted by key)."""
+
+
+def varying_first(trials: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Each trial's hyperparameters with those whose values differ across ``trials`` first
+    (then the others, each group by name; a :class:`KeptOrder`): a narrow H-Params column
+    shows what was searched."""
+    params = [t["hparams"] or {} for t in trials]
+    names = sorted({name for hp in params for name in hp})
+
+    def varies(name: str) -> bool:
+        seen = {json.dumps([name in hp, hp.get(name)], sort_keys=True, default=str) for hp in params}
+        return len(seen) > 1
+
+    order = sorted(names, key=lambda name: not varies(name))
+    return [KeptOrder((k, hp[k]) for k in order if k in hp) for hp in params]
+
+
 def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
+    hparams = varying_first(trials)
     rows = [
         [
             t["id"],
             trial_display_state(t),
-            t["hparams"],
+            hparams[i],
             t["seed"],
             t["total_batches"],
             t["restarts"],
@@ -158,7 +178,7 @@ def trials_table(trials: Sequence[Dict[str, Any]]) -> Table:
             format_time(t["ended_at"]),
             _where(t.get("runs") or []),
         ]
-        for t in trials
+        for i, t in enumerate(trials)
     ]
     fit = Fit(
         cut={"Latest Checkpoint": Cut.END, "H-Params": Cut.ITEMS},
@@ -241,6 +261,8 @@ LEFT_OUT_NOTE = (
 
 
 def _text_cell(value: Any) -> Any:
+    if isinstance(value, KeptOrder):
+        return " ".join(f"{k}={format_value(v)}" for k, v in value.items())
     if isinstance(value, dict):
         return format_mapping(value)
     return value  # render_table formats numbers (6 significant digits) and aligns them

@@ -31,13 +31,14 @@ from determined_lite.cli._describe import (
 )
 from determined_lite.cli._logs import print_logs
 from determined_lite.cli._table import Cut, Fit, echo_rows
-from determined_lite.store import Action, ExperimentState, det_lite_home
+from determined_lite.store import Action, det_lite_home
 
 DEFAULT_LIST_LIMIT = 100
+ALIASES = {"ls": "list", "lt": "list-trials", "unpause": "activate"}
 LIST_FIT = Fit(cut={"Name": Cut.END}, drop=("End Time", "Start Time"))
 
 
-@click.group("experiment", cls=AliasedGroup, aliases={"ls": "list"})
+@click.group("experiment", cls=AliasedGroup, aliases=ALIASES)
 def experiment() -> None:
     """Create and manage experiments."""
 
@@ -53,7 +54,7 @@ def _config_errors() -> Tuple[Type[BaseException], ...]:
     return (ConfigError,)
 
 
-def _exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
+def exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
     """Exit with the code of ``call`` (into the experiment layer, which imports torch when it runs
     trials); a config error or a request the experiment's state refuses is bad input (2); a full
     disk is one line and a failure (1)."""
@@ -77,7 +78,7 @@ def _exit_with(ctx: click.Context, call: Callable[[], int]) -> NoReturn:
     ctx.exit(int(code))
 
 
-def _parse_overrides(overrides: Sequence[str]) -> List[str]:
+def parse_overrides(overrides: Sequence[str]) -> List[str]:
     for item in overrides:
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():
@@ -117,27 +118,34 @@ def create(
 ) -> None:
     """Create an experiment from CONFIG_FILE with the trial code in CONTEXT_DIR, and run it.
 
-    In the foreground, exits 0 only when the experiment COMPLETED.
+    In the foreground (this terminal shows its progress until it ends), exits 0 only when the
+    experiment COMPLETED. Ctrl-C pauses it: its trials stop at their next scheduling-unit
+    boundary with a checkpoint (a second Ctrl-C stops them at once); `det-lite experiment
+    activate ID` resumes it.
     """
     if detach and follow:
         raise click.UsageError("--detach returns at once; -f/--follow stays with the run: give one")
-    parsed = _parse_overrides(overrides)
+    parsed = parse_overrides(overrides)
     from determined_lite.experiment import create_experiment
 
-    _exit_with(
-        ctx, lambda: create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode)
-    )
+    exit_with(ctx, lambda: create_experiment(config_file, context_dir, parsed, detach=detach, test=test_mode))
 
 
-@experiment.command("activate", short_help="Resume a paused experiment.")
+@experiment.command("activate", short_help="Resume a paused experiment (in the foreground).")
 @click.argument("experiment_id", type=int)
-@click.option("--detach", is_flag=True, help="Resume in the background.")
+@click.option("--detach", is_flag=True, help="Resume in the background and return at once.")
 @click.pass_context
 def activate(ctx: click.Context, experiment_id: int, detach: bool) -> None:
-    """Resume a PAUSED experiment from its trials' latest checkpoints."""
+    """Resume a PAUSED experiment from its trials' latest checkpoints.
+
+    Unlike Determined's (which asks the master and returns), this runs the experiment in this
+    terminal, with its progress bars, until it ends, as `experiment create` does; --detach runs
+    it in the background instead. Ctrl-C pauses it again: its trials stop at their next
+    scheduling-unit boundary with a checkpoint (a second Ctrl-C stops them at once).
+    """
     from determined_lite.experiment import activate_experiment
 
-    _exit_with(ctx, lambda: activate_experiment(experiment_id, detach=detach))
+    exit_with(ctx, lambda: activate_experiment(experiment_id, detach=detach))
 
 
 # --- read ---------------------------------------------------------------------------------------
@@ -274,29 +282,22 @@ def kill(experiment_id: int) -> None:
 def delete(ctx: click.Context, experiment_id: int, yes: bool) -> None:
     """Delete a finished or paused experiment: its records, checkpoints (registered or not),
     TensorBoard files and run directory ($DET_LITE_HOME/experiments/ID, with the context snapshot)."""
+    from determined_lite.experiment._gc import DeleteRefused, check_deletable, delete_experiment
+
     store = open_store()
     exp = get_experiment(store, experiment_id)
-    if exp["state"] == ExperimentState.ACTIVE or exp["running"]:
-        raise BadInput(
-            f"experiment {experiment_id} is {display_state(exp)}; kill or pause it before deleting it"
-        )
-    registered = store.checkpoints.registered(experiment_id)
-    if registered:
-        uuid, owner = next(iter(registered.items()))
-        more = f" and {len(registered) - 1} more" if len(registered) > 1 else ""
-        raise BadInput(
-            f"experiment {experiment_id} has checkpoints in the model registry (checkpoint {uuid}: "
-            f"{owner}{more}); delete those model versions first"
-        )
+    try:
+        check_deletable(store, exp)
+    except DeleteRefused as e:
+        raise BadInput(str(e)) from None
     if not yes and not click.confirm(
         f"Delete experiment {experiment_id} with its checkpoints and TensorBoard files?", default=False
     ):
         click.echo("Nothing deleted.", err=True)
         ctx.exit(EXIT_FAILED)
-    from determined_lite.experiment._gc import Fate, delete_experiment_files
+    from determined_lite.experiment._gc import Fate
 
-    checkpoints = store.experiments.delete(experiment_id)
-    report = delete_experiment_files(store, exp, checkpoints)
+    checkpoints, report = delete_experiment(store, exp)
     for problem in report.notes + report.problems:
         warn(problem)
     for fate, path, why in report.actions:

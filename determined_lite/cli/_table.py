@@ -1,8 +1,9 @@
 """Text tables that fit the terminal: the CLI's one table renderer.
 
 A table is as wide as its content when stdout is not a terminal (pipes and files get every
-column whole; ``--json`` and ``--csv`` are the forms for programs). On a terminal it fits the
-terminal's width: first the columns a table names as cuttable are cut (a
+column whole; ``--json`` and ``--csv`` are the forms for programs) unless ``COLUMNS`` is set
+(``COLUMNS=80 det-lite e list | less``: that width, as on a terminal). On a terminal it fits
+the terminal's width: first the columns a table names as cuttable are cut (a
 name at its end, a path at its start, ``k=v`` lists between whole items, never inside a
 number), then the least useful columns are left out, and one line on stderr says which.
 """
@@ -14,6 +15,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 import shutil
 import sys
 from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -44,7 +46,11 @@ class Fit:
 
 
 def terminal_width() -> Optional[int]:
-    """The width to fit (the terminal's, ``COLUMNS`` first); None when stdout is no terminal."""
+    """The width to fit: ``COLUMNS`` when it is a positive number (piped output too), else the
+    terminal's; None when stdout is no terminal and ``COLUMNS`` is not set."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
     if not sys.stdout.isatty():
         return None
     return shutil.get_terminal_size().columns

@@ -11,6 +11,7 @@ object, as Determined's do; control (create, pause, kill, activate) goes through
 * ``_experiment.py``, ``_trial.py``, ``_checkpoint.py``, ``_model.py``: the objects;
 * ``_sorting.py``: Determined's checkpoint order (searcher metric and direction by default);
 * ``_control.py``: create / pause / kill / activate;
+* ``_errors.py``: Determined's error types (``determined.common.api.errors``);
 * ``_determined.py``: ``Determined``; ``_functions.py``: the module-level functions.
 
 What differs from Determined: docs/migrating-from-determined.md.
@@ -45,9 +46,11 @@ from determined_lite.client._functions import (
     list_models,
     login,
     stream_trials_metrics,
+    stream_trials_training_metrics,
+    stream_trials_validation_metrics,
 )
 from determined_lite.client._model import Model, ModelVersion
-from determined_lite.client._trial import Trial, TrialMetrics
+from determined_lite.client._trial import TrainingMetrics, Trial, TrialMetrics, ValidationMetrics
 
 __all__ = [
     "Checkpoint",
@@ -64,10 +67,12 @@ __all__ = [
     "ModelSortBy",
     "ModelVersion",
     "OrderBy",
+    "TrainingMetrics",
     "Trial",
     "TrialMetrics",
     "TrialSortBy",
     "TrialState",
+    "ValidationMetrics",
     "create_experiment",
     "create_model",
     "get_checkpoint",
@@ -81,4 +86,6 @@ __all__ = [
     "list_models",
     "login",
     "stream_trials_metrics",
+    "stream_trials_training_metrics",
+    "stream_trials_validation_metrics",
 ]

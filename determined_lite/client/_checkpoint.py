@@ -13,12 +13,12 @@ import datetime
 import json
 import os
 import pathlib
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from determined_lite.client._enums import CheckpointState, DownloadMode
+from determined_lite.client._errors import NotFoundException
 from determined_lite.client._session import Session
 from determined_lite.reporting._retention import remove_checkpoint_dir
-from determined_lite.store import NotFoundError
 
 
 @dataclasses.dataclass
@@ -119,7 +119,7 @@ class Checkpoint:
         """Read the checkpoint again from the store."""
         record = self._session.store().checkpoints.get(self.uuid)
         if record is None:
-            raise NotFoundError(f"checkpoint {self.uuid} not found")
+            raise NotFoundException(f"checkpoint {self.uuid} not found")
         self._hydrate(record, None, None)
 
     def download(self, path: Optional[str] = None, mode: DownloadMode = DownloadMode.AUTO) -> str:
@@ -151,6 +151,13 @@ class Checkpoint:
             self.write_metadata_file(str(target.joinpath("metadata.json")))
         return str(target)
 
+    def get_metrics(self, group: Optional[str] = None) -> Iterator[Any]:
+        """Determined's metrics of the tasks that reported using this checkpoint
+        (``core_context.experimental.report_task_using_checkpoint``, for inference): det-lite
+        records no such task, so there are none (an empty iterator, as Determined gives for a
+        checkpoint no task used). The trial's own metrics: ``Trial.iter_metrics``."""
+        return iter(())
+
     def write_metadata_file(self, path: str) -> None:
         """Write this checkpoint's metadata as JSON to ``path``."""
         with open(path, "w") as f:
@@ -173,12 +180,12 @@ class Checkpoint:
 
     def delete(self) -> None:
         """Delete the checkpoint: forgotten by the store, its directory removed (Determined's
-        master deletes it asynchronously; det-lite at once). ``NotFoundError`` when unknown; a
+        master deletes it asynchronously; det-lite at once). ``NotFoundException`` when unknown; a
         ``ValueError`` when a model version names it (Determined's master refuses it too)."""
         store = self._session.store()
         record = store.checkpoints.get(self.uuid)
         if record is None:
-            raise NotFoundError(f"checkpoint {self.uuid} not found")
+            raise NotFoundException(f"checkpoint {self.uuid} not found")
         registered = store.checkpoints.registered(record["experiment_id"]).get(self.uuid)
         if registered:
             raise ValueError(

@@ -16,8 +16,9 @@ from typing import Any, Dict, Union
 
 import yaml
 
+from determined_lite.client._errors import NotFoundException
 from determined_lite.client._session import Session
-from determined_lite.store import Action, ActionOutcome, ExperimentState, NotFoundError
+from determined_lite.store import Action, ActionOutcome, ExperimentState
 
 _CREATED = re.compile(r"^Created experiment (\d+)$", re.MULTILINE)
 
@@ -60,7 +61,7 @@ def apply(session: Session, experiment_id: int, action: Action) -> ActionOutcome
 
     store = session.store()
     if store.experiments.get(experiment_id) is None:
-        raise NotFoundError(f"experiment {experiment_id} not found")
+        raise NotFoundException(f"experiment {experiment_id} not found")
     outcome = store.requests.apply(experiment_id, action)
     if outcome in (ActionOutcome.PAUSED, ActionOutcome.CANCELED):
         reconcile_experiment(store, experiment_id)
@@ -74,7 +75,7 @@ def activate(session: Session, experiment_id: int) -> None:
 
     found = session.store().experiments.get(experiment_id)
     if found is None:
-        raise NotFoundError(f"experiment {experiment_id} not found")
+        raise NotFoundException(f"experiment {experiment_id} not found")
     if (
         found["running"]
         and found["state"] == ExperimentState.ACTIVE

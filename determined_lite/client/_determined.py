@@ -7,16 +7,18 @@ The connection arguments (``master``, ``user``, ...) are accepted and unused: th
 from __future__ import annotations
 
 import pathlib
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 from determined_lite.client import _control
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import ExperimentSortBy, ExperimentState, ModelSortBy, OrderBy
+from determined_lite.client._errors import APIException, NotFoundException
 from determined_lite.client._experiment import Experiment
 from determined_lite.client._model import Model
 from determined_lite.client._session import Session
-from determined_lite.client._trial import Trial, TrialMetrics
-from determined_lite.store import NotFoundError
+from determined_lite.client._trial import Trial, TrialMetrics, legacy_metrics
+from determined_lite.store import StoreError
 
 _EXPERIMENT_KEYS = {
     ExperimentSortBy.ID: lambda e: e["id"],
@@ -73,10 +75,10 @@ class Determined:
         return self.get_experiment(experiment_id)
 
     def get_experiment(self, experiment_id: int) -> Experiment:
-        """The experiment with this id (``NotFoundError`` if none)."""
+        """The experiment with this id (``NotFoundException`` if none)."""
         record = self._session.store().experiments.get(int(experiment_id))
         if record is None:
-            raise NotFoundError(f"experiment {experiment_id} not found")
+            raise NotFoundException(f"experiment {experiment_id} not found")
         return Experiment.from_record(self._session, record)
 
     def list_experiments(
@@ -104,17 +106,17 @@ class Determined:
         return [Experiment.from_record(self._session, r) for r in records]
 
     def get_trial(self, trial_id: int) -> Trial:
-        """The trial with this id (``NotFoundError`` if none)."""
+        """The trial with this id (``NotFoundException`` if none)."""
         record = self._session.store().trials.get(int(trial_id))
         if record is None:
-            raise NotFoundError(f"trial {trial_id} not found")
+            raise NotFoundException(f"trial {trial_id} not found")
         return Trial.from_record(self._session, record)
 
     def get_checkpoint(self, uuid: str) -> Checkpoint:
-        """The checkpoint with this uuid (``NotFoundError`` if none)."""
+        """The checkpoint with this uuid (``NotFoundException`` if none)."""
         record = self._session.store().checkpoints.get(uuid)
         if record is None:
-            raise NotFoundError(f"checkpoint {uuid} not found")
+            raise NotFoundException(f"checkpoint {uuid} not found")
         return Checkpoint.from_record(self._session, record)
 
     def iter_trials_metrics(self, trial_ids: List[int], group: str) -> Iterator[TrialMetrics]:
@@ -123,8 +125,33 @@ class Determined:
             yield from self.get_trial(trial_id).iter_metrics(group)
 
     def stream_trials_metrics(self, trial_ids: List[int], group: str) -> Iterator[TrialMetrics]:
-        """Deprecated in Determined: ``iter_trials_metrics``."""
+        """Deprecated in Determined (a ``FutureWarning``): ``iter_trials_metrics``."""
+        warnings.warn(
+            "Determined.stream_training_metrics is deprecated.Use Determined.iter_trials_metrics instead",
+            FutureWarning,
+            stacklevel=2,
+        )
         return self.iter_trials_metrics(trial_ids, group)
+
+    def stream_trials_training_metrics(self, trial_ids: List[int]) -> Iterator[TrialMetrics]:
+        """Deprecated in Determined: the trials' training reports as ``TrainingMetrics``."""
+        warnings.warn(
+            "Determined.stream_trials_training_metrics is deprecated."
+            "Use Determined.iter_trials_metrics instead with `group` set to 'training'",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return legacy_metrics(self.iter_trials_metrics(trial_ids, "training"))
+
+    def stream_trials_validation_metrics(self, trial_ids: List[int]) -> Iterator[TrialMetrics]:
+        """Deprecated in Determined: the trials' validation reports as ``ValidationMetrics``."""
+        warnings.warn(
+            "Determined.stream_trials_validation_metrics is deprecated."
+            "Use Determined.iter_trials_metrics instead with `group` set to 'validation'",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return legacy_metrics(self.iter_trials_metrics(trial_ids, "validation"))
 
     # --- model registry -----------------------------------------------------------------------
 
@@ -136,19 +163,37 @@ class Determined:
         labels: Optional[List[str]] = None,
         workspace_name: Optional[str] = None,
     ) -> Model:
-        """Add a model (its name must be new) to the registry."""
-        record = self._session.store().models.create(name, description or "", metadata, labels)
+        """Add a model to the registry; a name already taken raises Determined's error
+        (``determined.common.api.errors.APIException``, status 409)."""
+        models = self._session.store().models
+        taken = APIException("avoid names equal to other models (case-sensitive)", 409)
+        if models.get(name) is not None:
+            raise taken
+        try:
+            record = models.create(name, description or "", metadata, labels)
+        except StoreError:
+            if models.get(name) is not None:  # another process took the name meanwhile
+                raise taken from None
+            raise
         return Model.from_record(self._session, record)
 
     def get_model(self, identifier: Union[str, int]) -> Model:
-        """The model with this name (or id, for an int); ``NotFoundError`` if none."""
+        """The model with this name (or id, for an int); ``NotFoundException`` if none."""
         record = self._session.store().models.get(identifier)
         if record is None:
-            raise NotFoundError(f"model {identifier!r} not found")
+            raise NotFoundException(f"model {identifier!r} not found")
         return Model.from_record(self._session, record)
 
     def get_model_by_id(self, model_id: int) -> Model:
-        """The model with this id."""
+        """Deprecated in Determined (a ``FutureWarning``): ``get_model(model_id)``."""
+        warnings.warn(
+            "Determined.get_model_by_id() has been deprecated and will be removed "
+            "in a future version.\n"
+            "Please call Determined.get_model() with either a string-type name or "
+            "an integer-type model ID.",
+            FutureWarning,
+            stacklevel=2,
+        )
         return self.get_model(int(model_id))
 
     def list_models(
@@ -178,5 +223,11 @@ class Determined:
         name: str = "",
         description: str = "",
     ) -> List[Model]:
-        """Deprecated in Determined: ``list_models``."""
+        """Deprecated in Determined (a ``FutureWarning``): ``list_models``."""
+        warnings.warn(
+            "Determined.get_models() has been deprecated and will be removed in a future version."
+            "Please call Determined.list_models() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
         return self.list_models(sort_by, order_by, name=name, description=description)

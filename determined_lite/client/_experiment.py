@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 import sys
+import tarfile
 import time
-from typing import Any, Dict, List, Optional, Set
+import warnings
+from typing import Any, Dict, Iterator, List, Optional, Set
 
 from determined_lite.client import _control
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import TERMINAL_STATES, ExperimentState, OrderBy, TrialSortBy
+from determined_lite.client._errors import APIException, NotFoundException
 from determined_lite.client._session import Session
 from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
 from determined_lite.client._trial import Trial
-from determined_lite.store import Action, NotFoundError
+from determined_lite.store import Action, NotFoundError, context_snapshot_dir
 
 _TRIAL_KEYS = {
     TrialSortBy.ID: lambda t: t["id"],
@@ -66,11 +71,30 @@ class Experiment:
         self.labels = set(annotations.get("labels") or []) or None
         self.notes = annotations.get("notes", "")
 
-    # --- labels and notes (Determined's names) --------------------------------------------------
+    # --- name, description, labels and notes (Determined's names) ------------------------------
+
+    def set_name(self, name: str) -> None:
+        """Set (overwrite) the experiment's name; an empty or blank name is refused, as by
+        Determined's master (``APIException``, 400)."""
+        if not isinstance(name, str) or not name.strip():
+            raise APIException("`name` must not be an empty or whitespace string", 400)
+        self._annotate(name=name)
+        self.name = name
+
+    def set_description(self, description: str) -> None:
+        """Set (overwrite) the experiment's description (the config's ``description``)."""
+        self._annotate(description=description)
+        self.description = description
+
+    def _annotate(self, **fields: Any) -> None:
+        try:
+            self._session.store().experiments.set_annotations(self._id, **fields)
+        except NotFoundError:
+            raise NotFoundException(f"experiment {self._id} not found") from None
 
     def set_notes(self, notes: str) -> None:
         """Set (overwrite) the experiment's notes."""
-        self._session.store().experiments.set_annotations(self._id, notes=notes)
+        self._annotate(notes=notes)
         self.notes = notes
 
     def add_label(self, label: str) -> None:
@@ -83,20 +107,20 @@ class Experiment:
 
     def set_labels(self, labels: Set[str]) -> None:
         """Replace the experiment's labels with ``labels``."""
-        self._session.store().experiments.set_annotations(self._id, labels=sorted(labels))
+        self._annotate(labels=sorted(labels))
         self.labels = set(labels) or None
 
     def _stored_labels(self) -> Set[str]:
         annotations = self._session.store().experiments.annotations(self._id)
         if annotations is None:
-            raise NotFoundError(f"experiment {self._id} not found")
+            raise NotFoundException(f"experiment {self._id} not found")
         return set(annotations["labels"])
 
     def reload(self) -> None:
         """Read the experiment again from the store."""
         record = self._session.store().experiments.get(self._id)
         if record is None:
-            raise NotFoundError(f"experiment {self._id} not found")
+            raise NotFoundException(f"experiment {self._id} not found")
         self._hydrate(record)
 
     # --- control: the same functions as det-lite experiment pause / kill / activate ------------
@@ -116,6 +140,42 @@ class Experiment:
     def activate(self) -> None:
         """Resume a PAUSED experiment in the background, from its trials' latest checkpoints."""
         _control.activate(self._session, self._id)
+
+    def delete(self) -> None:
+        """Delete the experiment with its checkpoints, TensorBoard files and run directory, as
+        ``det-lite experiment delete --yes``. Refused (``APIException``, 400) while it runs or
+        while the model registry names one of its checkpoints."""
+        from determined_lite.experiment._gc import DeleteRefused, delete_experiment
+
+        store = self._session.store()
+        record = store.experiments.get(self._id)
+        if record is None:
+            raise NotFoundException(f"experiment {self._id} not found")
+        try:
+            _checkpoints, report = delete_experiment(store, record)
+        except DeleteRefused as e:
+            raise APIException(str(e), 400) from None
+        for problem in report.problems:
+            print(f"det-lite: warning: {problem}", file=sys.stderr)
+
+    def download_code(self, output_dir: Optional[str] = None) -> str:
+        """Write the experiment's code (its context snapshot) as ``exp-{ID}_model_def.tar.gz``
+        to ``output_dir`` (created; default: the current directory), replacing a file of that
+        name; returns the archive's path."""
+        snapshot = context_snapshot_dir(self._id, self._session.store().home)
+        if not os.path.isdir(snapshot):
+            raise NotFoundException(f"experiment {self._id} has no code (no context snapshot at {snapshot})")
+        name = f"exp-{self.id}_model_def.tar.gz"
+        if output_dir:
+            directory = pathlib.Path(output_dir).expanduser()
+            directory.mkdir(parents=True, exist_ok=True)
+            target = directory / name
+        else:
+            target = pathlib.Path(name)
+        with tarfile.open(target, "w:gz") as archive:
+            for entry in sorted(os.listdir(snapshot)):
+                archive.add(os.path.join(snapshot, entry), arcname=entry)
+        return str(target)
 
     def wait(self, interval: float = 5.0) -> ExperimentState:
         """Wait until the experiment ends; returns its state (``ExperimentState.COMPLETED``, ...).
@@ -165,9 +225,37 @@ class Experiment:
         sort_by: TrialSortBy = TrialSortBy.ID,
         order_by: OrderBy = OrderBy.ASCENDING,
         limit: Optional[int] = None,
-    ) -> Any:
+    ) -> Iterator[Trial]:
         """``list_trials`` as an iterator."""
         return iter(self.list_trials(sort_by, order_by, limit))
+
+    def get_trials(
+        self, sort_by: TrialSortBy = TrialSortBy.ID, order_by: OrderBy = OrderBy.ASCENDING
+    ) -> List[Trial]:
+        """Deprecated in Determined (a ``FutureWarning``): ``list_trials``."""
+        warnings.warn(
+            "Experiment.get_trials() has been deprecated and will be removed in a future version."
+            "Please call Experiment.list_trials() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.list_trials(sort_by, order_by)
+
+    def await_first_trial(self, interval: float = 0.1) -> Trial:
+        """Wait until the experiment has a trial; returns the first one started. ``RuntimeError``
+        when the experiment ends before a trial starts (Determined's message)."""
+        while True:
+            self.reload()
+            records = self._session.store().trials.list(self._id)
+            if records:
+                first = min(records, key=_TRIAL_KEYS[TrialSortBy.START_TIME])
+                return Trial.from_record(self._session, first)
+            time.sleep(interval)
+            if self.state in TERMINAL_STATES:
+                raise RuntimeError(
+                    "This experiment has terminated before a trial was started."
+                    f" Experiment is in state {self.state}."
+                )
 
     def list_checkpoints(
         self,
@@ -181,7 +269,7 @@ class Experiment:
         store = self._session.store()
         experiment = store.experiments.get(self._id)
         if experiment is None:
-            raise NotFoundError(f"experiment {self._id} not found")
+            raise NotFoundException(f"experiment {self._id} not found")
         trials = {t["id"]: t for t in store.trials.list(self._id)}
         checkpoints = [
             Checkpoint.from_record(self._session, r, experiment, trials.get(r["trial_id"]))
@@ -196,6 +284,30 @@ class Experiment:
         """The best checkpoint (``_sorting.top_checkpoint``: Determined's rules and warning)."""
         empty = AssertionError(f"No checkpoints found for experiment {self.id}")
         return top_checkpoint(self, sort_by, smaller_is_better, empty)
+
+    def top_n_checkpoints(
+        self, limit: int, sort_by: Optional[str] = None, smaller_is_better: Optional[bool] = None
+    ) -> List[Checkpoint]:
+        """Deprecated in Determined (a ``FutureWarning``): the best checkpoint of each of the
+        ``limit`` best trials, by ``sort_by`` (default: the searcher metric and direction;
+        with ``sort_by``, descending unless ``smaller_is_better``). ``AssertionError`` when the
+        experiment has no checkpoint."""
+        warnings.warn(
+            "Experiment.top_n_checkpoints() has been deprecated and will be removed in a future "
+            "version."
+            "Please call Experiment.list_checkpoints(...,max_results=n) instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
+        ranked = self.list_checkpoints(sort_by=sort_by, order_by=order_by)
+        if not ranked:
+            raise AssertionError(f"No checkpoint found for experiment {self.id}")
+        best: Dict[int, Checkpoint] = {}
+        for ckpt in ranked:
+            assert ckpt.training is not None
+            best.setdefault(ckpt.training.trial_id, ckpt)
+        return list(best.values())[:limit]
 
     def __repr__(self) -> str:
         return f"Experiment(id={self.id})"

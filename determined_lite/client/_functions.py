@@ -4,9 +4,11 @@ each signature is written once, on the method."""
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import Any, Iterator, List
 
 from determined_lite.client._determined import Determined
+from determined_lite.client._trial import TrialMetrics
 
 _determined = Determined()
 
@@ -22,9 +24,21 @@ list_experiments = _determined.list_experiments
 get_trial = _determined.get_trial
 get_checkpoint = _determined.get_checkpoint
 iter_trials_metrics = _determined.iter_trials_metrics
-stream_trials_metrics = _determined.stream_trials_metrics
+stream_trials_training_metrics = _determined.stream_trials_training_metrics
+stream_trials_validation_metrics = _determined.stream_trials_validation_metrics
 create_model = _determined.create_model
 get_model = _determined.get_model
 get_model_by_id = _determined.get_model_by_id
 list_models = _determined.list_models
 get_models = _determined.get_models
+
+
+def stream_trials_metrics(trial_ids: List[int], group: str) -> Iterator[TrialMetrics]:
+    """Deprecated in Determined (a ``FutureWarning``, the module function's own text):
+    ``iter_trials_metrics``."""
+    warnings.warn(
+        "client.stream_trials_metrics is deprecated. Use client.iter_trials_metrics instead",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return iter_trials_metrics(trial_ids, group=group)

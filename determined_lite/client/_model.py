@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, Dict, List, Optional
+import warnings
+from typing import Any, Dict, Iterator, List, Optional
 
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import OrderBy
+from determined_lite.client._errors import NotFoundException
 from determined_lite.client._session import Session
-from determined_lite.store import NotFoundError
 
 
 def _time(timestamp: float) -> datetime.datetime:
@@ -53,7 +54,7 @@ class ModelVersion:
         """Read the version again from the store."""
         record = self._session.store().models.get_version(self.model_name, self.model_version)
         if record is None:
-            raise NotFoundError(f"model {self.model_name!r} has no version {self.model_version}")
+            raise NotFoundException(f"model {self.model_name!r} has no version {self.model_version}")
         self._hydrate(record)
 
     def _update(self, **fields: Any) -> None:
@@ -67,6 +68,21 @@ class ModelVersion:
     def set_notes(self, notes: str) -> None:
         """Set this version's notes."""
         self._update(notes=notes)
+
+    def get_metrics(self, group: Optional[str] = None) -> Iterator[Any]:
+        """Deprecated in Determined (a ``FutureWarning``): ``iter_metrics``."""
+        warnings.warn(
+            "Model.get_metrics() has been deprecated and will be removed in a future version."
+            "Please call Model.iter_metrics() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.iter_metrics(group=group)
+
+    def iter_metrics(self, group: Optional[str] = None) -> Iterator[Any]:
+        """Determined's metrics of the tasks that reported using this version
+        (``report_task_using_model_version``): det-lite records none, so there are none."""
+        return iter(())
 
     def delete(self) -> None:
         """Remove this version from the registry (its checkpoint stays)."""
@@ -114,7 +130,7 @@ class Model:
         """Read the model again from the store."""
         record = self._session.store().models.get(self.name)
         if record is None:
-            raise NotFoundError(f"model {self.name!r} not found")
+            raise NotFoundException(f"model {self.name!r} not found")
         self._hydrate(record)
 
     def _update(self, **fields: Any) -> None:
@@ -122,12 +138,12 @@ class Model:
 
     def get_version(self, version: int = -1) -> Optional[ModelVersion]:
         """Version ``version``; -1 (default): the latest, None when there is none. A missing
-        version number raises ``NotFoundError``."""
+        version number raises ``NotFoundException``."""
         record = self._session.store().models.get_version(self.name, version)
         if record is None:
             if version == -1:
                 return None
-            raise NotFoundError(f"model {self.name!r} has no version {version}")
+            raise NotFoundException(f"model {self.name!r} has no version {version}")
         return ModelVersion.from_record(self._session, record)
 
     def list_versions(self, order_by: OrderBy = OrderBy.DESC) -> List[ModelVersion]:
@@ -137,7 +153,13 @@ class Model:
         return [ModelVersion.from_record(self._session, r) for r in records]
 
     def get_versions(self, order_by: OrderBy = OrderBy.DESC) -> List[ModelVersion]:
-        """Deprecated in Determined: ``list_versions``."""
+        """Deprecated in Determined (a ``FutureWarning``): ``list_versions``."""
+        warnings.warn(
+            "Model.get_versions() has been deprecated and will be removed in a future version."
+            "Please call Model.list_versions() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
         return self.list_versions(order_by)
 
     def register_version(self, checkpoint_uuid: str) -> ModelVersion:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from determined_lite.client._checkpoint import Checkpoint
-from determined_lite.client._enums import OrderBy, TrialState
+from determined_lite.client._enums import CheckpointSortBy, OrderBy, TrialState
+from determined_lite.client._errors import NotFoundException
 from determined_lite.client._session import Session
 from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
-from determined_lite.store import TERMINAL_STATES, NotFoundError
+from determined_lite.store import TERMINAL_STATES
 
 # The metric groups det-lite records (Determined's names); other groups have no reports.
 _GROUPS = {"training": "training_metrics", "validation": "validation_metrics"}
@@ -36,6 +38,37 @@ class TrialMetrics:
     def total_batches(self) -> int:
         """Deprecated in Determined: ``steps_completed``."""
         return self.steps_completed
+
+
+class TrainingMetrics(TrialMetrics):
+    """Deprecated in Determined: a ``TrialMetrics`` of the ``"training"`` group (what
+    ``stream_training_metrics`` yields)."""
+
+    def __init__(self, total_batches: Optional[int] = None, **kwargs: Any) -> None:
+        if total_batches is not None:
+            kwargs["steps_completed"] = total_batches
+        kwargs["group"] = "training"
+        super().__init__(**kwargs)
+
+
+class ValidationMetrics(TrialMetrics):
+    """Deprecated in Determined: a ``TrialMetrics`` of the ``"validation"`` group."""
+
+    def __init__(self, total_batches: Optional[int] = None, **kwargs: Any) -> None:
+        if total_batches is not None:
+            kwargs["steps_completed"] = total_batches
+        kwargs["group"] = "validation"
+        super().__init__(**kwargs)
+
+
+_LEGACY = {"training": TrainingMetrics, "validation": ValidationMetrics}
+
+
+def legacy_metrics(reports: Iterable[TrialMetrics]) -> Iterator[TrialMetrics]:
+    """``reports`` as Determined's deprecated per-group classes (``TrainingMetrics``, ...)."""
+    for m in reports:
+        fields = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "group"}
+        yield _LEGACY[m.group](**fields)
 
 
 class Trial:
@@ -68,7 +101,7 @@ class Trial:
         """Read the trial again from the store."""
         record = self._session.store().trials.get(self.id)
         if record is None:
-            raise NotFoundError(f"trial {self.id} not found")
+            raise NotFoundException(f"trial {self.id} not found")
         self._hydrate(record)
 
     def _experiment_record(self) -> Dict[str, Any]:
@@ -76,7 +109,7 @@ class Trial:
             self.reload()
         found = self._session.store().experiments.get(int(self.experiment_id))  # type: ignore[arg-type]
         if found is None:
-            raise NotFoundError(f"experiment {self.experiment_id} not found")
+            raise NotFoundException(f"experiment {self.experiment_id} not found")
         return found
 
     def kill(self) -> None:
@@ -133,6 +166,89 @@ class Trial:
             for row in rows
         )
 
+    def stream_metrics(self, group: str) -> Iterator[TrialMetrics]:
+        """Deprecated in Determined (a ``FutureWarning``, its text): ``iter_metrics``."""
+        warnings.warn(
+            "Experiment.stream_metrics() has been deprecated and will be removed in a"
+            " future version. Please call Experiment.iter_trials() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.iter_metrics(group)
+
+    def stream_training_metrics(self) -> Iterator[TrialMetrics]:
+        """Deprecated in Determined: ``iter_metrics("training")`` as ``TrainingMetrics``."""
+        warnings.warn(
+            "Trial.stream_training_metrics is deprecated."
+            "Use Trial.iter_metrics instead with `group` set to 'training'",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return legacy_metrics(self.iter_metrics("training"))
+
+    def stream_validation_metrics(self) -> Iterator[TrialMetrics]:
+        """Deprecated in Determined: ``iter_metrics("validation")`` as ``ValidationMetrics``."""
+        warnings.warn(
+            "Trial.stream_validation_metrics is deprecated."
+            "Use Trial.iter_metrics instead with `group` set to 'validation'",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return legacy_metrics(self.iter_metrics("validation"))
+
+    def select_checkpoint(
+        self,
+        latest: bool = False,
+        best: bool = False,
+        uuid: Optional[str] = None,
+        sort_by: Optional[str] = None,
+        smaller_is_better: Optional[bool] = None,
+    ) -> Checkpoint:
+        """Deprecated in Determined: the latest checkpoint, the best (by ``sort_by`` and
+        ``smaller_is_better``, both or neither: default the searcher's), or the one of ``uuid``;
+        exactly one of ``latest``, ``best``, ``uuid``."""
+        warnings.warn(
+            "Trial.select_checkpoint() has been deprecated and will be removed in a future "
+            "version."
+            "Please call Trial.list_checkpoints() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        if sum([int(latest), int(best), int(uuid is not None)]) != 1:
+            raise AssertionError("Exactly one of latest, best, or uuid must be set")
+        if (sort_by is None) != (smaller_is_better is None):
+            raise AssertionError("sort_by and smaller_is_better must be set together")
+        if sort_by is not None and not best:
+            raise AssertionError("`sort_by` and `smaller_is_better` parameters can only be used with `best`")
+        if uuid:
+            record = self._session.store().checkpoints.get(uuid)
+            if record is None:
+                raise NotFoundException(f"checkpoint {uuid} not found")
+            return Checkpoint.from_record(self._session, record)
+        key: Optional[SortBy] = CheckpointSortBy.BATCH_NUMBER if latest else sort_by
+        order_by = OrderBy.DESC if latest else None
+        if sort_by:
+            order_by = OrderBy.ASC if smaller_is_better else OrderBy.DESC
+        found = self.list_checkpoints(sort_by=key, order_by=order_by, max_results=1)
+        if not found:
+            raise ValueError("No checkpoints found for criteria.")
+        return found[0]
+
+    def get_checkpoints(
+        self, sort_by: Optional[SortBy] = None, order_by: Optional[OrderBy] = None
+    ) -> List[Checkpoint]:
+        """Deprecated in Determined: ``list_checkpoints`` (both or neither of the arguments)."""
+        warnings.warn(
+            "Trial.get_checkpoints() has been deprecated and will be removed in a future "
+            "version."
+            "Please call Experiment.list_checkpoints() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        if (sort_by is None) != (order_by is None):
+            raise AssertionError("sort_by and order_by must be set together")
+        return self.list_checkpoints(sort_by=sort_by, order_by=order_by)
+
     def iter_logs(
         self, follow: bool = False, *, head: Optional[int] = None, tail: Optional[int] = None, **_filters: Any
     ) -> Iterator[str]:
@@ -155,7 +271,13 @@ class Trial:
             time.sleep(0.5)
 
     def logs(self, *args: Any, **kwargs: Any) -> Iterable[str]:
-        """Deprecated in Determined: ``iter_logs``."""
+        """Deprecated in Determined (a ``FutureWarning``): ``iter_logs``."""
+        warnings.warn(
+            "Trial.logs() has been deprecated and will be removed in a future version."
+            "Please call Trial.iter_logs() instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
         return self.iter_logs(*args, **kwargs)
 
     def __repr__(self) -> str:

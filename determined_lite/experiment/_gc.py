@@ -57,7 +57,7 @@ from determined_lite.store._paths import (
     experiment_dir,
     tensorboard_dir,
 )
-from determined_lite.store._states import TrialState
+from determined_lite.store._states import ExperimentState, TrialState
 
 _UNFINISHED = (TrialState.ACTIVE, TrialState.PAUSED)
 _TENSORBOARD_PREFIX = "experiment_"
@@ -335,3 +335,33 @@ def delete_experiment_files(
         if os.path.lexists(path):
             collector.act(Fate.REMOVE, path, f"files of experiment {experiment['id']}")
     return report
+
+
+class DeleteRefused(ValueError):
+    """An experiment that cannot be deleted now (it runs, or the model registry names one of its
+    checkpoints); the message says why and what to do."""
+
+
+def check_deletable(store: Any, experiment: Dict[str, Any]) -> None:
+    """Raise :class:`DeleteRefused` unless ``experiment`` (a store record) may be deleted: not
+    ACTIVE nor run by a process, and none of its checkpoints in the model registry."""
+    experiment_id = experiment["id"]
+    if experiment["state"] == ExperimentState.ACTIVE or experiment["running"]:
+        state = experiment["state"] if experiment["state"] == ExperimentState.ACTIVE else "still running"
+        raise DeleteRefused(f"experiment {experiment_id} is {state}; kill or pause it before deleting it")
+    registered = store.checkpoints.registered(experiment_id)
+    if registered:
+        uuid, owner = next(iter(registered.items()))
+        more = f" and {len(registered) - 1} more" if len(registered) > 1 else ""
+        raise DeleteRefused(
+            f"experiment {experiment_id} has checkpoints in the model registry (checkpoint {uuid}: "
+            f"{owner}{more}); delete those model versions first"
+        )
+
+
+def delete_experiment(store: Any, experiment: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], GcReport]:
+    """Delete ``experiment`` (checked by :func:`check_deletable` first): its records, then its
+    files (:func:`delete_experiment_files`); its checkpoints' records and the report."""
+    check_deletable(store, experiment)
+    checkpoints = store.experiments.delete(experiment["id"])
+    return checkpoints, delete_experiment_files(store, experiment, checkpoints)

@@ -242,16 +242,21 @@ class Runs:
     def _failed(self, run: Run, result: WorkerResult, pausing: bool) -> None:
         """A run that failed: requeue it (pausing), restart it, or end it (a check stops the search)."""
         request, search = run.request, self.search
-        self.logs.log(request.trial_id, f"trial {request.trial_id} failed: {result.error}")
-        self.reconcile()  # a worker that died hard may have left a checkpoint unregistered
         rid, path = request.request_id, run.spec.result_path
         no_restart, point = read_no_restart(path), read_failure_point(path)
+        # A run not restarted for what its worker recorded: the worker printed the error above,
+        # so one line says what happens, without the error's text again.
+        once = bool(no_restart) and not pausing and not search.test_mode
+        failed = no_restart[0].failed_line() if once else result.error
+        self.logs.log(request.trial_id, f"trial {request.trial_id} failed: {failed}")
+        self.reconcile()  # a worker that died hard may have left a checkpoint unregistered
         why = no_restart[0].reason() if no_restart else repeat_reason(point, self.failed_at.get(rid))
         self.failed_at[rid] = point
         if pausing:
             search.requeue(request)
         elif why is not None and not search.test_mode:
-            self.logs.log(request.trial_id, f"trial {request.trial_id} not restarted: {why}")
+            if not once:
+                self.logs.log(request.trial_id, f"trial {request.trial_id} not restarted: {why}")
             search.exit_early(request, ExitReason.ERRORED, TrialState.ERROR)
             searching = search.queue or self.running or search.held or not search.shutdown
             if no_restart and no_restart[0].fails_every_trial and searching:

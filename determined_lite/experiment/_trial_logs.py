@@ -1,12 +1,18 @@
 """The experiment runner's log lines: buffered from the trials' output threads, then stored per
-trial and echoed above the progress board by the runner's loop (one thread touches the store)."""
+trial and echoed above the progress board by the runner's loop (one thread touches the store).
+
+Trials run from the experiment's context snapshot (``$DET_LITE_HOME/experiments/<id>/context``):
+a traceback's ``File "<snapshot>/model_def.py"`` is shown as the user's own file, under the
+context directory ``experiment create`` was given."""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from determined_lite.experiment._progress import Progress
+from determined_lite.store import context_snapshot_dir
 
 # (trial id or None for the experiment, rank or None, text, echo on the terminal)
 _Line = Tuple[Optional[int], Optional[int], str, bool]
@@ -22,6 +28,7 @@ class TrialLogs:
         self.echo = echo
         self._lock = threading.Lock()
         self._buffer: List[_Line] = []
+        self._paths = _user_paths(store, experiment_id)
 
     def on_output(self, trial_id: int, line: str) -> None:
         """A line a trial's process printed (``[rank N] `` prefixed by a distributed worker)."""
@@ -33,6 +40,8 @@ class TrialLogs:
                 line = rest
             except ValueError:
                 pass
+        if self._paths is not None and self._paths[0] in line:
+            line = line.replace(*self._paths)
         with self._lock:
             self._buffer.append((trial_id, rank, line, True))
 
@@ -55,3 +64,14 @@ class TrialLogs:
                 self.progress.write(f"{where}{who}{text}")
         for trial_id, lines in by_trial.items():
             self.store.logs.add(trial_id, lines, experiment_id=self.experiment_id)
+
+
+def _user_paths(store: Any, experiment_id: int) -> Optional[Tuple[str, str]]:
+    """``('File "<snapshot>/', 'File "<context dir>/')``: a traceback line's file in the snapshot,
+    and the same file in the user's context directory; None without a recorded context."""
+    found = store.experiments.get(experiment_id) or {}
+    context = found.get("context_dir")
+    if not context:
+        return None
+    snapshot = context_snapshot_dir(experiment_id, store.home)
+    return f'File "{snapshot}{os.sep}', f'File "{os.path.abspath(context)}{os.sep}'

@@ -1,9 +1,11 @@
-"""The chief's progress meter: batches done, throughput since the first batch, the latest loss
-and validation metric, handed to a sink (the runner's progress file, or ``ProgressDisplay``:
-a plain-Python run's bar and metric lines in this process).
+"""The chief's progress meter: batches done, throughput since the first batch, the latest
+reported loss and validation metric, handed to a sink (the runner's progress file, or
+``ProgressDisplay``: a plain-Python run's bar and metric lines in this process).
 
-Batch metrics stay tensors until a snapshot is taken (at most every ``interval_s``, and at
-validations and the end), so the meter adds no device synchronisation per batch.
+The bar's ``loss=`` is the latest training report's (the mean over its period, reduced over the
+workers): the same number as the ``batch N training: loss=...`` line above the bar, never a
+single batch's. The meter reads no batch's metrics, so it adds no device synchronisation per
+batch; snapshots are taken at most every ``interval_s``, and at reports, validations and the end.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def _scalar(value: Any) -> Optional[float]:
 
 
 def _loss(metrics: Dict[str, Any]) -> Optional[float]:
-    """``loss`` from a batch's metrics (``train_batch`` returning a tensor gives exactly that), else
-    the first metric whose name has "loss" in it."""
+    """``loss`` from a training report's metrics (``train_batch`` returning a tensor gives exactly
+    that), else the first metric whose name has "loss" in it."""
     if LOSS in metrics:
         return _scalar(metrics[LOSS])
     for name, value in metrics.items():
@@ -62,7 +64,6 @@ class ProgressMeter(PyTorchCallback):
         self._clock = clock
         self._progress = TrialProgress(metric=metric)
         self._first: Optional[tuple] = None  # (batches, time) at the end of this run's first batch
-        self._batch_metrics: Optional[Dict[str, Any]] = None
         self._published = -float("inf")
 
     def bind(self, context: Any) -> None:
@@ -79,11 +80,6 @@ class ProgressMeter(PyTorchCallback):
         if not force and now - self._published < self._interval_s:
             return
         self._published = now
-        if self._batch_metrics is not None:
-            loss = _loss(self._batch_metrics)
-            if loss is not None:
-                self._progress.loss = loss
-            self._batch_metrics = None
         self._sink(self._progress)
 
     def on_training_start(self) -> None:
@@ -98,12 +94,18 @@ class ProgressMeter(PyTorchCallback):
         self._progress.total_batches = done
         if self._state is not None and self._state.plan is not None:  # longer after a promotion
             self._progress.max_batches = self._state.plan.max_batches
-        self._batch_metrics = metrics
         if self._first is None:
             self._first = (done, now)
         elif now > self._first[1]:
             self._progress.batches_per_s = (done - self._first[0]) / (now - self._first[1])
         self._publish(now=now)
+
+    def on_training_workload_end(self, avg_metrics: Dict[str, Any], batch_metrics: Any) -> None:
+        """A training report: its loss (the period's mean) is the bar's from now on."""
+        loss = _loss(avg_metrics)
+        if loss is not None:
+            self._progress.loss = loss
+        self._publish(force=True)
 
     def on_validation_start(self) -> None:
         self._progress.validating = True

@@ -221,6 +221,13 @@ class NoRestart:
     def reason(self) -> str:
         return f"rank {self.rank}: {self.error}: {_KIND_REASONS[self.kind]}"
 
+    def failed_line(self) -> str:
+        """What follows ``trial N failed: `` when the worker printed the error itself just above
+        (its traceback, or ``det-lite: Type: message``): the error's type, not its text again,
+        and why the trial is not restarted."""
+        kind = self.error.partition(":")[0]
+        return f"rank {self.rank}: {kind} (above); not restarted: {_KIND_REASONS[self.kind]}"
+
     @property
     def fails_every_trial(self) -> bool:
         """det-lite's check of the trial's code (a typo, a metric it never gives): every trial of

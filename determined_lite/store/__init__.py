@@ -18,6 +18,7 @@ Importing this package imports only the standard library.
 
 from determined_lite.store._db import NotFoundError, StoreError, StoreFullError, schema_version
 from determined_lite.store._paths import (
+    context_snapshot_dir,
     default_checkpoint_root,
     default_db_path,
     det_lite_home,
@@ -50,6 +51,7 @@ __all__ = [
     "StoreFullError",
     "TrialState",
     "Workload",
+    "context_snapshot_dir",
     "default_checkpoint_root",
     "default_db_path",
     "det_lite_home",

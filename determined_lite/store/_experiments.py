@@ -260,21 +260,33 @@ class Experiments(Repository):
         return None if row is None else {"labels": loads_json(row[0]) or [], "notes": row[1]}
 
     def set_annotations(
-        self, experiment_id: int, *, labels: Optional[List[str]] = None, notes: Optional[str] = None
+        self,
+        experiment_id: int,
+        *,
+        labels: Optional[List[str]] = None,
+        notes: Optional[str] = None,
+        name: Optional[str] = None,
+        description: Optional[str] = None,
     ) -> None:
-        """Replace the experiment's labels (kept sorted, once each) and/or notes."""
+        """Replace the experiment's labels (kept sorted, once each), notes, name and/or
+        description. The name and the description are also written into the stored config
+        (``name``, ``description``), as Determined's master patches them there."""
         fields: Dict[str, Any] = {}
         if labels is not None:
             fields["labels"] = dumps_json(sorted(set(labels)), "experiment labels")
         if notes is not None:
             fields["notes"] = str(notes)
+        if name is not None:
+            fields["name"] = str(name)
+        patch = {k: str(v) for k, v in (("name", name), ("description", description)) if v is not None}
 
         def body(conn: sqlite3.Connection) -> None:
+            config = experiment_row(conn, experiment_id)["config"]  # NotFoundError when unknown
+            if patch:
+                fields["config"] = dumps_json({**(loads_json(config) or {}), **patch}, "experiment config")
             assignments = ", ".join(f"{k} = ?" for k in fields) or "id = id"
-            cursor = conn.execute(
+            conn.execute(
                 f"UPDATE experiments SET {assignments} WHERE id = ?", (*fields.values(), int(experiment_id))
             )
-            if cursor.rowcount == 0:
-                raise NotFoundError(f"experiment {experiment_id} not found")
 
         self.db.write(body)

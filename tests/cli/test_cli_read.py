@@ -225,7 +225,8 @@ def test_experiment_describe_table(filled):
     ]
     trials = out.split("Trials:\n")[1].split("\n\n")[0].splitlines()
     first = [c.strip() for c in trials[2].split("|")]
-    assert first[:8] == ["1", "COMPLETED", "global_batch_size=32 lr=0.1", "11", "20", "0", "0.125", "uuid-a"]
+    # lr differs across the trials: it comes first (issue 43); global_batch_size is the same.
+    assert first[:8] == ["1", "COMPLETED", "lr=0.1 global_batch_size=32", "11", "20", "0", "0.125", "uuid-a"]
 
 
 @pytest.fixture
@@ -681,14 +682,17 @@ def test_module_entry_point_exit_codes(filled):
     assert (missing.returncode, missing.stderr.strip()) == (2, "det-lite: error: experiment 7 not found")
 
 
-def test_checkpoint_download_with_determineds_output_dir_option(filled, tmp_path):
+def test_checkpoint_download_with_determineds_output_dir_option(filled, tmp_path, monkeypatch):
     dest = tmp_path / "dl"
     result = run("checkpoint", "download", "uuid-a", "-o", str(dest))  # `det checkpoint download -o`
     assert result.exit_code == 0, result.stderr
     assert (dest / "metadata.json").read_text() == '{"total_batches": 20}'
     assert run("checkpoint", "download", "uuid-b", "--output-dir", str(tmp_path / "dl2")).exit_code == 0
-    neither = run("checkpoint", "download", "uuid-a")
-    assert neither.exit_code == 2 and "DEST or -o/--output-dir" in neither.stderr
+    monkeypatch.chdir(tmp_path)
+    neither = run("checkpoint", "download", "uuid-a")  # Determined's default: checkpoints/<uuid>
+    assert neither.exit_code == 0, neither.stderr
+    assert (tmp_path / "checkpoints" / "uuid-a" / "metadata.json").read_text() == '{"total_batches": 20}'
+    assert neither.stdout.strip().endswith(f"to {tmp_path / 'checkpoints' / 'uuid-a'}")
     both = run("checkpoint", "download", "uuid-a", str(tmp_path / "p"), "-o", str(tmp_path / "q"))
     assert both.exit_code == 2 and not (tmp_path / "p").exists() and not (tmp_path / "q").exists()
 

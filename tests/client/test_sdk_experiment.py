@@ -100,7 +100,9 @@ def test_top_checkpoint_of_a_grid_search_downloads_and_loads(tmp_path):
     validations = list(best_trial.iter_metrics("validation"))
     assert [(m.steps_completed, m.group) for m in validations] == [(4, "validation"), (8, "validation")]
     assert [m.steps_completed for m in best_trial.iter_metrics("training")] == [2, 4, 6, 8]
-    assert any("batch 8 validation" in line for line in best_trial.logs())
+    assert any("batch 8 validation" in line for line in best_trial.iter_logs())
+    with pytest.warns(FutureWarning, match=r"Trial.logs\(\) has been deprecated"):  # as Determined's
+        assert list(best_trial.logs()) == list(best_trial.iter_logs())
     assert best_trial.list_checkpoints()[0].uuid == out["uuid"]
     assert [e.id for e in client.list_experiments()] == [out["id"]]
 

@@ -100,9 +100,16 @@ def test_hparam_typo_is_not_restarted(tmp_path):
     logs = _trial_logs(trial["id"])
     assert logs.count("Traceback (most recent call last)") == 1, logs
     assert "hyperparameter 'lrr' is not defined; did you mean 'lr'?" in logs
-    assert "not restarted: rank 0: UndefinedHParamError: hyperparameter 'lrr' is not defined" in logs
+    # The error once (issue 43: it was printed three times), then one line of what happens.
+    assert logs.count("hyperparameter 'lrr' is not defined") == 1, logs
+    assert (
+        f"trial {trial['id']} failed: rank 0: UndefinedHParamError (above); not restarted: "
+        "det-lite's check of the trial failed, so a restart would fail alike" in logs
+    )
     assert "det-lite/determined_lite" not in logs and "worker.py" not in logs  # the user's frame only
-    assert "model_def.py" in logs
+    # The user's file, not the snapshot's copy the trial ran from.
+    assert f'File "{os.path.join(LINEAR, "model_def.py")}", line ' in logs, logs
+    assert os.path.join("experiments", "1", "context") not in logs
     assert "det-lite's check of the trial failed" in logs  # a typo is a check now (issue 29, item 5)
     assert "restarting trial" not in logs
 
@@ -119,7 +126,7 @@ def test_searcher_metric_never_reported_is_not_restarted(tmp_path):
     # det-lite's own check: one line, no det-lite stack (issue 29, item 5; it printed 27 lines).
     assert logs.count("Traceback (most recent call last)") == 0, logs
     assert "det-lite: MissingMetricError: searcher metric 'val_acc'" in logs
-    assert "not restarted: rank 0: MissingMetricError: searcher metric 'val_acc'" in logs
+    assert "failed: rank 0: MissingMetricError (above); not restarted: det-lite's check" in logs
     assert "det-lite's check of the trial failed" in logs
 
 
@@ -139,7 +146,8 @@ def test_one_rank_failing_before_progress_is_not_restarted_torch(tmp_path):
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "ERROR" and trial["restarts"] == 0
     logs = _trial_logs(trial["id"])
-    assert "not restarted: rank 1: UndefinedHParamError: hyperparameter 'lrr' is not defined" in logs
+    assert "failed: rank 1: UndefinedHParamError (above); not restarted" in logs
+    assert logs.count("hyperparameter 'lrr' is not defined") == 1, logs
     assert "restarting trial" not in logs
 
 

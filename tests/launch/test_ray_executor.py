@@ -267,7 +267,8 @@ def test_one_rank_failing_stops_the_gang_without_a_restart(tmp_path, on_ray, _de
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "ERROR" and trial["restarts"] == 0
     logs = cli("trial", "logs", str(trial["id"]), check=True).stdout
-    assert "not restarted: rank 1: UndefinedHParamError: hyperparameter 'lrr' is not defined" in logs
+    assert "failed: rank 1: UndefinedHParamError (above); not restarted" in logs
+    assert logs.count("hyperparameter 'lrr' is not defined") == 1, logs
     assert _workers_left(str(_det_lite_home)) == []
 
 

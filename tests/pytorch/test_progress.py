@@ -43,8 +43,10 @@ def test_throughput_counts_from_the_end_of_the_first_batch():
     assert last.total_batches == 9
     assert last.batches_per_s == pytest.approx(1.0)  # 4 batches in the 4 s after the first
     assert last.eta_s == pytest.approx(15.0)  # 15 batches to go
-    assert last.loss == pytest.approx(1.0 / 8)
-    assert last.stats(elapsed_s=14) == ["00:14<00:15", "1 batch/s", "loss=0.125"]
+    assert last.loss is None  # no report yet: a batch's loss is never the bar's (issue 43)
+    assert last.stats(elapsed_s=14) == ["00:14<00:15", "1 batch/s"]
+    meter.on_training_workload_end({"loss": np.float64(0.3125)}, [])  # the period's mean
+    assert seen[-1].stats(elapsed_s=14) == ["00:14<00:15", "1 batch/s", "loss=0.3125"]
 
 
 def test_snapshots_are_throttled_but_validations_always_published():
@@ -55,21 +57,30 @@ def test_snapshots_are_throttled_but_validations_always_published():
         clock.now = 0.01 * (i + 1)
         meter.on_train_batch_end({"loss": torch.tensor(float(i))}, i)
     assert len(seen) == 1  # nothing new within half a second of the first snapshot
+    meter.on_training_workload_end({"loss": torch.tensor(4.5)}, [])  # a report: published at once
+    assert len(seen) == 2 and seen[-1].loss == 4.5
     meter.on_validation_start()
-    assert seen[-1].validating and seen[-1].total_batches == 10 and seen[-1].loss == 9.0
+    assert seen[-1].validating and seen[-1].total_batches == 10 and seen[-1].loss == 4.5
     meter.on_validation_end({"accuracy": np.float64(0.875), "loss": np.float64(0.3)})
     assert not seen[-1].validating and seen[-1].metric_value == 0.875
-    assert seen[-1].stats(None)[-2:] == ["loss=9", "accuracy=0.875"]
+    assert seen[-1].stats(None)[-2:] == ["loss=4.5", "accuracy=0.875"]
     clock.now = 2.0
-    meter.on_train_batch_end({"train_loss": torch.tensor(0.5), "acc": 1}, 10)
+    meter.on_train_batch_end({"loss": torch.tensor(99.0)}, 10)
+    assert seen[-1].loss == 4.5 and seen[-1].total_batches == 11  # a batch's loss is not shown
+    meter.on_training_workload_end({"train_loss": torch.tensor(0.5), "acc": 1}, [])
     assert seen[-1].loss == 0.5  # no "loss": the first metric named like one
     meter.on_trial_shutdown()
-    assert len(seen) == 5
+    assert len(seen) == 7
 
 
 class _LastLoss(pytorch.PyTorchCallback):
+    """The loss of the latest training report (what the report line prints) and of the latest batch."""
+
     def on_train_batch_end(self, metrics, batch_idx):
-        self.loss = float(metrics["loss"])
+        self.batch_loss = float(metrics["loss"])
+
+    def on_training_workload_end(self, avg_metrics, batch_metrics):
+        self.loss = float(avg_metrics["loss"])
 
 
 def test_the_meter_follows_the_real_loop():
@@ -92,4 +103,5 @@ def test_the_meter_follows_the_real_loop():
     assert seen[-1].batches_per_s is not None and seen[-1].batches_per_s > 0
     # Without a searcher metric, the first number of the validation is shown.
     assert seen[-1].metric == "xmean" and seen[-1].metric_value == pytest.approx(3.5)
-    assert seen[-1].loss == last.loss  # the chief's latest batch
+    assert seen[-1].loss == last.loss  # the report line's loss: the mean over the period
+    assert last.loss != last.batch_loss  # (which is not the last batch's here)

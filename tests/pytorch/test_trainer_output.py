@@ -62,9 +62,10 @@ def test_a_terminal_shows_the_bar_and_metric_lines(_det_lite_home):
     assert run.returncode == 0, "\n".join(screen)
     assert screen[: len(EXPECTED_LINES)] == EXPECTED_LINES
     bar = screen[len(EXPECTED_LINES)]
-    # The bar's last state stays: label, 8 of 8 batches, throughput, latest loss and metric.
+    # The bar's last state stays: label, 8 of 8 batches, throughput, the latest report's loss (the
+    # line above says 1.114, the period's mean) and metric.
     assert re.fullmatch(
-        r"LinearTrial: 100%\|█+\| 8/8 \[\d\d:\d\d<00:00, [\d.]+ batch/s, loss=[\d.]+, val_loss=0\.9472\]", bar
+        r"LinearTrial: 100%\|█+\| 8/8 \[\d\d:\d\d<00:00, [\d.]+ batch/s, loss=1\.114, val_loss=0\.9472\]", bar
     ), bar
     assert len(bar) < WIDTH
     assert screen[len(EXPECTED_LINES) + 1 :] == [
