@@ -32,9 +32,9 @@ from determined_lite._enums import TextEnum
 from determined_lite._timeouts import ACTIVATE_WAIT_ENV as WAIT_ENV
 from determined_lite._timeouts import env_seconds
 from determined_lite.experiment._exit import ActivationRefused
+from determined_lite.store._paths import RUNNER_LOCK as LOCK_FILE
 from determined_lite.store._paths import experiment_dir, open_private, process_alive, process_token
 
-LOCK_FILE = "runner.lock"
 DEFAULT_WAIT_S = 60.0
 POLL_S = 0.1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 from determined_lite.config import OWN_LENGTH, SearcherSettings
 from determined_lite.searcher import Operation, SearchMethod, op_from_dict, op_to_dict
@@ -27,16 +27,17 @@ def run_length(pending: int, own_length: Optional[int]) -> Optional[int]:
 
 
 def metric_at_target(
-    validations: Sequence[Mapping[str, Any]],
-    total_batches: int,
-    length: int,
-    settings: SearcherSettings,
+    store: Any, trial_id: int, total_batches: int, pending: int, settings: SearcherSettings
 ) -> Optional[float]:
-    """The searcher metric a trial whose latest checkpoint is at ``total_batches`` reported
-    there, when that checkpoint is at or past ``length`` (searcher units) already: the run
-    the searcher asks for has nothing left to train, so the runner reports this instead of
-    starting it. None: not there yet, or not known (no validation at the checkpoint)."""
-    for v in reversed(validations):
+    """The searcher metric trial ``trial_id``, whose latest checkpoint is at ``total_batches``,
+    reported there, when that checkpoint is at or past the length of a run to ``pending``
+    (:func:`run_length`) already: the run the searcher asks for has nothing left to train, so
+    the runner reports this instead of starting it. None: not there yet, or not known (no
+    validation at the checkpoint, a script's own length not reported yet)."""
+    length = run_length(pending, store.trials.own_length(trial_id))
+    if length is None:
+        return None
+    for v in reversed(store.metrics.validation(trial_id)):
         metrics = v["metrics"]
         if v["total_batches"] != total_batches or settings.metric not in metrics:
             continue

@@ -19,6 +19,7 @@ from typing import Any, Optional, TextIO
 from determined_lite._errors import ActionRequired
 from determined_lite.config import ExperimentSettings, SearcherSettings, searched_paths
 from determined_lite.experiment._endings import Endings
+from determined_lite.experiment._hangup import detach_output, hangup_line
 from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._next_ops import answer_next_ops, wait_s
 from determined_lite.experiment._progress import Progress
@@ -67,6 +68,7 @@ class ExperimentRunner:
         )
         self.endings = Endings(store, experiment_id, self.search, self.logs, lock, varying)
         self.stop_signals = 0  # Ctrl-C / SIGTERM received: the first pauses, the second stops now
+        self.hangups = 0  # SIGHUP received (the terminal closed): each pauses, none stops now
 
     def run(self, resume: bool = False) -> int:
         """Run the search (``resume``: from its stored state) until it ends or pauses; the exit
@@ -79,9 +81,9 @@ class ExperimentRunner:
         self.logs.log(None, f"experiment {self.id} started by process {os.getpid()}")
         self.runs.reconcile()
         self.search.begin(resume)
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         for sig in previous:
-            signal.signal(sig, self._on_stop_signal)
+            signal.signal(sig, self._on_hangup if sig == signal.SIGHUP else self._on_stop_signal)
         try:
             return self._loop()
         except StopSearch as e:  # fail fast (Ray Tune's ``fail_fast``): the experiment ends in ERROR
@@ -115,13 +117,19 @@ class ExperimentRunner:
         if self.stop_signals > 1:
             raise KeyboardInterrupt
 
+    def _on_hangup(self, signum: int, frame: Any) -> None:
+        """SIGHUP, the terminal closed: pause (the loop requests it), writing on in runner.log."""
+        detach_output(experiment_dir(self.id))
+        self.hangups += 1
+        self.wakeup.wake_from_signal()
+
     def _loop(self) -> int:
         if not self.search.pausing:
             self.search.release_held()
         signals_seen = 0
         while True:
-            if self.stop_signals > signals_seen:
-                signals_seen = self.stop_signals
+            if self.stop_signals + self.hangups > signals_seen:
+                signals_seen = self.stop_signals + self.hangups
                 self._request_pause()
             action = self.store.requests.pending(self.id)
             if action == Action.KILL:
@@ -142,7 +150,9 @@ class ExperimentRunner:
         self.store.requests.request(self.id, Action.PAUSE)
         self.logs.log(
             None,
-            f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
+            hangup_line(self.id)
+            if self.hangups
+            else f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
             "scheduling-unit boundary (Ctrl-C again to stop them now)",
         )
 

@@ -16,7 +16,7 @@ from determined_lite._progress import read_progress
 from determined_lite.config import OWN_LENGTH, ExperimentSettings
 from determined_lite.experiment._gc import reconcile_experiment
 from determined_lite.experiment._progress import SHORT_UUID, Progress, where_text
-from determined_lite.experiment._requests import TrialRequest, metric_at_target, run_length
+from determined_lite.experiment._requests import TrialRequest, metric_at_target
 from determined_lite.experiment._search import Search
 from determined_lite.experiment._shared_machine import oversubscription
 from determined_lite.experiment._trial_launch import TrialLauncher
@@ -136,12 +136,9 @@ class Runs:
     def _at_target(self, request: TrialRequest, total_batches: int) -> bool:
         """Whether the trial's checkpoint at ``total_batches`` is at its pending length already:
         then its validation there goes to the searcher, and no run starts (none is relaunched)."""
-        length = run_length(request.pending or 0, self.store.trials.own_length(request.trial_id))
-        if length is None or self.search.test_mode:  # a script's own length, not known yet: it decides
-            return False
-        validations = self.store.metrics.validation(request.trial_id)
-        at = metric_at_target(validations, total_batches, length, self.search.settings)
-        if at is None:
+        pending, settings = request.pending or 0, self.search.settings
+        at = metric_at_target(self.store, request.trial_id, total_batches, pending, settings)
+        if at is None or self.search.test_mode:
             return False
         why = f"is at its target already (batch {total_batches}): not run again"
         self.logs.log(request.trial_id, f"trial {request.trial_id} {why}")

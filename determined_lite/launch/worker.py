@@ -43,6 +43,7 @@ from determined_lite.runtime._failures import (
     FailureKind,
     FailurePoint,
     NoRestart,
+    own_code_error,
     record_failure_point,
     record_no_restart,
 )
@@ -343,6 +344,8 @@ def _report_error(error: BaseException, spec: WorkerSpec, dist: Any, watch: Prog
         kind = failure_kind(error, watch.progressed or bool(script and script.progressed))
     else:  # a script's own loop: what it reported through the Core API is its progress
         kind = failure_kind(error, bool(script.progressed), script=True)
+        if kind is None and own_code_error(error, spec.context_dir):
+            kind = FailureKind.SCRIPT_RAISED
         batch = int(script.steps_completed)
     if kind is not None:
         record_no_restart(spec.result_path, NoRestart(dist.rank, kind, _first_line(error)))

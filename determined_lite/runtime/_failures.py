@@ -195,6 +195,7 @@ class FailureKind(TextEnum):
 
     BEFORE_PROGRESS = "before_progress"  # raised before this run completed a batch
     BEFORE_REPORT = "before_report"  # a script raised before it reported progress past its start
+    SCRIPT_RAISED = "script_raised"  # a Core API script's own code raised it (see own_code_error)
     TRIAL_CHECK = "trial_check"  # det-lite's check of the trial (TrialCheckError), every trial's
     TRIAL_CHECK_ONE = "trial_check_one"  # one that may depend on the hyperparameter values
 
@@ -205,9 +206,36 @@ _KIND_REASONS = {
         "the script failed before it reported any training progress past its start, so a restart "
         "would fail alike"
     ),
+    FailureKind.SCRIPT_RAISED: (
+        "the script's own code raised it, not the machine or the network (no I/O, memory or "
+        "connection error), so a restart from its checkpoint would fail alike"
+    ),
     FailureKind.TRIAL_CHECK: "det-lite's check of the trial failed, so a restart would fail alike",
     FailureKind.TRIAL_CHECK_ONE: "det-lite's check of the trial failed, so a restart would fail alike",
 }
+
+
+# Errors the machine, the network or another process may cause, which a restart may not meet.
+TRANSIENT_ERRORS = (OSError, MemoryError, EOFError)
+
+
+def own_code_error(error: BaseException, code_dir: str) -> bool:
+    """Whether ``error`` is one a Core API script's own code raised (its innermost frame is in
+    ``code_dir``, the trial's context) for a reason of its own: not an I/O, memory or network
+    error (:data:`TRANSIENT_ERRORS`), nor raised from or while handling one. Its loop replays
+    the same steps from the same checkpoint, so such an error recurs: it is not retried."""
+    frames = traceback.extract_tb(error.__traceback__)
+    root = os.path.realpath(code_dir) + os.sep
+    if not frames or not os.path.realpath(frames[-1].filename).startswith(root):
+        return False
+    seen: List[BaseException] = []
+    cause: Optional[BaseException] = error
+    while cause is not None and cause not in seen:
+        if isinstance(cause, TRANSIENT_ERRORS):
+            return False
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return True
 
 
 @dataclasses.dataclass

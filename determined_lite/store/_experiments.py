@@ -11,9 +11,15 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from determined_lite.store._checkpoints import checkpoint_rows
-from determined_lite.store._db import NotFoundError, Repository, dumps_json, loads_json
-from determined_lite.store._paths import process_alive, process_token
-from determined_lite.store._states import TERMINAL_STATES, ExperimentKind, ExperimentState, check_member
+from determined_lite.store._db import NotFoundError, Repository, StoreError, dumps_json, loads_json
+from determined_lite.store._paths import lock_held, process_alive, process_token, runner_lock_path
+from determined_lite.store._states import (
+    TERMINAL_STATES,
+    ExperimentKind,
+    ExperimentState,
+    TrialState,
+    check_member,
+)
 from determined_lite.store._trials import TRIAL_COLUMNS, describe_trials
 
 EXPERIMENT_COLUMNS = (
@@ -50,6 +56,27 @@ def _experiment_dict(row: sqlite3.Row, config: bool = True) -> Dict[str, Any]:
     if "num_trials" in row.keys():
         exp["num_trials"] = row["num_trials"]
     return exp
+
+
+def stop_experiment(conn: sqlite3.Connection, experiment_id: int, state: ExperimentState) -> None:
+    """End or pause the experiment's row with no process behind it (its pid and pending
+    request cleared) and its unfinished trials with it (PAUSED: the ACTIVE ones)."""
+    now = time.time()
+    ended = now if state in TERMINAL_STATES else None
+    conn.execute(
+        "UPDATE experiments SET state = ?, ended_at = ?, requested_action = NULL, pid = NULL,"
+        " pid_token = NULL WHERE id = ?",
+        (state, ended, experiment_id),
+    )
+    if state == ExperimentState.PAUSED:
+        unfinished: Tuple[TrialState, ...] = (TrialState.ACTIVE,)
+    else:
+        unfinished = (TrialState.ACTIVE, TrialState.PAUSED)
+    conn.execute(
+        f"UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?"
+        f" AND state IN ({','.join('?' * len(unfinished))})",
+        (TrialState(state), ended, experiment_id, *unfinished),
+    )
 
 
 class Experiments(Repository):
@@ -102,7 +129,8 @@ class Experiments(Repository):
             except NotFoundError:
                 return None
 
-        return self.db.read(body)
+        exp = self.db.read(body)
+        return None if exp is None else self.reconcile_runner(exp)
 
     def list(self, limit: Optional[int] = None, with_config: bool = True) -> List[Dict[str, Any]]:
         """Experiments by id, ascending, each with ``num_trials``; ``limit`` keeps the newest ``limit``."""
@@ -118,7 +146,34 @@ class Experiments(Repository):
             sql += " LIMIT ?"
             params = (int(limit),)
         rows = self.db.read(lambda conn: conn.execute(sql, params).fetchall())
-        return [_experiment_dict(r, config=with_config) for r in reversed(rows)]
+        return [self.reconcile_runner(_experiment_dict(r, config=with_config)) for r in reversed(rows)]
+
+    def reconcile_runner(self, exp: Dict[str, Any]) -> Dict[str, Any]:
+        """``exp`` (a read experiment) as it stands once a gone runner is accounted for: ACTIVE
+        with its recorded process dead and its runner lock free (the trials' processes gone
+        too: SIGKILL, a closed terminal before the runner could pause, a crash) becomes PAUSED
+        with its unfinished trials, so `activate` resumes it and nothing reads ACTIVE with no
+        process behind it. Through a read-only store, or when the write fails (a full disk), it
+        stays as read (``ACTIVE (not running)``)."""
+        if exp["state"] != ExperimentState.ACTIVE or exp["running"] or not exp["pid"] or self.db.read_only:
+            return exp
+        if lock_held(runner_lock_path(exp["id"])):  # its trials' processes still exiting
+            return exp
+
+        def body(conn: sqlite3.Connection) -> bool:
+            row = experiment_row(conn, exp["id"])
+            if row["state"] != ExperimentState.ACTIVE or row["pid"] != exp["pid"]:
+                return False  # another process changed it meanwhile
+            stop_experiment(conn, exp["id"], ExperimentState.PAUSED)
+            return True
+
+        try:
+            paused = self.db.write(body)
+        except (StoreError, sqlite3.Error):
+            return exp
+        if paused:
+            exp.update(state=ExperimentState.PAUSED.value, pid=None, requested_action=None, running=False)
+        return exp
 
     def count(self) -> int:
         """How many experiments the store holds."""
@@ -232,6 +287,9 @@ class Experiments(Repository):
         grows with training; ``store.metrics.workloads`` reads them a trial at a time). Read in
         one snapshot.
         """
+
+        if self.get(experiment_id) is None:  # (a gone runner accounted for first)
+            return None
 
         def body(conn: sqlite3.Connection) -> Optional[Dict[str, Any]]:
             try:

@@ -11,6 +11,7 @@ libraries create for them (SQLite's WAL, torch.save, TensorBoard) are private to
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 from typing import Any, List, Mapping, Optional
@@ -18,6 +19,7 @@ from typing import Any, List, Mapping, Optional
 DB_FILE = "det-lite.db"
 EXPERIMENTS_DIR = "experiments"
 CONTEXT_SNAPSHOT = "context"
+RUNNER_LOCK = "runner.lock"  # experiment/_lock.py: held by an experiment's runner and its trials
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_UMASK = 0o077  # no permission for group and others
@@ -64,6 +66,29 @@ def experiment_dir(experiment_id: int, home: Optional[str] = None) -> str:
     """``<home>/experiments/<id>``: the experiment's run directory (specs, results, runner.log,
     the context snapshot)."""
     return os.path.join(home or det_lite_home(), EXPERIMENTS_DIR, str(int(experiment_id)))
+
+
+def runner_lock_path(experiment_id: int, home: Optional[str] = None) -> str:
+    """``<home>/experiments/<id>/runner.lock``: the experiment's runner lock (``experiment/_lock.py``)."""
+    return os.path.join(experiment_dir(experiment_id, home), RUNNER_LOCK)
+
+
+def lock_held(path: str) -> bool:
+    """Whether a process holds the ``flock`` on ``path`` (a missing file: no). A probe: when the
+    lock is free it is taken and dropped at once; an unreadable file counts as held."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # drops the probe's lock with its open file
+    return False
 
 
 def context_snapshot_dir(experiment_id: int, home: Optional[str] = None) -> str:

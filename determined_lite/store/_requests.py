@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from determined_lite.store._db import NotFoundError, Repository
-from determined_lite.store._experiments import experiment_row
+from determined_lite.store._experiments import experiment_row, stop_experiment
 from determined_lite.store._paths import process_alive
 from determined_lite.store._states import (
     TERMINAL_STATES,
@@ -26,25 +26,6 @@ def _record_request(
     effective = Action.KILL if Action.KILL in (current, action) else action
     conn.execute("UPDATE experiments SET requested_action = ? WHERE id = ?", (effective, experiment_id))
     return effective
-
-
-def _stop(conn: sqlite3.Connection, experiment_id: int, state: ExperimentState) -> None:
-    now = time.time()
-    ended = now if state in TERMINAL_STATES else None
-    conn.execute(
-        "UPDATE experiments SET state = ?, ended_at = ?, requested_action = NULL, pid = NULL,"
-        " pid_token = NULL WHERE id = ?",
-        (state, ended, experiment_id),
-    )
-    if state == ExperimentState.PAUSED:
-        unfinished: Tuple[TrialState, ...] = (TrialState.ACTIVE,)
-    else:
-        unfinished = (TrialState.ACTIVE, TrialState.PAUSED)
-    conn.execute(
-        f"UPDATE trials SET state = ?, ended_at = ? WHERE experiment_id = ?"
-        f" AND state IN ({','.join('?' * len(unfinished))})",
-        (TrialState(state), ended, experiment_id, *unfinished),
-    )
 
 
 class Requests(Repository):
@@ -108,7 +89,8 @@ class Requests(Repository):
             if process_alive(row["pid"], row["pid_token"]):
                 _record_request(conn, experiment_id, row["requested_action"], requested)
                 return ActionOutcome.REQUESTED
-            _stop(conn, experiment_id, ExperimentState.PAUSED if pause else ExperimentState.CANCELED)
+            state = ExperimentState.PAUSED if pause else ExperimentState.CANCELED
+            stop_experiment(conn, experiment_id, state)
             return ActionOutcome.PAUSED if pause else ActionOutcome.CANCELED
 
         return self.db.write(body)

@@ -132,7 +132,17 @@ def test_experiment_list_marks_requests_and_dead_processes(store):
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     store.experiments.set_pid(exp_id, child.pid)
-    assert "ACTIVE (not running)" in run("experiment", "list").stdout
+    # The runner is gone but a process it started still holds the runner lock: not running...
+    from determined_lite.experiment._lock import take_runner_lock
+
+    lock = take_runner_lock(exp_id, wait_s=0)
+    try:
+        assert "ACTIVE (not running)" in run("experiment", "list").stdout
+    finally:
+        lock.release()
+    # ... and once none does, the next command finds it PAUSED (issue 40, item 4).
+    assert " PAUSED " in run("experiment", "list").stdout
+    assert store.experiments.get(exp_id)["state"] == "PAUSED"
 
 
 def test_experiment_describe_json_is_determineds_form(filled, store):

@@ -24,6 +24,7 @@ from determined_lite.runtime._failures import (
     FailureKind,
     FailurePoint,
     NoRestart,
+    own_code_error,
     read_failure_point,
     read_no_restart,
     record_failure_point,
@@ -188,11 +189,60 @@ def _errored(tmp_path, restarts: int, **hparams: object) -> str:
     return _trial_logs(trial["id"])
 
 
-def test_a_core_api_script_failing_again_at_the_same_batch_is_not_restarted(tmp_path):
-    # A script's progress is what it reports: it fails after batch 3, resumes from its
-    # checkpoint at batch 2 and fails there again, so there is no third run.
+def _raised(code_dir, source: str) -> BaseException:
+    """The error ``source`` raises, run as a file of ``code_dir`` (a script's context)."""
+    path = os.path.join(str(code_dir), "script.py")
+    try:
+        exec(compile(source, path, "exec"), {})
+    except Exception as e:  # noqa: BLE001 -- the error under test
+        return e
+    raise AssertionError("nothing raised")
+
+
+def test_own_code_errors_are_the_scripts_raises_for_reasons_of_its_own(tmp_path):
+    assert own_code_error(_raised(tmp_path, "raise RuntimeError('bad step')"), str(tmp_path))
+    assert own_code_error(_raised(tmp_path, "assert 1 == 2"), str(tmp_path))
+    assert own_code_error(_raised(tmp_path, "1 / 0"), str(tmp_path))
+    # The machine's or the network's errors, and ones raised while handling them, may pass.
+    assert not own_code_error(_raised(tmp_path, "raise ConnectionError('reset')"), str(tmp_path))
+    assert not own_code_error(_raised(tmp_path, "open('/nonexistent/x')"), str(tmp_path))
+    chained = "try:\n    raise TimeoutError('slow')\nexcept OSError as e:\n    raise RuntimeError('x') from e"
+    assert not own_code_error(_raised(tmp_path, chained), str(tmp_path))
+    # Raised outside the context (a library's frame): not the script's own.
+    lib = tmp_path.parent / f"{tmp_path.name}-lib"
+    assert not own_code_error(_raised(lib, "raise RuntimeError('x')"), str(tmp_path))
+    assert not own_code_error(RuntimeError("no traceback"), str(tmp_path))
+
+
+def test_a_core_api_script_failing_in_its_own_code_runs_once(tmp_path):
+    # Issue 40, item 8: it ran twice (failing after batch 3, resumed from its checkpoint at
+    # batch 2, failing there again). An error the script's own code raises, not the machine's
+    # or the network's, recurs when the loop replays the same steps: it is not retried.
     path = write_config(
         os.path.join(SCRIPTS, "core.yaml"), tmp_path, max_restarts=3, **{"hyperparameters.fail_at": 3}
+    )
+    proc = cli("experiment", "create", path, SCRIPTS)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "ERROR" and trial["restarts"] == 0, trial
+    logs = _trial_logs(trial["id"])
+    assert logs.count("Traceback (most recent call last)") == 1, logs
+    assert (
+        f"trial {trial['id']} not restarted: rank 0: RuntimeError: injected failure after batch 3: "
+        "the script's own code raised it, not the machine or the network (no I/O, memory or "
+        "connection error), so a restart from its checkpoint would fail alike"
+    ) in logs, logs
+    assert "restarting trial" not in logs
+
+
+def test_a_core_api_script_failing_again_on_a_connection_error_is_not_restarted(tmp_path):
+    # A connection error may pass: restarted (from its checkpoint at batch 2), and when it
+    # fails again the same way at the same batch, not again.
+    path = write_config(
+        os.path.join(SCRIPTS, "core.yaml"),
+        tmp_path,
+        max_restarts=3,
+        **{"hyperparameters.fail_at": 3, "hyperparameters.fail_with": "ConnectionError"},
     )
     proc = cli("experiment", "create", path, SCRIPTS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -200,7 +250,7 @@ def test_a_core_api_script_failing_again_at_the_same_batch_is_not_restarted(tmp_
     assert trial["state"] == "ERROR" and trial["restarts"] == 1, trial
     logs = _trial_logs(trial["id"])
     assert f"restarting trial {trial['id']} from its latest checkpoint (batch 2) (1/3)" in logs, logs
-    assert "it failed again the same way (rank 0: RuntimeError: injected failure after batch 3" in logs
+    assert "it failed again the same way (rank 0: ConnectionError: injected failure after batch 3" in logs
     assert "failed before completing a batch" not in logs
 
 

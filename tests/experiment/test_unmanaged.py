@@ -175,7 +175,8 @@ def test_a_script_killed_before_closing_is_shown_not_running_and_can_be_killed(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, str(script)], env=env, cwd=str(tmp_path), timeout=budget(120))
     assert proc.returncode == -9
-    assert "dies (unmanaged) | ACTIVE (not running)" in cli("experiment", "list", check=True).stdout
+    # Its process is gone: the next command that reads it finds it PAUSED (issue 40, item 4).
+    assert "dies (unmanaged) | PAUSED" in cli("experiment", "list", check=True).stdout
     assert "had no running process; it is now CANCELED" in cli("experiment", "kill", "1", check=True).stdout
     store = Store()
     (trial,) = store.trials.list(1)

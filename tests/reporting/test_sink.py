@@ -20,6 +20,7 @@ from determined_lite.store import Store
 
 def _calls(reporter, ckpt_dir: str) -> None:
     reporter.restart_at(0)
+    reporter.own_length(24)  # a script's fit length (no searcher length): kept with the trial
     reporter.training(2, {"loss": np.float64(0.5), "vec": np.array([1.0, 2.0]), "label": "a"})
     reporter.validation(2, {"val_loss": np.float64(0.25), "nan": math.nan})
     reporter.validation(4, {"val_loss": 0.125})
@@ -45,7 +46,7 @@ def _strip(rows):
 
 def _snapshot(store, trial: int):
     cks = [(c["uuid"], c["total_batches"]) for c in store.checkpoints.list(trial_id=trial)]
-    best = store.trials.get(trial)["best_validation"]
+    best = store.trials.get(trial)["best_validation"], store.trials.own_length(trial)
     return _strip(store.metrics.training(trial)), _strip(store.metrics.validation(trial)), cks, best
 
 
@@ -66,6 +67,7 @@ def test_pipe_reports_equal_direct_writes(tmp_path):
         lines = f.read().splitlines()
     assert [line.split('"call": "')[1].split('"')[0] for line in lines] == [
         "restart_at",
+        "own_length",
         "training",
         "validation",
         "validation",
@@ -83,7 +85,7 @@ def test_pipe_reports_equal_direct_writes(tmp_path):
     assert replayed[0][0]["metrics"] == {"loss": 0.5, "vec": [1.0, 2.0], "label": "a"}
     assert math.isnan(replayed[1][0]["metrics"]["nan"]) and replayed[1][1] == direct[1][1]
     assert replayed[2] == [("c-1", 4), ("c-2", 6)]  # the best (its val_loss) and the latest
-    assert replayed[3] == 0.125
+    assert replayed[3] == (0.125, 24)
 
 
 def test_stop_flag_and_unknown_calls(tmp_path):
