@@ -184,6 +184,26 @@ def check_round_trip(storage, tmp_path, checkpoint_uuid: str) -> None:
     assert storage.list_ids() == [] and storage.fs.find(storage.root) == []
 
 
+def check_planted_name_refused(storage, tmp_path, checkpoint_uuid: str, planted: str, why: str) -> None:
+    """A :class:`CheckpointStorage` on a real server holding a checkpoint with the object
+    ``<uuid>/<planted>`` (planted by whoever can write there): reading it is refused with one
+    line naming that key, and nothing is written, neither the destination nor its parents."""
+    from determined_lite.storage import UnsafeNameError
+
+    key = f"{storage.root}/{checkpoint_uuid}"
+    storage.fs.pipe_file(f"{key}/metadata.json", b"{}")
+    storage.fs.pipe_file(f"{key}/{planted}", b"evil")
+    work = tmp_path / "work"
+    for read in (storage.download, storage.local_copy):
+        with pytest.raises(UnsafeNameError) as e:
+            read(checkpoint_uuid, str(work / "a" / "dest"))
+        assert str(e.value) == (
+            f"checkpoint storage {storage.url}: refused to read '{key}/{planted}' ({why}): a stored "
+            "name must stay inside its destination; nothing was written"
+        )
+    assert not work.exists()
+
+
 def weight_after(batches: int) -> float:
     return closed_form(0.01, batches, batch_size=2, n=8)[batches - 1]
 

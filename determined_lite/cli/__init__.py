@@ -4,10 +4,10 @@
 wait|list-trials|set description|set name|label add|label remove|fork`` (``_experiment_more``),
 ``det-lite trial describe|logs|kill``, ``det-lite checkpoint list|describe|export|gc``,
 ``det-lite slot list``, ``det-lite tensorboard EXPERIMENT_ID``, ``det-lite run SCRIPT [ARGS]``
-(a Determined script in local mode), ``det-lite ui`` (the web dashboard); aliases ``e``, ``t``,
-``c``, ``ls``, ``lt``, ``dashboard``. Determined's other common commands (``agent``, ``task``,
-``notebook``, ``e continue``, ...) each print one line saying what to use instead
-(``_pointers``).
+(a Determined script in local mode), ``det-lite ui`` (the web dashboard), ``det-lite server
+list|stop`` (the warm fork servers); aliases ``e``, ``t``, ``c``, ``ls``, ``lt``, ``dashboard``.
+Determined's other common commands (``agent``, ``task``, ``notebook``, ``e continue``, ...) each
+print one line saying what to use instead (``_pointers``).
 Exit codes: 0 success, 1 the experiment or a trial failed, 2 bad input; errors are one line,
 ``det-lite: error: ...`` (``_common.show_error``). Read-only commands
 import only click and the standard library (never torch).
@@ -30,6 +30,7 @@ from determined_lite.cli._pointers import CHECKPOINT as CHECKPOINT_POINTERS
 from determined_lite.cli._pointers import EXPERIMENT as EXPERIMENT_POINTERS
 from determined_lite.cli._pointers import TOP_LEVEL as TOP_LEVEL_POINTERS
 from determined_lite.cli._run import run
+from determined_lite.cli._server import server
 from determined_lite.cli._slot import slot
 from determined_lite.cli._tensorboard import tensorboard
 from determined_lite.cli._trial import trial
@@ -53,6 +54,7 @@ cli.add_command(checkpoint)
 cli.add_command(tensorboard)
 cli.add_command(run)
 cli.add_command(ui)
+cli.add_command(server)
 cli.add_command(slot)
 for _command in EXPERIMENT_MORE + EXPERIMENT_POINTERS:
     experiment.add_command(_command)

@@ -17,7 +17,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from determined_lite.config._base import NonNegativeInt, PositiveInt
+    from determined_lite.config._base import NonNegativeInt, PositiveInt, check_known_keys
     from determined_lite.config._determined import DETERMINED_ONLY_SEARCHERS, unused_fields_warning
     from determined_lite.config._errors import ConfigError, FieldError, describe, first_error, translate
     from determined_lite.config._hparams import constant_values, iter_leaves, searched_paths
@@ -32,11 +32,7 @@ if TYPE_CHECKING:
     )
     from determined_lite.config._searcher import SearcherSection
     from determined_lite.config._settings import (
-        DEFAULT_ASHA_MAX_CONCURRENT_TRIALS,
-        DEFAULT_DIVISOR,
         DEFAULT_MAX_CONCURRENT_TRIALS,
-        DEFAULT_MAX_RUNGS,
-        DEFAULT_MODE,
         DEFAULT_REPORTING_PERIOD,
         DEFAULT_SCHEDULING_UNIT,
         DEFAULT_SMALLER_IS_BETTER,
@@ -66,6 +62,7 @@ _OWNERS = {
     "check_ddp_options": "_resources",
     "parse_host": "_resources",
     "NonNegativeInt": "_base",
+    "check_known_keys": "_base",
     "PositiveInt": "_base",
     "DETERMINED_ONLY_SEARCHERS": "_determined",
     "ExperimentConfig": "_schema",
@@ -75,11 +72,7 @@ _OWNERS = {
     "validate_experiment": "_schema",
     "validate_value": "_schema",
     "SearcherSection": "_searcher",
-    "DEFAULT_ASHA_MAX_CONCURRENT_TRIALS": "_settings",
-    "DEFAULT_DIVISOR": "_settings",
     "DEFAULT_MAX_CONCURRENT_TRIALS": "_settings",
-    "DEFAULT_MAX_RUNGS": "_settings",
-    "DEFAULT_MODE": "_settings",
     "DEFAULT_REPORTING_PERIOD": "_settings",
     "DEFAULT_SCHEDULING_UNIT": "_settings",
     "DEFAULT_SMALLER_IS_BETTER": "_settings",
@@ -114,11 +107,7 @@ __all__ = [
     "CompileSettings",
     "ConfigError",
     "FieldError",
-    "DEFAULT_ASHA_MAX_CONCURRENT_TRIALS",
-    "DEFAULT_DIVISOR",
     "DEFAULT_MAX_CONCURRENT_TRIALS",
-    "DEFAULT_MAX_RUNGS",
-    "DEFAULT_MODE",
     "DEFAULT_REPORTING_PERIOD",
     "DEFAULT_SCHEDULING_UNIT",
     "DEFAULT_SMALLER_IS_BETTER",
@@ -137,6 +126,7 @@ __all__ = [
     "TrainUnit",
     "TrainingSettings",
     "check_ddp_options",
+    "check_known_keys",
     "constant_values",
     "describe",
     "environment_variables",

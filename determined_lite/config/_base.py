@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from typing import Annotated, Any, ClassVar, Dict, Optional, Tuple
+from typing import Annotated, Any, ClassVar, Dict, Optional, Sequence, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictInt, model_validator
 
@@ -29,18 +29,24 @@ class Section(BaseModel):
     def _known_keys(cls, data: Any) -> Any:
         if isinstance(data, BaseModel):
             return data
-        if not isinstance(data, dict):
-            raise FieldError((), f"expected a mapping, got {describe(data)}")
-        for key in data:
-            if not isinstance(key, str):
-                raise FieldError((), f"field names must be strings, got {key!r}")
-            if key not in cls.model_fields:
-                raise FieldError(
-                    (key,), unknown_field_message(key, list(cls.model_fields), cls.label, cls.determined_only)
-                )
+        check_known_keys(data, list(cls.model_fields), cls.label, cls.determined_only)
         if cls.null_is_default:
             return {k: v for k, v in data.items() if v is not None}
         return data
+
+
+def check_known_keys(data: Any, known: Sequence[str], label: str, also: Sequence[str] = ()) -> None:
+    """A FieldError naming the first key of the mapping ``data`` that is not one of ``known``
+    (with the closest known or ``also`` name): checked before anything else of a section, so an
+    unknown key (``nàme``, ``nme``) is named rather than the field it was meant to be reported
+    missing."""
+    if not isinstance(data, dict):
+        raise FieldError((), f"expected a mapping, got {describe(data)}")
+    for key in data:
+        if not isinstance(key, str):
+            raise FieldError((), f"field names must be strings, got {key!r}")
+        if key not in known:
+            raise FieldError((key,), unknown_field_message(key, list(known), label, also))
 
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]

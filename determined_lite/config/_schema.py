@@ -45,6 +45,7 @@ Decisions where det-lite differs from (or has to choose within) Determined:
 from __future__ import annotations
 
 import copy
+import difflib
 import random
 import re
 from typing import (
@@ -365,11 +366,12 @@ def _check_global_batch_size(hparams: Dict[str, Any], slots: int) -> None:
     loc: Tuple[Any, ...] = ("hyperparameters", "global_batch_size")
     gbs = hparams.get("global_batch_size")
     if gbs is None:
-        raise FieldError(
-            loc,
-            "missing required hyperparameter: the batch size summed over all slots "
-            "(per-slot batch = global_batch_size / slots_per_trial)",
-        )
+        what = "the batch size summed over all slots (per-slot batch = global_batch_size / slots_per_trial)"
+        close = difflib.get_close_matches("global_batch_size", [str(k) for k in hparams], n=1, cutoff=0.8)
+        if close:  # a misspelling (``global_batch_sizé``): named, not reported missing
+            message = f"did you mean 'global_batch_size', a required hyperparameter: {what}"
+            raise FieldError(loc[:1] + (close[0],), message)
+        raise FieldError(loc, f"missing required hyperparameter: {what}")
     kind = gbs.get("type")
     if kind == "int":
         if gbs["minval"] < 1:

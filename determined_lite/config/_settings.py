@@ -3,17 +3,19 @@
 The schema (``_schema.py``) validates a config file once; :class:`TrainingSettings` is the part
 of it the loop needs. The runner builds it from the validated config and carries it to workers
 in the worker spec; ``determined_lite.pytorch.init(exp_conf=...)`` builds it from a (possibly
-partial) mapping for plain-Python runs. :class:`SearcherSettings` is the ``searcher`` section
-the searchers use and :class:`ExperimentSettings` what the experiment runner reads; both read a
-validated config and check nothing again. Determined's defaults are owned here: the schema and
-the readers take them from this module. Importing this module does not import torch.
+partial) mapping for plain-Python runs. :class:`SearcherSettings` is what every searcher has of
+the ``searcher`` section (a searcher's own fields, their defaults and checks live with it in
+``determined_lite/searcher/``) and :class:`ExperimentSettings` what the experiment runner reads;
+both read a validated config and check nothing again. Determined's defaults for the rest are
+owned here: the schema and the readers take them from this module. Importing this module does
+not import torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, Final, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from determined_lite.config._plugins import DEFAULT_ENGINE, DEFAULT_EXECUTOR
 from determined_lite.config.units import Batch, TrainUnit, length_from_config, length_to_config
@@ -23,12 +25,9 @@ DEFAULT_SCHEDULING_UNIT = 100
 DEFAULT_SMALLER_IS_BETTER = True
 DEFAULT_REPORTING_PERIOD: TrainUnit = Batch(DEFAULT_SCHEDULING_UNIT)
 DEFAULT_MAX_RESTARTS = 5
-# Searchers: max_concurrent_trials of grid and random; adaptive_asha's (its 0: the searcher chooses).
+# Searchers: max_concurrent_trials of grid and random (a searcher's own fields and their
+# defaults live with it in determined_lite/searcher/).
 DEFAULT_MAX_CONCURRENT_TRIALS = 16
-DEFAULT_ASHA_MAX_CONCURRENT_TRIALS = 0
-DEFAULT_DIVISOR = 4
-DEFAULT_MAX_RUNGS = 5
-DEFAULT_MODE: Final = "standard"
 # The searcher length of a script that trains to its own (no max_length, no max_time).
 OWN_LENGTH = 0
 # The values of searcher.time_metric that are a unit, not a reported metric.
@@ -223,8 +222,8 @@ class TrainingSettings:
 class SearcherSettings:
     """The ``searcher`` fields the searchers use, read from a validated ``searcher`` section.
 
-    ``max_length`` is the integer in ``unit`` ("batches", "records" or "epochs"); ASHA's
-    ``divisor``, ``max_rungs`` and ``mode`` hold Determined's defaults for the other searchers.
+    ``max_length`` is the integer in ``unit`` ("batches", "records" or "epochs"). A searcher's
+    own fields (adaptive_asha's ``divisor``, ...) are its to read, from ``section``.
     """
 
     name: str
@@ -234,12 +233,12 @@ class SearcherSettings:
     max_length: int
     max_trials: Optional[int]
     max_concurrent_trials: Optional[int]
-    divisor: float = float(DEFAULT_DIVISOR)
-    max_rungs: int = DEFAULT_MAX_RUNGS
-    mode: str = DEFAULT_MODE
     # A validation metric the trial reports as its length (searcher.time_metric); lengths are
     # then that metric's values, carried as ``unit`` batches. None: lengths are in ``unit``.
     time_metric: Optional[str] = None
+    # The validated section itself (``to_dict()`` form), for the fields only its searcher has
+    # (that searcher reads and compares them: equal settings agree in the fields above).
+    section: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def length(self) -> TrainUnit:
@@ -271,10 +270,8 @@ class SearcherSettings:
             max_length=length,
             max_trials=searcher.get("max_trials"),
             max_concurrent_trials=searcher.get("max_concurrent_trials"),
-            divisor=float(_or(searcher.get("divisor"), DEFAULT_DIVISOR)),
-            max_rungs=_or(searcher.get("max_rungs"), DEFAULT_MAX_RUNGS),
-            mode=_or(searcher.get("mode"), DEFAULT_MODE),
             time_metric=time_metric,
+            section=dict(searcher),
         )
 
 

@@ -81,21 +81,17 @@ def read_holder(path: str) -> Optional[LockHolder]:
 
 
 def processes_holding(path: str) -> List[int]:
-    """Pids of this user's processes with ``path`` open (Linux ``/proc``; empty elsewhere)."""
+    """Pids of this user's processes with ``path`` open (others' are not readable)."""
+    import psutil  # here: only a refusal names them
+
     target = os.path.realpath(path)
     found = []
-    try:
-        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
-        fd_dir = f"/proc/{pid}/fd"
+    for proc in psutil.process_iter():
         try:
-            links = [os.readlink(os.path.join(fd_dir, fd)) for fd in os.listdir(fd_dir)]
-        except OSError:
+            if any(f.path == target for f in proc.open_files()):
+                found.append(proc.pid)
+        except psutil.Error:
             continue
-        if target in links:
-            found.append(pid)
     return sorted(found)
 
 

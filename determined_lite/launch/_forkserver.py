@@ -7,19 +7,23 @@ server process (``launch/_forkserver_serve.py``) that imported those modules onc
 trial code. The child is a full fresh worker: its own session and process group (``stop()`` and
 the kill/pause paths signal the group), the trial's environment, working directory and umask,
 stdout/stderr on the trial's output pipe, the runner lock's file descriptor, and nothing else of
-the server's (its other descriptors are closed, its random generators reseeded). Each child
-starts from the server's untouched image; a child whose trial ended well and left nothing
-behind may then run later trials of the same experiment for the same runner
-(``launch/_reuse.py``; ``DET_LITE_REUSE_WORKERS=0`` turns that off).
+the server's (its other descriptors are closed, its random generators reseeded). Every trial
+gets its own fork of the server's untouched image and no process runs a second trial: what a
+trial changes in its process (a module's globals, numpy's error handling, torch's default dtype,
+an attribute of a class) ends with it.
 
-One server serves every runner of the user whose workers would import the same thing: its
-**key** is the Python, det-lite's and torch's files (paths, sizes, modification times) and the
-workers' environment but for :data:`NOT_KEYED` (variables that differ between runs and that
-nothing reads at import time). A runner connects to the key's socket
-(``<runtime dir>/det-lite-<uid>/fs-<key>.sock``, a directory only the user can enter) or, when
-no server answers there, starts one; a search's second command, or a second search, finds its
-server warm. A server ends once it has served no runner for ``$DET_LITE_FORKSERVER_IDLE_S``
-(default :data:`DEFAULT_IDLE_S`; 0: when its last runner is gone).
+At most one server runs per user and det-lite installation: its **key** is the installation
+alone (the Python, det-lite's and torch's files: paths, sizes, modification times). The
+environment a child needs is applied per fork; only the variables that shape the server's image
+at import time (:func:`image_env`: ``PYTHON*``, ``TORCH*``, locale, allocator, thread pools, but
+``OMP_NUM_THREADS``, applied per fork) must match the server's, and a trial whose do not starts
+as a plain process (correct, ~3.5 s slower) instead of starting another server. A runner
+connects to the key's socket (``<runtime dir>/det-lite-<uid>/fs-<key>.sock``, a directory only
+the user can enter) or, when no server answers there, starts one and writes its info file
+(``fs-<key>.json``: pid, installation, idle time, image; ``det-lite server list`` reads them); a
+search's second command, or a second search, finds its server warm. A server ends once it has
+served no runner for ``$DET_LITE_FORKSERVER_IDLE_S`` (default :data:`DEFAULT_IDLE_S`; 0: when
+its last runner is gone; the starting runner's value), or on ``det-lite server stop``.
 
 Transport: one ``AF_UNIX`` ``SOCK_SEQPACKET`` connection per runner, one JSON message per trial
 with the output pipe's and the runner lock's descriptors (``SCM_RIGHTS``); the server answers
@@ -41,52 +45,43 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import hashlib
-import importlib.util
 import json
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
-import determined_lite
+import psutil
+
 from determined_lite._timeouts import FORKSERVER_IDLE_ENV, env_seconds
 from determined_lite.launch._forkserver_serve import MAX_MESSAGE
+from determined_lite.launch._server_registry import (
+    DEFAULT_IDLE_S,
+    info_path,
+    read_info,
+    runtime_dir,
+    server_key,
+    write_info,
+)
 from determined_lite.runtime._cluster import SPEC_ENV
 
 FORKSERVER_ENV = "DET_LITE_FORKSERVER"
-REUSE_ENV = "DET_LITE_REUSE_WORKERS"
-MAX_PARKED = 8  # parked processes a runner remembers per key (the server ends the others)
-# Variables that differ between the runs one server serves, read by nothing at import time.
-NOT_KEYED = frozenset(
-    {SPEC_ENV, REUSE_ENV, "DET_LITE_SUPERVISOR_PID", "DET_LITE_SUPERVISOR_HOST", "DET_LITE_HOME"}
-    | {"PWD", "OLDPWD", "SHLVL", "_"}  # the shell's
-)
+# Variables read at import time by the interpreter, torch or their native libraries: a trial's
+# must equal the server's to be forked (:func:`image_env`).
+IMAGE_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "LC_", "LD_", "MALLOC_", "OMP_", "KMP_", "MKL_", "OPENBLAS_")
+IMAGE_NAMES = frozenset({"LANG", "LANGUAGE", "GLIBC_TUNABLES"})
+PER_RUN = frozenset({SPEC_ENV, "DET_LITE_SUPERVISOR_PID", "DET_LITE_SUPERVISOR_HOST", "DET_LITE_HOME"})
+PER_FORK = frozenset({"OMP_NUM_THREADS", "PYTHONUNBUFFERED"})  # applied to each child
 READY_TIMEOUT_S = 120.0
-DEFAULT_IDLE_S = 600.0
-_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
-
-
-def _flag(env: Dict[str, str], name: str) -> bool:
-    """On unless ``env`` (or this process's environment) sets ``name`` to 0, false or no."""
-    return env.get(name, os.environ.get(name, "1")).strip() not in ("0", "false", "no")
 
 
 def enabled(env: Dict[str, str]) -> bool:
     """Whether 1-slot workers may be forked (``DET_LITE_FORKSERVER=0`` says no)."""
-    return _flag(env, FORKSERVER_ENV)
-
-
-def reuse_enabled(env: Dict[str, str]) -> bool:
-    """Whether a run may use a process parked by an earlier run of its experiment
-    (``DET_LITE_REUSE_WORKERS=0`` says no: every run is a fresh fork)."""
-    return _flag(env, REUSE_ENV)
+    return env.get(FORKSERVER_ENV, os.environ.get(FORKSERVER_ENV, "1")).strip() not in ("0", "false", "no")
 
 
 # Starts the worker as a plain process, its stdout and stderr on the given descriptor (the
@@ -95,55 +90,13 @@ PlainStart = Callable[[int], "subprocess.Popen[bytes]"]
 WAIT_STEP_S = 0.05  # how often a trial waiting for the warm-up looks whether it was stopped
 
 
-def _server_env(env: Dict[str, str]) -> Dict[str, str]:
-    return {k: v for k, v in env.items() if k not in NOT_KEYED}
-
-
-def _files_stamp() -> List[Tuple[str, int, int]]:
-    """Path, size and modification time of each of det-lite's Python files and torch's
-    ``__init__.py``: an edited checkout or another torch means another server."""
-    stamps: List[Tuple[str, int, int]] = []
-    for dirpath, _, names in os.walk(os.path.dirname(os.path.abspath(determined_lite.__file__))):
-        stamps.extend(_stamp(os.path.join(dirpath, n)) for n in names if n.endswith(".py"))
-    torch_spec = importlib.util.find_spec("torch")  # finds it without importing it
-    if torch_spec is not None and torch_spec.origin:
-        stamps.append(_stamp(torch_spec.origin))
-    return sorted(stamps)
-
-
-def _stamp(path: str) -> Tuple[str, int, int]:
-    st = os.stat(path)
-    return path, st.st_size, st.st_mtime_ns
-
-
-def server_key(env: Dict[str, str]) -> str:
-    """What a server's image depends on, hashed (see the module's docstring)."""
-    parts = [sys.executable, sys.version, sorted(_server_env(env).items()), _files_stamp()]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-
-
-def _private_dir(path: str) -> bool:
-    """Make ``path`` (mode 0700) or check that it is this user's own directory that nobody else
-    can enter (a symlink or anyone else's directory is refused)."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return False
-    st = os.lstat(path)
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
-
-
-def runtime_dir() -> Tuple[str, bool]:
-    """Where this user's servers' sockets are, and whether other runners find them there:
-    ``$XDG_RUNTIME_DIR`` or the temporary directory, ``det-lite-<uid>``; else a new private
-    temporary directory (its server serves this runner alone)."""
-    for base in (os.environ.get("XDG_RUNTIME_DIR", ""), tempfile.gettempdir(), "/tmp"):
-        path = os.path.join(base, f"det-lite-{os.getuid()}")
-        if base and len(path) + 32 <= _MAX_SOCKET_PATH and _private_dir(path):
-            return path, True
-    return tempfile.mkdtemp(prefix="det-lite-"), False
+def image_env(env: Dict[str, str]) -> Dict[str, str]:
+    """The variables of ``env`` that shape a server's image (see the module's docstring)."""
+    return {
+        k: v
+        for k, v in env.items()
+        if (k.startswith(IMAGE_PREFIXES) or k in IMAGE_NAMES) and k not in PER_FORK
+    }
 
 
 @contextlib.contextmanager
@@ -163,12 +116,9 @@ class ForkedChild:
     """A worker started through the server, as much of ``subprocess.Popen`` as ``TrialProcess``
     uses: forked, or a plain process when the server could not fork it; ``pid`` is 0 until then."""
 
-    def __init__(self, server: "ForkServer", rid: int, out: IO[str], reuse_key: str = "") -> None:
+    def __init__(self, server: "ForkServer", rid: int, out: IO[str]) -> None:
         self._server = server
         self.rid = rid
-        self.reuse_key = reuse_key  # its process may run a later run of the same key
-        self.parked = False  # its run ended and its process waits for another (not this run's)
-        self.signalled = False  # a stop reached its process: never reused
         self.stdout = out
         self.pid = 0
         self.plain = False  # started as a plain process (the server could not)
@@ -192,17 +142,13 @@ class ForkedChild:
         self._started.set()
 
     def kill_group(self, sig: int) -> None:
-        """Signal the worker's process group; before it started, make sure it never does. Once
-        its run ended and the process parked, the process is no longer this run's: nothing."""
+        """Signal the worker's process group; before it started, make sure it never does."""
         with self._state:
             pid = self.pid
             if not pid:
                 self.cancelled = True
                 return
-            if self.parked:
-                return
-            self.signalled = True
-            _killpg(pid, sig)  # under the lock: the process is not parked meanwhile
+        _killpg(pid, sig)
 
     def poll(self) -> Optional[int]:
         if not self._ended.is_set() and self._server.lost and self.pid and not self.plain:
@@ -235,26 +181,24 @@ def _killpg(pid: int, sig: int) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
 class ForkServer:
-    """The runner's connection to the server for its workers' key: the one running already, or
-    one it starts (see the module's docstring)."""
+    """The runner's connection to this installation's server: the one running already, or one
+    it starts (see the module's docstring)."""
 
     def __init__(self, env: Dict[str, str]) -> None:
-        self.env = _server_env(env)
-        self.key = server_key(env)
+        self.key = server_key()
+        self.image: Optional[Dict[str, str]] = None  # the server's image variables (None: unknown)
         self.lost = False
         self.pid = 0  # the server's, once it said it is ready
         self._proc: Optional["subprocess.Popen[bytes]"] = None  # when this runner started it
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._children: Dict[int, ForkedChild] = {}
-        self._parked: Dict[str, List[int]] = {}  # reuse key -> processes parked for it, oldest first
         self._next = 0
         self._sock = self._connect(env)
         threading.Thread(target=self._receive, name="det-lite-forkserver", daemon=True).start()
@@ -269,24 +213,27 @@ class ForkServer:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 sock.connect(path)
+                self.image = read_info(path).get("image")
                 return sock
             except (FileNotFoundError, ConnectionRefusedError):
                 pass  # none, or a dead one's name
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            self._start_server(path, directory, idle_s)
+            for stale in (path, info_path(path)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(stale)
+            self._start_server(path, directory, idle_s, env)
             sock.connect(path)
             return sock
 
-    def _start_server(self, path: str, directory: str, idle_s: float) -> None:
+    def _start_server(self, path: str, directory: str, idle_s: float, env: Dict[str, str]) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server_env = {k: v for k, v in env.items() if k not in PER_RUN}
         try:
             listener.bind(path)
             listener.listen(64)
             self._proc = subprocess.Popen(
                 [sys.executable, "-u", "-m", "determined_lite.launch._forkserver_serve"]
                 + [str(listener.fileno()), path, repr(idle_s)],
-                env=self.env,
+                env=server_env,
                 cwd=directory,  # no project directory first on its sys.path
                 pass_fds=(listener.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -296,6 +243,8 @@ class ForkServer:
             )
         finally:
             listener.close()
+        self.image = image_env(server_env)
+        write_info(path, {"pid": self._proc.pid, "idle_s": idle_s, "image": self.image})
         threading.Thread(target=self._proc.wait, name="det-lite-forkserver-reaper", daemon=True).start()
 
     def _receive(self) -> None:
@@ -324,56 +273,25 @@ class ForkServer:
             child._started_as(int(message["pid"]), plain=False)
         if "code" in message:
             self._children.pop(child.rid, None)
-            if message.get("parked"):
-                self._park(child)
             child._set_exit(int(message["code"]))
 
-    def _park(self, child: ForkedChild) -> None:
-        """``child``'s run ended and its process waits: a later run of its key may use it,
-        unless a stop signalled it (then it is left to the server's timeout)."""
-        with child._state:
-            child.parked = not child.signalled
-        if child.parked and child.reuse_key:
-            with self._lock:
-                pids = self._parked.setdefault(child.reuse_key, [])
-                pids.append(child.pid)
-                del pids[:-MAX_PARKED]
-
-    def _take_parked(self, reuse_key: str) -> int:
-        """The pid of the process that parked last for ``reuse_key`` (0: none)."""
-        with self._lock:
-            pids = self._parked.get(reuse_key)
-            return pids.pop() if pids else 0
-
-    def usable(self, env: Dict[str, str]) -> bool:
-        return not self.lost and _server_env(env) == self.env
-
     def spawn(
-        self,
-        argv: Sequence[str],
-        env: Dict[str, str],
-        cwd: str,
-        pass_fds: Sequence[int],
-        plain: PlainStart,
-        reuse_key: str = "",
+        self, argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], plain: PlainStart
     ) -> Optional[ForkedChild]:
-        """A worker running ``argv``'s spec: in a process parked by an earlier run of
-        ``reuse_key`` (non-empty: runs of one experiment, ``_reuse.py``), or forked now when the
-        server is ready, else by a thread once it is (``plain`` starts it when the server
-        cannot); None when the server is lost already (the caller starts it plainly)."""
-        if self.lost:
+        """A worker running ``argv``'s spec: forked now when the server is ready, else by a
+        thread once it is (``plain`` starts it when the server cannot); None when the server is
+        lost already or its image is not the one ``env`` asks for (the caller starts it plainly)."""
+        if self.lost or self.image != image_env(env):
             return None
         read_end, write_end = os.pipe()
         out = os.fdopen(read_end, "r", buffering=1, errors="replace")
         with self._lock:
             self._next += 1
-            child = ForkedChild(self, self._next, out, reuse_key)
+            child = ForkedChild(self, self._next, out)
             self._children[child.rid] = child
         umask = os.umask(0o077)
         os.umask(umask)
         request = {"rid": child.rid, "argv": list(argv), "env": env, "cwd": cwd, "umask": umask}
-        if reuse_key and reuse_enabled(env):
-            request.update(reuse_key=reuse_key, reuse=self._take_parked(reuse_key))
         start = (child, request, write_end, tuple(pass_fds), plain)
         if self._ready.is_set():
             self._start(*start)
@@ -426,28 +344,22 @@ _server_lock = threading.Lock()
 
 
 def spawn(
-    argv: Sequence[str],
-    env: Dict[str, str],
-    cwd: str,
-    pass_fds: Sequence[int],
-    plain: PlainStart,
-    reuse_key: str = "",
+    argv: Sequence[str], env: Dict[str, str], cwd: str, pass_fds: Sequence[int], plain: PlainStart
 ) -> Optional[ForkedChild]:
     """A 1-slot worker for ``argv`` (``python -u -m determined_lite.launch.worker SPEC``) through
-    the server (a parked process of ``reuse_key``, a fork, or by ``plain`` when it cannot), or
-    None: the caller starts it plainly."""
+    the server (forked, or by ``plain`` when it cannot), or None: the caller starts it plainly."""
     server = start(env)
-    return None if server is None else server.spawn(argv, env, cwd, pass_fds, plain, reuse_key)
+    return None if server is None else server.spawn(argv, env, cwd, pass_fds, plain)
 
 
 def start(env: Dict[str, str]) -> Optional[ForkServer]:
-    """The server for workers run with ``env``, started now (its warm-up runs in the
-    background) unless one for ``env`` runs already; None when it is off or cannot start."""
+    """This installation's server, connected to or started now (its warm-up runs in the
+    background); None when it is off or cannot start."""
     global _server
     if not enabled(env):
         return None
     with _server_lock:
-        if _server is None or not _server.usable(env):
+        if _server is None or _server.lost:
             if _server is not None:
                 _server.close()
             try:

@@ -12,6 +12,8 @@ import re
 import socket
 from typing import Any, List, Optional, Sequence, Tuple
 
+import psutil
+
 _HOSTNAME = re.compile(r"^[\w.-]+$")  # names and addresses both launchers accept
 # Names of this machine that need no ssh (a launcher starts their workers directly).
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
@@ -22,11 +24,6 @@ SOCKET_IFNAME_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 def loopback_interface() -> Optional[str]:
     """The interface holding 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS), when it can be found."""
-    try:
-        import psutil  # a Horovod dependency; not one of det-lite's
-    except ImportError:
-        names = [name for _, name in socket.if_nameindex()]
-        return next((n for n in ("lo", "lo0") if n in names), None)
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == LOOPBACK for a in addrs):
             return name

@@ -10,7 +10,6 @@ private umask (``store._paths.private_umask``): their files are 0600, their dire
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import socket
@@ -21,7 +20,6 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import determined_lite
-from determined_lite.config._launcher import script_command
 from determined_lite.launch import _forkserver
 from determined_lite.launch._engines import engine_command
 from determined_lite.launch._failures import STOP_GRACE_S, worker_command
@@ -148,19 +146,10 @@ def launch(
     forked = None
     if one_worker:
         plain = functools.partial(_popen, argv, full_env, spec.context_dir, pass_fds)
-        forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds, plain, reuse_key(spec))
+        forked = _forkserver.spawn(argv, full_env, spec.context_dir, pass_fds, plain)
     return TrialProcess(
         argv, full_env, on_output, cwd=spec.context_dir, pass_fds=pass_fds, forked=forked, on_end=on_end
     )
-
-
-def reuse_key(spec: WorkerSpec) -> str:
-    """Which runs may share a worker process (``launch/_reuse.py``): a trial class's runs of one
-    experiment (same store, experiment, context and entrypoint); "" (none) for a script, whose
-    whole interpreter is the user's, or a run outside an experiment."""
-    if spec.experiment_id is None or spec.store_path is None or script_command(spec.entrypoint) is not None:
-        return ""
-    return json.dumps([spec.store_path, spec.experiment_id, spec.context_dir, spec.entrypoint])
 
 
 def _worker_env(env: Optional[Dict[str, str]], engine_env: Dict[str, str]) -> Dict[str, str]:

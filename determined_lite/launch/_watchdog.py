@@ -153,11 +153,7 @@ class StallWatchdog:
         return self
 
     def stop(self) -> None:
-        """Stop watching; the thread has ended when this returns (a reused worker's next trial
-        starts without it, ``_reuse.py``), unless a heartbeat write holds it past a second."""
         self._stop.set()
-        if self._thread.ident is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
         own = heartbeat_file(self.result_path, self.heartbeat.rank)

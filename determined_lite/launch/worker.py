@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from determined_lite._errors import (
     DiskFullError,
@@ -30,7 +30,6 @@ from determined_lite._errors import (
 from determined_lite.launch._exit import exit_now
 from determined_lite.launch._fit import fit_plan, result_of, trial_info
 from determined_lite.launch._logs import install_rank_prefix
-from determined_lite.launch._reuse import SUPERVISOR_WATCH
 from determined_lite.launch._watchdog import (
     Heartbeat,
     StallWatchdog,
@@ -232,22 +231,15 @@ def run(
     return result_of(result)
 
 
-_WATCHED: Set[str] = set()  # the supervisors this process watches
-
-
 def _watch_supervisor() -> None:
     """Exit when the process that launched this trial dies (SIGKILL leaves no chance to clean up).
 
     ``DET_LITE_SUPERVISOR_PID`` is set by the launcher on this host; without this watch a
-    killed ``det-lite`` would leave workers training (and writing) on their own. One watch per
-    supervisor: a reused worker (``_reuse.py``) runs later trials for the same one.
+    killed ``det-lite`` would leave workers training (and writing) on their own.
     """
     pid = os.environ.get("DET_LITE_SUPERVISOR_PID")
     if not pid or os.environ.get("DET_LITE_SUPERVISOR_HOST") not in (None, "", socket.gethostname()):
         return
-    if pid in _WATCHED:
-        return
-    _WATCHED.add(pid)
 
     def watch() -> None:
         while True:
@@ -264,7 +256,7 @@ def _watch_supervisor() -> None:
             except PermissionError:
                 pass
 
-    threading.Thread(target=watch, name=SUPERVISOR_WATCH, daemon=True).start()
+    threading.Thread(target=watch, name="det-lite-supervisor-watch", daemon=True).start()
 
 
 def log_info() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 SPEC_ENV = "DET_LITE_TRIAL_SPEC"
 # ``host:port`` of the TCPStore that workers a trial's script starts itself join
@@ -131,25 +131,20 @@ def checkpoint_batches(path: Optional[str]) -> int:
         return 0
 
 
-_cache: Dict[Tuple[str, int, int], ClusterInfo] = {}  # the current spec file's, alone
+_cache: Dict[str, ClusterInfo] = {}
 
 
 def get_cluster_info() -> Optional[ClusterInfo]:
-    """The trial this process runs for, or None outside a det-lite trial. Read once per spec
-    file: a spec is written whole and renamed into place, so a later run's spec at the same
-    path (a restart, a promotion, in a reused worker) is another file."""
+    """The trial this process runs for, or None outside a det-lite trial (its spec is read once:
+    a process runs one trial)."""
     path = os.environ.get(SPEC_ENV)
     if not path:
         return None
-    st = os.stat(path)
-    key = (path, st.st_ino, st.st_mtime_ns)
-    if key not in _cache:
+    if path not in _cache:
         from determined_lite.runtime._spec import WorkerSpec
 
-        info = ClusterInfo(WorkerSpec.load(path))
-        _cache.clear()
-        _cache[key] = info
-    return _cache[key]
+        _cache[path] = ClusterInfo(WorkerSpec.load(path))
+    return _cache[path]
 
 
 _active: Optional[Any] = None

@@ -27,12 +27,18 @@ exactly: rebuild with :func:`make_searcher`, ``load_state_dict()``, and carry on
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping, Union
+from typing import Any, List, Mapping, Optional, Union
 
 from determined_lite.config import SearcherSettings
 from determined_lite.searcher import _hparams
-from determined_lite.searcher._asha import AdaptiveASHAConfig, AdaptiveASHASearch, BracketPlan, plan_brackets
-from determined_lite.searcher._base import SearchMethod
+from determined_lite.searcher._asha import (
+    AdaptiveASHAConfig,
+    AdaptiveASHASearch,
+    AshaSettings,
+    BracketPlan,
+    plan_brackets,
+)
+from determined_lite.searcher._base import Rung, RungReport, SearchMethod
 from determined_lite.searcher._hparams import grid as grid_points
 from determined_lite.searcher._hparams import sample as sample_hparams
 from determined_lite.searcher._ops import (
@@ -84,9 +90,16 @@ def make_searcher(
     return search(settings, hyperparameters, int(seed))
 
 
+def saved_rungs(state: Mapping[str, Any], smaller_is_better: bool) -> Optional[List[Rung]]:
+    """The rungs of a saved searcher state (``{"searcher": name, ...}``), asked of the searcher
+    that saved it; None when it has none. KeyError: a name not registered."""
+    return searcher_class(state["searcher"]).saved_rungs(state, smaller_is_better)
+
+
 __all__ = [
     "AdaptiveASHAConfig",
     "AdaptiveASHASearch",
+    "AshaSettings",
     "BracketPlan",
     "Close",
     "Create",
@@ -99,6 +112,8 @@ __all__ = [
     "Operation",
     "RandomConfig",
     "RandomSearch",
+    "Rung",
+    "RungReport",
     "SEARCHERS",
     "SearchMethod",
     "SearcherSettings",
@@ -114,6 +129,7 @@ __all__ = [
     "op_to_dict",
     "plan_brackets",
     "sample_hparams",
+    "saved_rungs",
     "searcher_class",
     "validate_config",
     "validate_searcher",

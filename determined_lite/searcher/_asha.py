@@ -35,21 +35,27 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Annotated, Any, Callable, ClassVar, Dict, List, Literal, Mapping, Optional, Set
+from typing import Annotated, Any, Callable, ClassVar, Dict, Final, List, Literal, Mapping, Optional, Set
 
 from pydantic import Field
 
-from determined_lite.config import (
-    DEFAULT_ASHA_MAX_CONCURRENT_TRIALS,
-    DEFAULT_DIVISOR,
-    DEFAULT_MAX_RUNGS,
-    DEFAULT_MODE,
-    NonNegativeInt,
-    PositiveInt,
-    SearcherSettings,
+from determined_lite.config import NonNegativeInt, PositiveInt, SearcherSettings
+from determined_lite.searcher._base import (
+    WORST_METRIC,
+    BudgetSection,
+    Rung,
+    RungReport,
+    SearchMethod,
+    TrialFactory,
+    oriented,
 )
-from determined_lite.searcher._base import WORST_METRIC, BudgetSection, SearchMethod, TrialFactory, oriented
 from determined_lite.searcher._ops import Close, Create, ExitReason, Operation, ValidateAfter
+
+# Determined's defaults for adaptive_asha's own fields (max_concurrent_trials 0: the searcher chooses).
+DEFAULT_ASHA_MAX_CONCURRENT_TRIALS = 0
+DEFAULT_DIVISOR = 4
+DEFAULT_MAX_RUNGS = 5
+DEFAULT_MODE: Final = "standard"
 
 
 class AdaptiveASHAConfig(BudgetSection):
@@ -63,6 +69,25 @@ class AdaptiveASHAConfig(BudgetSection):
     divisor: Annotated[float, Field(gt=1)] = DEFAULT_DIVISOR
     max_rungs: PositiveInt = DEFAULT_MAX_RUNGS
     mode: Literal["aggressive", "standard", "conservative"] = DEFAULT_MODE
+
+
+@dataclasses.dataclass(frozen=True)
+class AshaSettings:
+    """adaptive_asha's own fields, read from a validated ``searcher`` section (a field a stored
+    config lacks takes Determined's default)."""
+
+    divisor: float = float(DEFAULT_DIVISOR)
+    max_rungs: int = DEFAULT_MAX_RUNGS
+    mode: str = DEFAULT_MODE
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> "AshaSettings":
+        d = cls()  # a field left out, or None, takes the default (a validated value is never falsy)
+        return cls(
+            divisor=float(section.get("divisor") or d.divisor),
+            max_rungs=int(section.get("max_rungs") or d.max_rungs),
+            mode=str(section.get("mode") or d.mode),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,9 +155,10 @@ def rung_lengths(max_length: int, divisor: float, num_rungs: int) -> List[int]:
 def plan_brackets(settings: SearcherSettings) -> List[BracketPlan]:
     """The brackets an adaptive_asha config runs."""
     assert settings.max_trials is not None
-    d = settings.divisor
-    top = min(settings.max_rungs, _levels(settings.max_length, d), _levels(settings.max_trials, d))
-    rungs = bracket_rungs(settings.mode, top)
+    asha = AshaSettings.from_section(settings.section)
+    d = asha.divisor
+    top = min(asha.max_rungs, _levels(settings.max_length, d), _levels(settings.max_trials, d))
+    rungs = bracket_rungs(asha.mode, top)
     trials = bracket_max_trials(settings.max_trials, d, rungs)
     concurrent = bracket_max_concurrent(settings.max_concurrent_trials, d, trials)
     return [
@@ -313,7 +339,8 @@ class AdaptiveASHASearch(SearchMethod):
     def __init__(self, settings: SearcherSettings, space: Mapping[str, Any], seed: int) -> None:
         super().__init__(settings, space, seed)
         self.plan = plan_brackets(settings)
-        self._brackets = [_Bracket(p, settings.divisor) for p in self.plan]
+        divisor = AshaSettings.from_section(settings.section).divisor
+        self._brackets = [_Bracket(p, divisor) for p in self.plan]
         self._bracket_of: Dict[str, int] = {}
         self._target: Dict[str, Optional[int]] = {}  # pending ValidateAfter length; None when idle
 
@@ -373,6 +400,21 @@ class AdaptiveASHASearch(SearchMethod):
 
     def _plan(self) -> Dict[str, Any]:
         return {"brackets": [dataclasses.asdict(p) for p in self.plan]}
+
+    @classmethod
+    def saved_rungs(cls, state: Mapping[str, Any], smaller_is_better: bool) -> Optional[List[Rung]]:
+        """Every rung of every bracket of a saved ``state_dict()``, bracket by bracket, each
+        rung's reports best first (metrics as the trials reported them)."""
+        out = []
+        for b, (plan, bracket) in enumerate(zip(state["plan"]["brackets"], state["search"]["brackets"])):
+            closed = {str(r) for r in bracket.get("closed", [])}
+            for i, (length, rung) in enumerate(zip(plan["rung_lengths"], bracket["rungs"])):
+                reports = [  # the rungs hold metrics as smaller-is-better
+                    RungReport(rid, m if smaller_is_better else -m, bool(up), not up and str(rid) in closed)
+                    for rid, m, up in rung.get("metrics", [])
+                ]
+                out.append(Rung(bracket=b, index=i, length=length, reports=reports))
+        return out
 
     def _search_state(self) -> Dict[str, Any]:
         return {

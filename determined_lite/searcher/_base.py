@@ -11,6 +11,7 @@ executed yet; ``initial_operations()`` is not called again).
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 import random
 import sys
@@ -76,6 +77,27 @@ class BudgetSection(SearcherSection):
         if self.max_trials is None:
             raise FieldError(("max_trials",), f"the {self.name!r} searcher needs max_trials (a positive int)")
         return self
+
+
+@dataclasses.dataclass(frozen=True)
+class RungReport:
+    """A trial's report at a rung: its metric as reported; ``promoted`` to the next rung;
+    ``stopped``: closed there by the searcher (it will not be promoted)."""
+
+    request_id: str
+    metric: float
+    promoted: bool
+    stopped: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+    """A rung of a bracket (what the dashboard's rung view shows): its ``length`` and reports."""
+
+    bracket: int
+    index: int
+    length: int
+    reports: List[RungReport]
 
 
 class SearchMethod(abc.ABC):
@@ -160,6 +182,12 @@ class SearchMethod(abc.ABC):
         self._started = bool(state["started"])
         self._shutdown = bool(state["shutdown"])
         self._load_search_state(state["search"])
+
+    @classmethod
+    def saved_rungs(cls, state: Mapping[str, Any], smaller_is_better: bool) -> Optional[List[Rung]]:
+        """The rungs of a saved ``state_dict()`` of this searcher, for the dashboard; None: the
+        searcher has no rungs."""
+        return None
 
     @abc.abstractmethod
     def _plan(self) -> Dict[str, Any]:

@@ -20,6 +20,7 @@ from determined_lite.config import (
     FieldError,
     SearcherSection,
     SearcherSettings,
+    check_known_keys,
     describe,
     read_config,
     translate,
@@ -49,9 +50,9 @@ def searcher_class(name: str) -> Type[SearchMethod]:
 
 
 def _check_name(value: Any) -> Type[SearchMethod]:
-    """The searcher a section names, or a FieldError that lists the registered names."""
-    if not isinstance(value, dict):
-        raise FieldError((), f"expected a mapping, got {describe(value)}")
+    """The searcher a section names, or a FieldError: a key no searcher has (named first: a
+    misspelt ``name`` is that key, not a missing name), or the registered names."""
+    check_known_keys(value, sorted(_ALL_FIELDS), SearcherSection.label, SearcherSection.determined_only)
     name = value.get("name")
     if name is None:
         raise FieldError(("name",), f"missing required field: one of {', '.join(_QUOTED)}")

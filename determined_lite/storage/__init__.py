@@ -9,7 +9,8 @@
 * ``_code.py``: a checkpoint's ``code/`` (one link to the snapshot's code, put on disk once) and
   stand-alone copies of checkpoints.
 * ``_layout.py``: a checkpoint root (``<uuid>/``, ``.tmp-<uuid>/``, storage ids, ``metadata.json``'s
-  writer and store), disk usage counting hard links once, flushing to disk.
+  writer and store), disk usage counting hard links once, flushing to disk, deleting in the
+  background (``move_aside``, ``remove_in_background``).
 """
 
 from determined_lite.storage._backend import (
@@ -38,6 +39,7 @@ from determined_lite.storage._context import (
 )
 from determined_lite.storage._layout import (
     CODE_DIR,
+    DELETED_PREFIX,
     METADATA_FILE,
     STATE_FILE,
     STORE_KEY,
@@ -50,7 +52,9 @@ from determined_lite.storage._layout import (
     disk_usage,
     is_checkpoint_id,
     make_durable,
+    move_aside,
     read_metadata_file,
+    remove_in_background,
     root_entries,
     writer_may_be_alive,
     writer_record,
@@ -68,6 +72,7 @@ __all__ = [
     "redact",
     "save_secrets",
     "CODE_DIR",
+    "DELETED_PREFIX",
     "DEFAULT_IGNORE",
     "DETIGNORE",
     "MAX_CONTEXT_BYTES",
@@ -91,9 +96,11 @@ __all__ = [
     "disk_usage",
     "is_checkpoint_id",
     "make_durable",
+    "move_aside",
     "read_context",
     "read_metadata_file",
     "read_snapshot",
+    "remove_in_background",
     "root_entries",
     "snapshot_context",
     "writer_may_be_alive",

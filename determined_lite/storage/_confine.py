@@ -53,14 +53,16 @@ def stored_names(prefix: str, names: Iterable[str], shown: str) -> List[Tuple[st
     for name in names:
         full = str(name).lstrip("/")  # memory:// and the local filesystem add a leading "/"
         rel = full[len(top) :] if full.startswith(top) else None
+        if rel == "":
+            continue  # the checkpoint's own folder marker
         problem = "not under the checkpoint's prefix" if rel is None else name_problem(rel.rstrip("/"))
         if problem is not None or rel is None:
             raise _refused(shown, full, problem)
         out.append((str(name), rel))
     files = {rel for _, rel in out if not rel.endswith("/")}
-    for rel in sorted(files):
-        parts = rel.split("/")
-        for i in range(1, len(parts)):
+    for rel in sorted(rel for _, rel in out):
+        parts = rel.rstrip("/").split("/")
+        for i in range(1, len(parts) + rel.endswith("/")):  # a folder marker: its own name too
             if "/".join(parts[:i]) in files:
                 raise _refused(shown, top + rel, f"{'/'.join(parts[:i])!r} is an object, not a folder")
     return out

@@ -10,6 +10,9 @@ A checkpoint's ``metadata.json`` names the process that wrote it (``writer``: ho
 token) and, for experiment trials, the store that should register it (``store``). Garbage
 collection uses both: it never removes a directory whose writer may still be running, and
 leaves alone checkpoints of other stores sharing the root.
+
+A directory to delete at once whatever it holds is renamed aside (``.det-lite-deleted-...``,
+hidden) and its files removed by a process of its own (``move_aside``, ``remove_in_background``).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import functools
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
+import subprocess
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from determined_lite._errors import CheckpointNotFound, DiskFullError, is_disk_full
 from determined_lite.store._paths import process_alive, process_token
@@ -31,6 +36,8 @@ STATE_FILE = "state_dict.pth"
 METADATA_FILE = "metadata.json"
 CODE_DIR = "code"
 TMP_PREFIX = ".tmp-"
+# A directory being deleted: renamed out of its place at once, its files removed in the background.
+DELETED_PREFIX = ".det-lite-deleted-"
 WRITER_KEY = "writer"
 STORE_KEY = "store"
 # A temporary directory whose writer cannot be checked (another host, no metadata yet) is left
@@ -192,3 +199,32 @@ def make_durable(path: str) -> None:
         raise DiskFullError(
             root, f"checkpoint {os.path.basename(path)} could not be flushed to disk and was removed"
         ) from e
+
+
+def move_aside(path: str) -> str:
+    """Rename ``path`` to ``.det-lite-deleted-<name>-<hex>`` in its directory: out of its place in
+    one call whatever it holds (a rename never crosses a file system); the new path."""
+    parent, name = os.path.split(os.path.normpath(path))
+    target = os.path.join(parent, f"{DELETED_PREFIX}{name}-{secrets.token_hex(4)}")
+    os.rename(path, target)
+    return target
+
+
+def remove_in_background(paths: Sequence[str]) -> None:
+    """Remove ``paths`` (moved aside) in a process of their own that outlives the caller:
+    unlinking is the file system's work (about 1 ms a file on a busy disk: 10,000 files of a
+    context snapshot took 20 s), which a command need not wait for. What a killed remover
+    leaves, ``checkpoint gc`` removes. Where ``rm`` cannot start, they are removed here."""
+    if not paths:
+        return
+    try:
+        subprocess.Popen(
+            ["rm", "-rf", "--", *paths],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not stopped by the terminal's Ctrl-C or hangup
+        )
+    except OSError:
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,8 +1,9 @@
-"""What the dashboard reads out of an experiment's searcher: its metric, its progress, ASHA's rungs.
+"""What the dashboard reads out of an experiment's searcher: its metric, its progress, its rungs.
 
 The runner saves ``{"searcher": SearchMethod.state_dict(), ...}`` in the store after every
 event; progress is that searcher rebuilt (``make_searcher`` + ``load_state_dict``) and asked,
-as Determined's web UI showed it. A config or state this code cannot rebuild gives ``None``
+as Determined's web UI showed it; rungs are the saved state read by the searcher that saved
+it (``searcher.saved_rungs``). A config or state this code cannot rebuild gives ``None``
 (the page shows "-"), never an error.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from determined_lite.config import ConfigError
-from determined_lite.searcher import make_searcher
+from determined_lite.searcher import make_searcher, saved_rungs
 
 DEFAULT_METRIC = "validation_loss"
 
@@ -38,41 +39,37 @@ def progress(config: Any, saved: Optional[Mapping[str, Any]]) -> Optional[float]
         return None
 
 
-def _rung_rows(
-    saved_rung: Mapping[str, Any], closed: set, trial_of: Mapping[str, int], smaller_is_better: bool
-) -> List[Dict[str, Any]]:
-    rows = []
-    for request_id, metric, promoted in saved_rung.get("metrics", []):
-        rows.append(
-            {
-                "trial_id": trial_of.get(str(request_id)),
-                "request_id": request_id,
-                "metric": metric if smaller_is_better else -metric,  # ASHA ranks smaller-is-better
-                "promoted": bool(promoted),
-                "stopped": not promoted and str(request_id) in closed,
-            }
-        )
-    return rows
-
-
 def rungs(
     saved: Optional[Mapping[str, Any]], trial_of: Mapping[str, int], smaller_is_better: bool
 ) -> Optional[List[Dict[str, Any]]]:
-    """adaptive_asha's rungs, or None for other searchers: ``[{"bracket", "rung", "length",
-    "trials": [{"trial_id", "request_id", "metric", "promoted", "stopped"}]}]``, best first in
-    each rung; ``stopped``: the searcher closed it there (it will not be promoted)."""
+    """The searcher's rungs (``searcher.saved_rungs``: adaptive_asha's), or None for a searcher
+    without: ``[{"bracket", "rung", "length", "trials": [{"trial_id", "request_id", "metric",
+    "promoted", "stopped"}]}]``, best first in each rung; ``stopped``: the searcher closed it
+    there (it will not be promoted)."""
     state = saved.get("searcher") if isinstance(saved, Mapping) else None
-    if not isinstance(state, Mapping) or state.get("searcher") != "adaptive_asha":
+    if not isinstance(state, Mapping):
         return None
     try:
-        plans = state["plan"]["brackets"]
-        brackets = state["search"]["brackets"]
-        out = []
-        for b, (plan, bracket) in enumerate(zip(plans, brackets)):
-            closed = {str(r) for r in bracket.get("closed", [])}
-            for i, (length, saved_rung) in enumerate(zip(plan["rung_lengths"], bracket["rungs"])):
-                rows = _rung_rows(saved_rung, closed, trial_of, smaller_is_better)
-                out.append({"bracket": b, "rung": i, "length": length, "trials": rows})
-        return out
+        found = saved_rungs(state, smaller_is_better)
     except (KeyError, TypeError, ValueError):
         return None
+    if found is None:
+        return None
+    return [
+        {
+            "bracket": rung.bracket,
+            "rung": rung.index,
+            "length": rung.length,
+            "trials": [
+                {
+                    "trial_id": trial_of.get(str(report.request_id)),
+                    "request_id": report.request_id,
+                    "metric": report.metric,
+                    "promoted": report.promoted,
+                    "stopped": report.stopped,
+                }
+                for report in rung.reports
+            ],
+        }
+        for rung in found
+    ]

@@ -457,6 +457,53 @@ def test_unknown_field_is_an_error_with_a_suggestion():
     assert e.value.message == "unknown field (did you mean 'max_length'?)"
 
 
+MNIST_CONST = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "fixtures/determined_038/examples/tutorials/mnist_pytorch/const.yaml",
+)
+
+
+GBS = "the batch size summed over all slots (per-slot batch = global_batch_size / slots_per_trial)"
+
+
+@pytest.mark.parametrize(
+    "changes, line",
+    [
+        ({"  name: single": "  nàme: single"}, "searcher.nàme: unknown field (did you mean 'name'?)"),
+        ({"  name: single": "  nme: single"}, "searcher.nme: unknown field (did you mean 'name'?)"),
+        (
+            {"  name: single": "  name: single\n  nàme: x"},
+            "searcher.nàme: unknown field (did you mean 'name'?)",
+        ),
+        (
+            {"hyperparameters:": "hyperparametérs:"},
+            "hyperparametérs: unknown field (did you mean 'hyperparameters'?)",
+        ),
+        (
+            {
+                "  learning_rate: 1.0": "  learning_rate: 1.0\n  global_batch_sizé: 32",
+                "python3 train.py --epochs 1": "model_def:Trial",  # a trial class needs the batch size
+            },
+            "hyperparameters.global_batch_sizé: did you mean 'global_batch_size', a required "
+            f"hyperparameter: {GBS}",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_named_not_reported_missing(tmp_path, changes, line):
+    """Issue 40: a key with a non-ASCII letter (Determined's tutorial config, one key changed)
+    is named with the closest field, as an ASCII typo is; a misspelt searcher ``name`` is that
+    key, not "searcher.name: missing required field"."""
+    with open(MNIST_CONST, encoding="utf-8") as f:
+        text = f.read()
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}: {line}"
+
+
 def test_error_is_one_line_without_pydantic_dump():
     with pytest.raises(ConfigError) as e:
         validate_config(config_with({"searcher.max_length": {"steps": 10}}), "experiment.yaml")

@@ -102,14 +102,10 @@ def test_searcher_settings_from_the_validated_config(tmp_path):
         max_length=4,
         max_trials=8,
         max_concurrent_trials=0,
-        divisor=4.0,
-        max_rungs=5,
-        mode="standard",
     )
     single = validate_config(MINIMAL).searcher_settings()
     assert (single.unit, single.max_length, single.length) == ("batches", 100, Batch(100))
     assert (single.max_trials, single.max_concurrent_trials) == (None, None)
-    assert (single.divisor, single.max_rungs, single.mode) == (4.0, 5, "standard")
     # A bare number of batches (older Determined) is read by the schema.
     assert validate_searcher(dict(MINIMAL["searcher"], max_length=30)).length == Batch(30)
 

@@ -19,6 +19,7 @@ import pytest
 
 from determined_lite import core
 from determined_lite.runtime._cluster import SPEC_ENV
+from determined_lite.storage import UnsafeNameError
 from tests.cli_helpers import REPO, cli, describe, write_config
 
 SCRIPTS = os.path.join(REPO, "tests", "fixtures", "determined_scripts")
@@ -132,10 +133,18 @@ def test_every_call_refuses_ids_that_are_not_checkpoints(tmp_path: Path, monkeyp
         )
         assert (root / OTHER / "state.json").is_file()
 
-        # Its own checkpoint: a link planted in it is copied as a link, never followed.
+        # Its own checkpoint: a link planted in it that leaves it is refused, nothing copied.
+        with pytest.raises(UnsafeNameError) as refused:
+            ctx.checkpoint.download(own, str(dest))
+        assert str(refused.value) == (
+            f"checkpoint {root / own}: refused to copy the symbolic link leak (to the absolute path "
+            f"{tmp_path / 'outside' / 'secret.txt'}): a copied link must stay inside the checkpoint; "
+            "nothing was written"
+        )
+        assert not dest.exists()
+        os.remove(root / own / "leak")
         ctx.checkpoint.download(own, str(dest))
-        assert (dest / "w.txt").read_text() == "3"
-        assert os.readlink(dest / "leak") == str(tmp_path / "outside" / "secret.txt")
+        assert sorted(os.listdir(dest)) == ["metadata.json", "w.txt"] and (dest / "w.txt").read_text() == "3"
         ctx.checkpoint.delete(own)
         assert sorted(os.listdir(root)) == sorted([OTHER, LINKED])
     assert (tmp_path / "outside" / "secret.txt").read_text() == "not a checkpoint"

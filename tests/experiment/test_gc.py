@@ -17,8 +17,9 @@ from typing import Any, Dict, Optional, Set
 
 import pytest
 
-from determined_lite.experiment._gc import collect_garbage
-from determined_lite.storage import TMP_GRACE_S, writer_record
+from determined_lite.experiment import _gc
+from determined_lite.experiment._gc import collect_garbage, delete_experiment_files
+from determined_lite.storage import DELETED_PREFIX, TMP_GRACE_S, writer_record
 from determined_lite.store import Store
 from tests.cli_helpers import cli, describe, trials_so_far, write_config
 from tests.experiment.test_experiment_e2e import LINEAR, REPO, assert_closed_form_validations
@@ -57,6 +58,14 @@ def plant(
 
 def names(root: Path) -> Set[str]:
     return set(os.listdir(root)) if root.exists() else set()
+
+
+def settled(*parents: Path) -> None:
+    """Wait until what `experiment delete` moved aside in ``parents`` is removed (in the background)."""
+    deadline = time.monotonic() + budget(60)
+    while any(n.startswith(DELETED_PREFIX) for p in parents for n in names(p)):
+        assert time.monotonic() < deadline, [names(p) for p in parents]
+        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -154,6 +163,60 @@ def test_gc_leaves_a_running_experiment_alone(store: Store, _det_lite_home: Path
     assert not orphan.exists()
 
 
+def _experiment_with_files(store: Store, home: Path, files: int) -> Dict[str, Any]:
+    """A finished experiment whose run directory holds ``files`` files in 10 folders."""
+    exp = store.experiments.create({"searcher": {"name": "single"}}, "/ctx", None, state="COMPLETED")
+    for i in range(files):
+        path = home / "experiments" / str(exp) / "context" / f"d{i % 10}" / f"f{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    return store.experiments.get(exp)
+
+
+def test_delete_moves_the_files_aside_whatever_they_hold(
+    store: Store, _det_lite_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: deleting an experiment with a 10,000-file context took 22.6 s, all of it the
+    file system unlinking one file at a time. `experiment delete` renames its directories aside
+    (calls that do not grow with the files) and leaves the unlinking to a background process."""
+    calls: Dict[str, int] = {}
+    for name in ("unlink", "remove", "rmdir", "scandir", "rename"):
+        real = getattr(os, name)
+        monkeypatch.setattr(
+            os,
+            name,
+            lambda *a, _n=name, _f=real, **k: calls.update({_n: calls.get(_n, 0) + 1}) or _f(*a, **k),
+        )
+    seen = []
+    for files in (20, 400):
+        calls.clear()
+        experiment = _experiment_with_files(store, _det_lite_home, files)
+        store.experiments.delete(experiment["id"])
+        report = delete_experiment_files(store, experiment, [])
+        seen.append(dict(calls))
+        run_dir = _det_lite_home / "experiments" / str(experiment["id"])
+        assert report.lines() == [f"removed: {run_dir} (files of experiment {experiment['id']})"]
+        assert not run_dir.exists()
+    assert seen[0] == seen[1] == {"rename": 1}  # no unlink here: the background's work
+    monkeypatch.undo()
+    settled(_det_lite_home / "experiments")
+    assert names(_det_lite_home / "experiments") == set()
+
+
+def test_gc_removes_what_a_killed_background_delete_left(
+    store: Store, _det_lite_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_gc, "remove_in_background", lambda paths: None)  # killed before it began
+    experiment = _experiment_with_files(store, _det_lite_home, 30)
+    store.experiments.delete(experiment["id"])
+    delete_experiment_files(store, experiment, [])
+    (left,) = names(_det_lite_home / "experiments")
+    assert left.startswith(f"{DELETED_PREFIX}{experiment['id']}-")
+    path = _det_lite_home / "experiments" / left
+    assert collect_garbage(store).lines() == [f"removed: {path} (moved aside by `experiment delete`)"]
+    assert names(_det_lite_home / "experiments") == set()
+
+
 # --- through the CLI, with real trials ------------------------------------------------------
 
 
@@ -192,6 +255,8 @@ def test_delete_removes_everything_of_the_experiment(tmp_path: Path, _det_lite_h
     proc = cli("experiment", "delete", "1", "--yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == "Deleted experiment 1 (1 checkpoint(s))."
+    assert not (home / "experiments" / "1").exists() and not Path(first["path"]).exists()
+    settled(root, home / "experiments", home / "tensorboard")
     assert names(root) == {second["uuid"], plain.name}
     assert not orphan.exists() and not tmp.exists()
     assert names(home / "experiments") == {"2"}

@@ -1,6 +1,6 @@
 """The fork server starts before the first trial (experiment/_trial_launch.py ``prestart``):
-from the config file as written, then from the validated config, and the first trial's
-environment matches it, so the server started early is the one the trials use."""
+from the config file as written, then from the validated config, and the first trial's image
+variables match it, so the server started early is the one that forks the trials."""
 
 from __future__ import annotations
 
@@ -21,11 +21,9 @@ class FakeServer:
     started: List[Dict[str, str]] = []
 
     def __init__(self, env: Dict[str, str]) -> None:
-        self.env = _forkserver._server_env(env)
-        FakeServer.started.append(self.env)
-
-    def usable(self, env: Dict[str, str]) -> bool:
-        return _forkserver._server_env(env) == self.env
+        self.lost = False
+        self.image = _forkserver.image_env(env)
+        FakeServer.started.append(env)
 
     def close(self) -> None:
         pass
@@ -64,10 +62,11 @@ def test_the_raw_and_the_validated_config_give_one_server_the_trial_uses(tmp_pat
     env = fake_server.started[0]
     assert env["MY_VAR"] == "1" and env["OTHER"] == "two"
     assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // _trial_launch.cpu_slots()))
-    # The environment launch() gives the first trial (but its spec path) is the server's.
+    # The image variables of the environment launch() gives the first trial are the server's.
     trial_env = _launcher._worker_env(_trial_launch.worker_env(validated), {})
     trial_env[SPEC_ENV] = str(tmp_path / "spec.json")
-    assert _forkserver._server.usable(trial_env)
+    assert _forkserver._server.image == _forkserver.image_env(trial_env)
+    assert "PYTHONPATH" in _forkserver._server.image
 
 
 def test_no_server_for_gpus_a_startup_hook_or_when_off(tmp_path, fake_server, monkeypatch):

@@ -5,11 +5,12 @@ killed or server-less trial never poisons the next."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
-import uuid
 
 import pytest
 import yaml
@@ -194,10 +195,12 @@ def _no_plain_start(fd: int) -> subprocess.Popen:
     raise AssertionError("not started plainly")
 
 
-def test_a_trial_asked_for_during_the_warm_up_gets_its_handle_at_once(tmp_path):
+def test_a_trial_asked_for_during_the_warm_up_gets_its_handle_at_once(tmp_path, monkeypatch):
     """spawn never waits for the server's warm-up: a trial stopped before the server is ready
     never starts; one waiting when the server dies before it is ready starts plainly."""
-    env = dict(os.environ, PYTHONPATH=REPO, WARM_UP_TEST=uuid.uuid4().hex)  # a server of its own
+    runtime = tempfile.mkdtemp(prefix="fs-", dir="/tmp")  # a server of its own (a short path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    env = dict(os.environ, PYTHONPATH=REPO)
     server = _forkserver.ForkServer(env)
     said = "started plainly"
 
@@ -219,3 +222,4 @@ def test_a_trial_asked_for_during_the_warm_up_gets_its_handle_at_once(tmp_path):
         assert waiting.stdout.read() == said + "\n"
     finally:
         server.close()
+        shutil.rmtree(runtime)

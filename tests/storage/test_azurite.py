@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from determined_lite.storage import StorageError, checkpoint_storage
-from tests.cloud_storage import AZURITE_KEY, azurite, check_round_trip  # noqa: F401 (a fixture)
+from tests.cloud_storage import (  # noqa: F401 (a fixture)
+    AZURITE_KEY,
+    azurite,
+    check_planted_name_refused,
+    check_round_trip,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -34,3 +39,14 @@ def test_azure_storage_against_azurite(azurite, tmp_path):  # noqa: F811 (the fi
         "The specified container does not exist."
     )
     assert AZURITE_KEY not in str(e.value)
+
+
+def test_a_planted_absolute_name_is_refused(azurite, tmp_path):  # noqa: F811 (the fixture)
+    """Azure's SDK cannot write a '..' name (its URL is normalised, so Azurite refuses the
+    signature); an absolute one (``<uuid>//etc/evil``) it stores, and det-lite refuses it."""
+    from azure.storage.blob import BlobServiceClient
+
+    BlobServiceClient.from_connection_string(azurite).create_container("ckpts")
+    config = {"type": "azure", "container": "ckpts", "prefix": "p", "connection_string": azurite}
+    storage = checkpoint_storage({"checkpoint_storage": config})
+    check_planted_name_refused(storage, tmp_path, UUID, "/etc/evil", "an absolute name")

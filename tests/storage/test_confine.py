@@ -46,6 +46,7 @@ def _s3_storage(s3):
         ("./evil", "a '.' segment in its name"),
         ("a//evil", "an empty segment in its name"),
         ("metadata.json/evil", "'metadata.json' is an object, not a folder"),
+        ("metadata.json/", "'metadata.json' is an object, not a folder"),
     ],
 )
 def test_planted_s3_keys_are_refused_before_anything_is_written(s3, tmp_path, monkeypatch, planted, why):
@@ -68,13 +69,14 @@ def test_planted_s3_keys_are_refused_before_anything_is_written(s3, tmp_path, mo
 
 
 def test_names_with_dots_that_stay_inside_are_read(s3, tmp_path, monkeypatch):
-    """``..x``, ``...`` and a folder marker are names like any other: downloaded where they say."""
+    """``..x``, ``...`` and folder markers (the checkpoint's own too) are names like any other:
+    downloaded where they say."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     client = s3.client()
-    for name in ["metadata.json", "..x", "a/...", "folder/"]:
+    for name in ["", "metadata.json", "..x", "a/...", "folder/"]:
         client.put_object(
-            Bucket=BUCKET, Key=f"{PREFIX}/{UUID}/{name}", Body=b"" if name.endswith("/") else b"1"
+            Bucket=BUCKET, Key=f"{PREFIX}/{UUID}/{name}", Body=b"" if name.endswith("/") or not name else b"1"
         )
     dest = _s3_storage(s3).download(UUID, str(tmp_path / "dest"))
     assert _tree(dest) == ["..x", "a", "a/...", "folder", "metadata.json"]
@@ -167,3 +169,36 @@ def test_links_inside_a_checkpoint_are_copied_as_links(tmp_path):
     assert os.readlink(tmp_path / "copy" / "latest") == "sub/w"
     assert (tmp_path / "copy" / "latest").read_text() == "1"
     assert os.readlink(tmp_path / "copy" / "sub" / "self") == "../sub"
+
+
+def test_export_and_the_sdk_refuse_a_planted_link_with_one_line(tmp_path, _det_lite_home):
+    """A registered shared_fs checkpoint with a link planted out of it: `checkpoint export`
+    exits 1 with one line and no traceback, the SDK's ``Checkpoint.download()`` raises; neither
+    writes anything (the SDK followed the link before: the file it points to was copied in)."""
+    from determined_lite import client
+    from determined_lite.store import Store
+    from tests.cli_helpers import cli
+
+    store = Store()
+    experiment = store.experiments.create({"searcher": {"name": "single"}}, "/ctx", None, state="COMPLETED")
+    trial = store.trials.create(experiment, 1, {}, 0, state="COMPLETED")
+    ckpt = _det_lite_home / "checkpoints" / UUID
+    ckpt.mkdir(parents=True)
+    (ckpt / "metadata.json").write_text('{"steps_completed": 2}')
+    secret = tmp_path / "secret"
+    secret.write_text("key")
+    os.symlink(str(secret), ckpt / "evil")
+    store.checkpoints.add(trial, UUID, str(ckpt), 2)
+    why = (
+        f"checkpoint {ckpt}: refused to copy the symbolic link evil (to the absolute path {secret}): a "
+        "copied link must stay inside the checkpoint; nothing was written"
+    )
+    dest = tmp_path / "out" / "exported"
+    proc = cli("checkpoint", "export", UUID, str(dest))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [f"det-lite: error: could not copy checkpoint {UUID} to {dest}: {why}"]
+    with pytest.raises(UnsafeNameError) as e:
+        client.get_checkpoint(UUID).download(str(tmp_path / "sdk"))
+    assert str(e.value) == why
+    assert sorted(os.listdir(tmp_path)) == sorted(["secret", "out", os.path.basename(_det_lite_home)])
+    assert os.listdir(tmp_path / "out") == []

@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 
 from determined_lite.storage import StorageError, checkpoint_storage
-from tests.cloud_storage import check_round_trip, gcs_emulator  # noqa: F401 (a fixture)
+from tests.cloud_storage import (  # noqa: F401 (a fixture)
+    check_planted_name_refused,
+    check_round_trip,
+    gcs_emulator,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -25,3 +29,11 @@ def test_gcs_storage_against_the_emulator(gcs_emulator, tmp_path):  # noqa: F811
         missing.probe()
     assert str(e.value).startswith("checkpoint storage gcs://nope: writing a test object failed: ")
     assert "/b/nope/" in str(e.value)
+
+
+def test_a_planted_absolute_name_is_refused(gcs_emulator, tmp_path):  # noqa: F811
+    """The emulator refuses '..' in names itself (its own check); an absolute one
+    (``<uuid>//etc/evil``) it stores, and det-lite refuses to read it."""
+    storage = checkpoint_storage({"checkpoint_storage": {"type": "gcs", "bucket": "ckpts", "prefix": "a/b"}})
+    storage.fs.mkdir("ckpts")
+    check_planted_name_refused(storage, tmp_path, UUID, "/etc/evil", "an absolute name")
