@@ -19,7 +19,7 @@ from typing import Any, Optional, TextIO
 from determined_lite._errors import ActionRequired
 from determined_lite.config import ExperimentSettings, SearcherSettings, searched_paths
 from determined_lite.experiment._endings import Endings
-from determined_lite.experiment._hangup import detach_output, hangup_line
+from determined_lite.experiment._hangup import detach_output, pausing_line
 from determined_lite.experiment._lock import RunnerLock
 from determined_lite.experiment._next_ops import answer_next_ops, wait_s
 from determined_lite.experiment._progress import Progress
@@ -148,13 +148,7 @@ class ExperimentRunner:
 
     def _request_pause(self) -> None:
         self.store.requests.request(self.id, Action.PAUSE)
-        self.logs.log(
-            None,
-            hangup_line(self.id)
-            if self.hangups
-            else f"pausing experiment {self.id}: its trials stop at a checkpoint at the next "
-            "scheduling-unit boundary (Ctrl-C again to stop them now)",
-        )
+        self.logs.log(None, pausing_line(self.id, hangup=self.hangups > 0))
 
     def _when_idle(self) -> Optional[int]:
         """No run in flight: the exit code once the experiment pauses or ends, None to go on."""
