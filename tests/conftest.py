@@ -43,6 +43,7 @@ def _det_lite_home(tmp_path, monkeypatch):
     """Point $DET_LITE_HOME at the test's tmp_path so nothing is written to ~/.det-lite."""
     home = tmp_path / "det-lite-home"
     monkeypatch.setenv("DET_LITE_HOME", str(home))
+    monkeypatch.delenv("DET_LITE_DB", raising=False)  # the store is in the test's home
     # Slots are cores in tests, on a GPU machine too (a 1-GPU box would refuse their 2-slot
     # trials); the placement tests simulate GPUs with their own $DET_LITE_DEVICES, and
     # scripts/device_check_slots.py checks real ones.

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 from determined_lite.config import OWN_LENGTH
 from determined_lite.config.units import length_from_config
+from determined_lite.reporting._sink import remote_next_op
 from determined_lite.runtime._next_op import ask_next_length
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 
@@ -72,7 +73,7 @@ def _next_length(spec: WorkerSpec) -> Callable[[Optional[float]], Any]:
     (``runtime/_next_op.py``); a promotion decided at once trains on in this process."""
 
     def ask(metric: Optional[float]) -> Any:
-        if ask_next_length(spec, metric) is None:
+        if ask_next_length(spec, metric, remote_next_op()) is None:
             return None
         return length_from_config(spec.max_length, "max_length")
 

@@ -10,9 +10,10 @@ Only the driver writes the store: the chief's reports come back through its acto
 (``reporting/_sink.py``) and are replayed here, in order, on the driver's ``TrialReporter``
 before the run is seen to end, and its store questions (``experiment_best_validation``) are
 answered from the driver's store; a pause or kill request read from the store goes back to every
-rank's node as a flag file. No worker opens SQLite. The trial's spec, result, progress and
-checkpoints are files on the storage every node sees (checked at ``create``:
-``_ray_cluster.storage_problem``).
+rank's node as a flag file. No worker opens SQLite, and no worker reads or writes a driver path:
+the context goes through Ray's object store, the spec to the slot actors, and the run's files
+come back with their output (``_ray_data.py``); nodes share only the checkpoint storage (checked
+at ``create``: ``_ray_cluster.storage_problem``).
 
 :class:`RayRun` is the executor interface's ``TrialRun`` (``poll``,
 ``wait``, ``stop``): the placement wait, the actors and the output pump run on a thread, so the
@@ -23,6 +24,7 @@ The placement group and the actors are removed when the run ends, whatever ended
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -39,7 +41,6 @@ from determined_lite.launch._executor import EndFn, Executor, Placement, TrialRu
 from determined_lite.launch._failures import (
     STOP_GRACE_S,
     stopped_exit_code,
-    worker_command,
     write_failure_result,
 )
 from determined_lite.launch._ray_cluster import (
@@ -53,13 +54,14 @@ from determined_lite.launch._ray_cluster import (
     horovod_env,
     torch_env,
 )
+from determined_lite.launch._ray_data import apply_files, is_cloud, pack_context
 from determined_lite.launch._ray_slot import SlotWorker
 from determined_lite.launch._torchrun import FORWARDED_ENV, FORWARDED_ENV_PREFIXES
 from determined_lite.reporting._reporter import stop_requested, store_reporter
 from determined_lite.reporting._sink import apply_record
-from determined_lite.runtime._cluster import SPEC_ENV
+from determined_lite.runtime._next_op import ask_runner
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
-from determined_lite.store._paths import checkpoint_root, det_lite_home
+from determined_lite.storage import load_secrets
 
 OutputFn = Callable[[str], None]
 TAKE_WAIT_S = 0.5
@@ -76,12 +78,14 @@ class RayRun(TrialRun):
         spec: WorkerSpec,
         spec_path: str,
         options: RayOptions,
+        context: Any,
         env: Dict[str, str],
         on_output: Optional[OutputFn],
         release: Callable[["RayRun"], None],
         on_end: Optional[EndFn] = None,
     ) -> None:
         self.spec, self.spec_path, self.options = spec, os.path.abspath(spec_path), options
+        self._context = context  # the context archive in Ray's object store (_ray_data.py)
         self.placement = Placement(host="ray cluster (placing)", slots=spec.slots)
         self._release = release
         self._env, self._on_output, self._on_end = env, on_output, on_end
@@ -163,9 +167,9 @@ class RayRun(TrialRun):
         self._say(f"det-lite: trial {self.spec.trial_id} placed on the Ray cluster: {where}")
         if self._stopping.is_set():
             return stopped_exit_code(signal.SIGTERM)
-        envs = self._rank_envs()
-        argv, cwd = worker_command(self.spec_path), self.spec.context_dir
-        ray.get([self._actor(r).start.remote(argv, envs[r], cwd) for r in range(n)])
+        envs, fields = self._rank_envs(), dataclasses.asdict(self.spec)
+        secrets = load_secrets(self.spec.experiment_id) if is_cloud(self.spec.exp_conf) else {}
+        ray.get([self._actor(r).start.remote(envs[r], fields, self._context, secrets) for r in range(n)])
         return self._pump()
 
     def _actor(self, rank: int) -> Any:
@@ -181,7 +185,6 @@ class RayRun(TrialRun):
         base["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p != root])
         base.setdefault("PYTHONUNBUFFERED", "1")
         base.setdefault("OMP_NUM_THREADS", str(max(1, int(self.options.resources_per_slot.get("CPU", 1)))))
-        base[SPEC_ENV] = self.spec_path
         n = self.spec.slots
         if self.spec.backend == "horovod":
             self._rendezvous = HorovodRendezvous(self.slots)
@@ -237,6 +240,7 @@ class RayRun(TrialRun):
 
         try:
             out = ray.get(ref)
+            apply_files(out["files"], self.spec.result_path, self.spec.tensorboard_path)
         except ray.exceptions.RayError as e:
             slot = self.slots[rank]
             why = f"Ray node {slot.ip} ({slot.host}) or its actor was lost: {_first_line(e)}"
@@ -251,10 +255,15 @@ class RayRun(TrialRun):
                 self._last_line[rank] = line
         if rank == 0 and reporter is not None:
             for record in out["records"]:
-                answer = apply_record(reporter, record)  # in order: after the reports before it
+                # in order: after the reports before it
+                answer = apply_record(reporter, record, self._ask_runner)
                 if answer is not None:
                     self._actor(rank).answer.remote(answer)
         return None if out["exit"] is None else int(out["exit"])
+
+    def _ask_runner(self, question: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The chief's next-op question, asked of the runner through the driver's run directory."""
+        return ask_runner(self.spec.result_path, question, self.spec.wake_path)
 
     def _say(self, line: str) -> None:
         if self._on_output is not None:
@@ -296,6 +305,7 @@ class RayExecutor(Executor):
         self._used: Dict[int, int] = {}  # id(run) -> its slots, until it ended
         self._total: Optional[int] = None
         self._total_at = 0.0
+        self._contexts: Dict[str, Any] = {}  # context directory -> its archive in the object store
 
     @classmethod
     def problem(cls, config: Mapping[str, Any]) -> Optional[str]:
@@ -303,8 +313,7 @@ class RayExecutor(Executor):
         that cannot start here."""
         resources = config.get("resources") or {}
         slots = int(resources.get("slots_per_trial") or 1)
-        paths = [det_lite_home(), checkpoint_root(config)]
-        return cluster_problem(RayOptions.from_config(config), slots, paths) or engine_problem(
+        return cluster_problem(RayOptions.from_config(config), slots, config) or engine_problem(
             str(resources.get("distributed_backend") or ""), slots
         )
 
@@ -332,16 +341,27 @@ class RayExecutor(Executor):
         on_end: Optional[EndFn] = None,
     ) -> TrialRun:
         """Start the run on the cluster (``pass_fds`` stay with the driver, which holds the
-        runner lock itself: processes on other nodes cannot)."""
-        spec.save(spec_path)  # on the storage every node sees
+        runner lock itself: processes on other nodes cannot). The spec is kept on the driver
+        too; the slots get it through Ray."""
+        spec.save(spec_path)
+        context = self._context(spec.context_dir)
         with self._lock:
-            run = RayRun(spec, spec_path, self.options, env, on_output, self._release, on_end)
+            run = RayRun(spec, spec_path, self.options, context, env, on_output, self._release, on_end)
             self._used[id(run)] = spec.slots
         # The runner records where the run is: wait for the placement (the runner starts a run
         # only when capacity() holds its gang); on a cluster busy with others' work the run is
         # recorded as still placing after PLACE_WAIT_S and goes on waiting for its slots.
         run.placed.wait(PLACE_WAIT_S)
         return run
+
+    def _context(self, context_dir: str) -> Any:
+        """The context snapshot's archive in Ray's object store, put once per experiment."""
+        import ray
+
+        if context_dir not in self._contexts:
+            connect(self.options)
+            self._contexts[context_dir] = ray.put(pack_context(context_dir))
+        return self._contexts[context_dir]
 
     def _release(self, run: RayRun) -> None:
         with self._lock:

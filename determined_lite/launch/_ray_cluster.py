@@ -19,6 +19,7 @@ import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from determined_lite.launch._ray_slot import probe_storage
+from determined_lite.store._paths import checkpoint_root, make_private_dirs
 
 PROBE_TIMEOUT_S = 60.0
 REACH_TIMEOUT_S = 5.0
@@ -94,9 +95,9 @@ def alive_nodes() -> List[Dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive")]
 
 
-def cluster_problem(options: RayOptions, slots: int, paths: Sequence[str]) -> Optional[str]:
+def cluster_problem(options: RayOptions, slots: int, config: Mapping[str, Any]) -> Optional[str]:
     """What keeps a trial of ``slots`` slots from running on the cluster (None when nothing):
-    no cluster, too few slots in it, or a node that does not see the experiment's storage."""
+    no cluster, too few slots in it, or a node that cannot reach the checkpoint storage."""
     try:
         connect(options)
     except ImportError:
@@ -109,7 +110,7 @@ def cluster_problem(options: RayOptions, slots: int, paths: Sequence[str]) -> Op
             f"resources.slots_per_trial is {slots}, but the Ray cluster has {capacity} slots of "
             f"{dict(options.resources_per_slot)}"
         )
-    return storage_problem(paths)
+    return storage_problem(config)
 
 
 def cluster_slots(options: RayOptions) -> int:
@@ -122,37 +123,36 @@ def cluster_slots(options: RayOptions) -> int:
     return total
 
 
-def storage_problem(paths: Sequence[str]) -> Optional[str]:
-    """Whether every alive node sees ``paths`` as the driver does: a file with a random token is
-    written into each, and a probe task pinned to each node reads them back."""
+def storage_problem(config: Mapping[str, Any]) -> Optional[str]:
+    """Whether every alive node reaches the checkpoint storage as a run needs it: a probe task
+    pinned to each node writes, reads back and deletes a key in a cloud storage, or reads back a
+    file with a random token that the driver wrote into a file system's checkpoint root. Nothing
+    else of the driver's (its home, the experiment's directory) needs to be on a node."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from determined_lite.storage import CLOUD_TYPES
+
     files: Dict[str, str] = {}
     try:
-        for directory in paths:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+        if (config.get("checkpoint_storage") or {}).get("type") not in CLOUD_TYPES:
+            directory = make_private_dirs(checkpoint_root(config))
             path = os.path.join(directory, f".det-lite-probe-{secrets.token_hex(8)}")
-            token = secrets.token_hex(16)
+            files[path] = secrets.token_hex(16)
             with open(path, "w") as f:
-                f.write(token)
-            files[path] = token
+                f.write(files[path])
         probe = ray.remote(num_cpus=0)(probe_storage)
         nodes = alive_nodes()
         refs = [
             probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                files
+                dict(config), files
             )
             for n in nodes
         ]
         for node, seen in zip(nodes, ray.get(refs, timeout=PROBE_TIMEOUT_S)):
-            if seen["unseen"]:
-                where = os.path.dirname(seen["unseen"][0])
-                return (
-                    f"Ray node {node['NodeManagerAddress']} ({seen['host']}, node id "
-                    f"{node['NodeID'][:12]}) does not see the experiment's storage {where}: "
-                    "checkpoints and the context must be on a file system every node mounts at the same path"
-                )
+            if seen["problem"]:
+                where = f"{node['NodeManagerAddress']} ({seen['host']}, node id {node['NodeID'][:12]})"
+                return f"Ray node {where} {seen['problem']}"
     finally:
         for path in files:
             try:

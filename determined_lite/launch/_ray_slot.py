@@ -8,7 +8,8 @@ worker's output lines and its store records (JSON lines on a pipe, ``reporting/_
 buffered here until the driver takes them (:meth:`SlotWorker.take`), in order; the driver's
 answers to the chief's store questions go back on a second pipe (:meth:`SlotWorker.answer`). The
 pause/kill flag flows back as a file on this node every rank's poll reads
-(:meth:`SlotWorker.request_stop`).
+(:meth:`SlotWorker.request_stop`). The worker's spec, context and files are this slot's own
+(``_ray_data.py``): what it writes comes back with its output.
 
 No worker outlives its slot: the worker gets SIGKILL when this actor's process dies
 (``PR_SET_PDEATHSIG``, e.g. ``ray.kill`` or a lost node), and it watches this actor's pid as the
@@ -30,9 +31,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Sequence
+import weakref
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from determined_lite.launch._failures import worker_command
+from determined_lite.launch._ray_data import FileMirror, node_home, node_spec, restore_here, unpack_context
 from determined_lite.reporting._sink import ANSWER_FD_ENV, REPORT_FD_ENV, STOP_FILE_ENV
+from determined_lite.runtime._cluster import SPEC_ENV
+from determined_lite.runtime._spec import WorkerSpec
 
 STORAGE_VIEW_ENV = "DET_LITE_TEST_STORAGE_VIEW"  # tests: this node sees storage under another root
 
@@ -52,17 +58,31 @@ def node_view(path: str) -> str:
     return os.path.join(root, path.lstrip(os.sep)) if root else path
 
 
-def probe_storage(files: Dict[str, str]) -> Dict[str, Any]:
-    """Which of ``files`` (path -> the token the driver wrote there) this node reads back as is."""
-    unseen = []
+def probe_storage(config: Dict[str, Any], files: Dict[str, str]) -> Dict[str, Any]:
+    """What this node cannot reach of what a run needs (None when nothing): a cloud checkpoint
+    storage (a key written, read back and deleted: ``config`` holds its secrets) or, on a file
+    system, ``files`` (path -> the token the driver wrote there) read back as they are."""
+    problem: Optional[str] = None
     for path, token in files.items():
         try:
             with open(node_view(path)) as f:
-                if f.read() != token:
-                    unseen.append(path)
+                seen = f.read() == token
         except OSError:
-            unseen.append(path)
-    return {"host": socket.gethostname(), "unseen": unseen}
+            seen = False
+        if not seen:
+            problem = (
+                f"does not see the checkpoint storage {os.path.dirname(path)}: checkpoint_storage.host_path "
+                "must be a file system every node mounts at the same path (or use s3, gcs or azure)"
+            )
+            break
+    if not files:
+        from determined_lite.storage import StorageError, checkpoint_storage
+
+        try:
+            checkpoint_storage(config).probe()
+        except StorageError as e:
+            problem = f"cannot use the checkpoint storage: {e}"
+    return {"host": socket.gethostname(), "problem": problem}
 
 
 class SlotWorker:
@@ -77,6 +97,9 @@ class SlotWorker:
         self._dir = tempfile.mkdtemp(prefix="det-lite-slot-")
         self._stop_file = os.path.join(self._dir, "stop")
         self._answers: Any = None  # the write end of the worker's answer pipe
+        self._pids: List[int] = []
+        self._mirror: Optional[FileMirror] = None
+        weakref.finalize(self, _release_slot, self._dir, self._pids)
 
     def node(self) -> Dict[str, Any]:
         """Where this slot is: node id, IP address, host name, and a free port on this node."""
@@ -89,21 +112,31 @@ class SlotWorker:
         node_id = ray.get_runtime_context().get_node_id()
         return {"node_id": node_id, "ip": ip, "host": socket.gethostname(), "port": port}
 
-    def start(self, argv: Sequence[str], env: Dict[str, str], cwd: str) -> int:
-        """Start the worker process with ``env`` on top of this node's environment."""
+    def start(
+        self, env: Dict[str, str], fields: Dict[str, Any], context: Tuple[str, bytes], secrets: Dict[str, str]
+    ) -> int:
+        """Start the worker process of the spec ``fields`` with ``env`` on top of this node's
+        environment: its context unpacked from ``context`` (key, archive) into this node's cache,
+        its files in this slot's directory (``_ray_data.node_spec``)."""
+        spec = node_spec(fields, self._dir, unpack_context(*context))
+        home = node_home(self._dir)
+        restore_here(spec, secrets, home)
+        spec_path = WorkerSpec(**spec).save(os.path.join(self._dir, "spec.json"))
+        self._mirror = FileMirror(os.path.dirname(spec["result_path"]), spec["tensorboard_path"])
         read_fd, write_fd = os.pipe()
         answer_read, answer_write = os.pipe()
         full_env = dict(os.environ)
         full_env.update(env)
+        full_env.update({"DET_LITE_HOME": home, SPEC_ENV: spec_path})
         full_env[REPORT_FD_ENV] = str(write_fd)
         full_env[ANSWER_FD_ENV] = str(answer_read)
         full_env[STOP_FILE_ENV] = self._stop_file
         full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
         full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
-        self._proc = subprocess.Popen(
-            list(argv),
+        proc = subprocess.Popen(
+            worker_command(spec_path),
             env=full_env,
-            cwd=cwd,
+            cwd=spec["context_dir"],
             umask=0o077,
             pass_fds=(write_fd, answer_read),
             stdin=subprocess.DEVNULL,
@@ -112,16 +145,17 @@ class SlotWorker:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        self._started(proc)
         os.close(write_fd)
         os.close(answer_read)
         self._answers = os.fdopen(answer_write, "w", buffering=1, encoding="utf-8")
         records = os.fdopen(read_fd, "rb")
-        assert self._proc.stdout is not None
-        for stream, sink in ((self._proc.stdout, self._lines), (records, self._records)):
+        assert proc.stdout is not None
+        for stream, sink in ((proc.stdout, self._lines), (records, self._records)):
             reader = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
             reader.start()
             self._readers.append(reader)
-        return self._proc.pid
+        return proc.pid
 
     def _pump(self, stream: Any, sink: Deque[str]) -> None:
         with stream:
@@ -153,7 +187,8 @@ class SlotWorker:
             self._lines.clear()
             self._records.clear()
         code = self._exit_code() if not lines and not records else None
-        return {"lines": lines, "records": records, "exit": code}
+        files = self._mirror.changes() if self._mirror is not None else None  # after the exit: all
+        return {"lines": lines, "records": records, "exit": code, "files": files}
 
     def answer(self, line: str) -> None:
         """The driver's answer to the worker's latest question (``reporting/_sink.py``)."""
@@ -187,7 +222,18 @@ class SlotWorker:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def __del__(self) -> None:
-        if self._proc is not None:
-            self._signal(signal.SIGKILL)
-        shutil.rmtree(self._dir, ignore_errors=True)
+    def _started(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
+        self._pids.append(proc.pid)
+
+
+def _release_slot(directory: str, pids: List[int]) -> None:
+    """When a slot's actor object goes: its worker's group is killed, its directory removed. A
+    finalizer of the instance, not ``__del__``: Ray's actor handle class derives from
+    :class:`SlotWorker`, and a ``__del__`` would run (and fail) on the driver's handle too."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    shutil.rmtree(directory, ignore_errors=True)

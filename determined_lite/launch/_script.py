@@ -28,6 +28,7 @@ from determined_lite.config.units import length_from_config
 from determined_lite.launch._fit import fit_plan, result_of, trial_info
 from determined_lite.launch._script_workers import RESULT_ENV, hosting
 from determined_lite.launch._watchdog import Heartbeat
+from determined_lite.reporting._sink import remote_next_op
 from determined_lite.runtime._cluster import (
     active_trial,
     checkpoint_batches,
@@ -90,7 +91,7 @@ class ScriptTrial:
     def next_length(self, metric: Optional[float]) -> Optional[int]:
         """The chief's question at the end of an operation (``core.searcher.operations()``): the
         next length when the runner promoted the trial at once (``target`` follows), else None."""
-        return ask_next_length(self.spec, metric)
+        return ask_next_length(self.spec, metric, remote_next_op())
 
     # --- what det.core reports --------------------------------------------------------------
     def reported(self) -> bool:

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from determined_lite.reporting._metric import is_better
 from determined_lite.reporting._retention import RetentionPolicy, register_checkpoint
-from determined_lite.reporting._sink import remote_reporter
+from determined_lite.reporting._sink import REPORT_FD_ENV, remote_reporter
 from determined_lite.runtime._spec import WorkerSpec
+from determined_lite.storage import CLOUD_TYPES, checkpoint_storage
 from determined_lite.store import Action, Store
 
 STOP_ACTIONS = (Action.PAUSE, Action.KILL)
@@ -78,6 +80,11 @@ class TrialReporter:
         register it: the store never lists a checkpoint whose upload did not complete."""
         if self.retention is not None and self.retention.storage is not None:
             self.retention.storage.upload(checkpoint_dir, uuid)
+        self._register(uuid, checkpoint_dir, total_batches, metrics)
+
+    def _register(
+        self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
+    ) -> None:
         if self.experiment_id is None or self.retention is None:  # no experiment, no policy
             self.store.checkpoints.add(self.trial_id, uuid, checkpoint_dir, total_batches, metrics)
             return
@@ -89,6 +96,12 @@ class TrialReporter:
             "metrics": metrics,
         }
         register_checkpoint(self.store, self.experiment_id, self.retention, checkpoint)
+
+    def uploaded_checkpoint(self, uuid: str, total_batches: int, metrics: Optional[Dict[str, Any]]) -> None:
+        """A checkpoint a chief on another node uploaded to the cloud store itself: registered,
+        at the path it is downloaded to on this machine when read."""
+        assert self.retention is not None and self.retention.storage is not None
+        self._register(uuid, self.retention.storage.local_path(uuid), total_batches, metrics)
 
     def forget_checkpoint(self, uuid: str) -> None:
         """A checkpoint the trial deleted itself (a Core API script): out of the store."""
@@ -115,8 +128,12 @@ def trial_reporter(spec: WorkerSpec, is_chief: bool) -> Any:
     trial's executor runs it away from the store (Ray), a ``_sink.RemoteReporter`` to the driver."""
     if not is_chief or spec.store_path is None or spec.trial_id is None:
         return None
-    remote = remote_reporter()
-    return remote if remote is not None else store_reporter(spec)
+    if not os.environ.get(REPORT_FD_ENV):
+        return store_reporter(spec)
+    storage = None  # a cloud store: the chief uploads its checkpoints from its own node
+    if (spec.exp_conf.get("checkpoint_storage") or {}).get("type") in CLOUD_TYPES:
+        storage = checkpoint_storage(spec.exp_conf, spec.experiment_id)
+    return remote_reporter(storage)
 
 
 def store_reporter(spec: WorkerSpec) -> Optional[TrialReporter]:

@@ -18,13 +18,18 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 REPORT_FD_ENV = "DET_LITE_REPORT_FD"
 STOP_FILE_ENV = "DET_LITE_STOP_FILE"
 ANSWER_FD_ENV = "DET_LITE_ANSWER_FD"
-CALLS = ("restart_at", "own_length", "training", "validation", "checkpoint", "forget_checkpoint")
+CALLS = (
+    "restart_at", "own_length", "training", "validation", "checkpoint", "uploaded_checkpoint",
+    "forget_checkpoint",
+)
 QUESTIONS = ("experiment_best_validation",)
+NEXT_OP = "next_op"  # the chief's next-op question: the driver asks its runner (_next_op.py)
+_REMOTE: Optional["RemoteReporter"] = None
 
 
 def _plain(value: Any) -> Any:
@@ -39,7 +44,10 @@ class RemoteReporter:
 
     store = None  # no store on this node
 
-    def __init__(self, fd: int, stop_file: Optional[str], answer_fd: Optional[int] = None) -> None:
+    def __init__(
+        self, fd: int, stop_file: Optional[str], answer_fd: Optional[int] = None, storage: Any = None
+    ) -> None:
+        self._storage = storage  # a cloud checkpoint storage: the chief uploads, from its node
         self._out = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
         self._stop_file = stop_file
         self._answers = None if answer_fd is None else os.fdopen(answer_fd, "r", encoding="utf-8")
@@ -67,7 +75,11 @@ class RemoteReporter:
     def checkpoint(
         self, uuid: str, checkpoint_dir: str, total_batches: int, metrics: Optional[Dict[str, Any]]
     ) -> None:
-        self._send("checkpoint", uuid, checkpoint_dir, total_batches, metrics)
+        if self._storage is None:  # a shared file system: the driver sees the directory
+            self._send("checkpoint", uuid, checkpoint_dir, total_batches, metrics)
+            return
+        self._storage.upload(checkpoint_dir, uuid)
+        self._send("uploaded_checkpoint", uuid, total_batches, metrics)
 
     def forget_checkpoint(self, uuid: str) -> None:
         self._send("forget_checkpoint", uuid)
@@ -77,11 +89,16 @@ class RemoteReporter:
         answer = self._ask("experiment_best_validation")
         return None if answer is None else float(answer)
 
-    def _ask(self, question: str) -> Any:
+    def ask_next_op(self, question: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The runner's answer to the chief's next-op question, asked by the driver."""
+        answer = self._ask(NEXT_OP, question)
+        return None if answer is None else dict(answer)
+
+    def _ask(self, question: str, *args: Any) -> Any:
         if self._answers is None:
             raise RuntimeError(f"{question}: this worker has no answer pipe from the driver")
         with self._ask_lock:
-            self._send(question)
+            self._send(question, *args)
             line = self._answers.readline()
         if not line:
             raise RuntimeError(f"{question}: the driver closed the answer pipe without answering")
@@ -91,13 +108,25 @@ class RemoteReporter:
         return bool(self._stop_file) and os.path.exists(str(self._stop_file))
 
 
-def remote_reporter() -> Optional[RemoteReporter]:
-    """The chief's remote reporter when its executor gave it a pipe (else None: the store)."""
+def remote_reporter(storage: Any = None) -> Optional[RemoteReporter]:
+    """The chief's remote reporter when its executor gave it a pipe (else None: the store); one
+    per process (the pipe is opened once). ``storage``: a cloud storage the chief uploads to."""
+    global _REMOTE
     fd = os.environ.get(REPORT_FD_ENV)
     if not fd:
         return None
-    answer_fd = os.environ.get(ANSWER_FD_ENV)
-    return RemoteReporter(int(fd), os.environ.get(STOP_FILE_ENV), int(answer_fd) if answer_fd else None)
+    if _REMOTE is None:
+        answer_fd = os.environ.get(ANSWER_FD_ENV)
+        answers = int(answer_fd) if answer_fd else None
+        _REMOTE = RemoteReporter(int(fd), os.environ.get(STOP_FILE_ENV), answers, storage)
+    return _REMOTE
+
+
+def remote_next_op() -> Optional[Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]]:
+    """How the chief asks its next operation when its runner is on another machine (None: the
+    run directory is the runner's, ask there)."""
+    remote = remote_reporter() if os.environ.get(REPORT_FD_ENV) else None
+    return None if remote is None else remote.ask_next_op
 
 
 def remote_stop_requested() -> Optional[bool]:
@@ -109,11 +138,17 @@ def remote_stop_requested() -> Optional[bool]:
     return os.path.exists(stop_file)
 
 
-def apply_record(reporter: Any, line: str) -> Optional[str]:
+def apply_record(
+    reporter: Any, line: str, next_op: Optional[Callable[[Dict[str, Any]], Any]] = None
+) -> Optional[str]:
     """Replay one :class:`RemoteReporter` line on the driver's ``TrialReporter``; a question's
-    answer, from the driver's store, as the line to send back (None for a report)."""
+    answer, from the driver's store (``next_op``: the driver's asker of its runner), as the line
+    to send back (None for a report)."""
     record = json.loads(line)
     call = record.get("call")
+    if call == NEXT_OP:
+        answer = next_op(dict(record["args"][0])) if next_op is not None else None
+        return json.dumps({"answer": answer})
     if call in QUESTIONS:
         return json.dumps({"answer": getattr(reporter, call)()}, allow_nan=True)
     if call not in CALLS:

@@ -19,8 +19,8 @@ length with its validation there and its checkpoint registered, whether to go on
   before (the runner reads the metric from ``result.json``). A claimed question is answered in
   the same runner call; the chief waits for that answer at most ``ANSWER_WAIT_S``.
 
-The files sit beside ``result.json``, which every executor shares between the runner and the
-chief (the Ray executor's shared storage included).
+The files sit beside ``result.json`` in the runner's run directory. Under the Ray executor the
+chief asks over its report pipe, and the driver, on the runner's machine, asks with these files.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import stat
 import tempfile
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from determined_lite.runtime._spec import WorkerSpec
 
@@ -39,6 +39,7 @@ CLAIM_WAIT_ENV = "DET_LITE_NEXT_OP_WAIT"
 DEFAULT_CLAIM_WAIT_S = 2.0  # announced, it is taken at once (polled: 0.02 s); seconds under load
 ANSWER_WAIT_S = 60.0  # a claimed question is answered in the same call of the runner
 POLL_S = 0.002
+Asker = Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]
 
 
 def question_path(result_path: str) -> str:
@@ -94,13 +95,16 @@ def remove_next_op_files(result_path: str) -> None:
 # --- the chief's side -------------------------------------------------------------------------
 
 
-def ask_next_length(spec: WorkerSpec, metric: Optional[float]) -> Optional[int]:
+def ask_next_length(spec: WorkerSpec, metric: Optional[float], ask: Optional[Asker] = None) -> Optional[int]:
     """The length (searcher units) this run trains on to in this process, None to end it; on a
-    new length ``spec`` is updated (``max_length``, ``ask_next_op``), so the trial reads it."""
+    new length ``spec`` is updated (``max_length``, ``ask_next_op``), so the trial reads it.
+    ``ask``: how to reach a runner on another machine (the Ray executor's driver, which asks
+    with :func:`ask_runner`), else the run directory's files."""
     if not spec.ask_next_op or metric is None or not isinstance(metric, (int, float)):
         return None
     unit, length = next(iter(spec.max_length.items()))
-    answer = _ask(spec.result_path, {"length": length, "metric": float(metric)}, spec.wake_path)
+    question = {"length": length, "metric": float(metric)}
+    answer = ask(question) if ask is not None else ask_runner(spec.result_path, question, spec.wake_path)
     spec.ask_next_op = False
     if answer is None or answer.get("length") is None:
         return None
@@ -110,7 +114,10 @@ def ask_next_length(spec: WorkerSpec, metric: Optional[float]) -> Optional[int]:
     return new
 
 
-def _ask(result_path: str, question: Dict[str, Any], wake_path: Optional[str]) -> Optional[Dict[str, Any]]:
+def ask_runner(
+    result_path: str, question: Dict[str, Any], wake_path: Optional[str]
+) -> Optional[Dict[str, Any]]:
+    """Ask the runner through the run directory beside ``result_path`` (see the module's docstring)."""
     answer = answer_path(result_path)
     if os.path.exists(answer):
         os.unlink(answer)

@@ -20,6 +20,7 @@ from determined_lite.storage._backend import (
     CheckpointStorage,
     checkpoint_storage,
     fetch_checkpoint,
+    load_secrets,
     redact,
     save_secrets,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "checkpoint_storage",
     "fetch_checkpoint",
     "redact",
+    "load_secrets",
     "save_secrets",
     "CODE_DIR",
     "DELETED_PREFIX",

@@ -57,11 +57,12 @@ def redact(config: Mapping[str, Any]) -> Tuple[Dict[str, Any], Dict[str, str]]:
     return out, secrets
 
 
-def save_secrets(experiment_id: int, secrets: Mapping[str, str]) -> None:
-    """Keep an experiment's storage secrets in its run directory, readable by the user only."""
+def save_secrets(experiment_id: int, secrets: Mapping[str, str], home: Optional[str] = None) -> None:
+    """Keep an experiment's storage secrets in its run directory (under ``home``, default
+    ``$DET_LITE_HOME``), readable by the user only."""
     if not secrets:
         return
-    directory = make_private_dirs(experiment_dir(experiment_id))
+    directory = make_private_dirs(experiment_dir(experiment_id, home))
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     with os.fdopen(open_private(os.path.join(directory, SECRETS_FILE), flags), "w") as f:
         json.dump(dict(secrets), f)
@@ -211,7 +212,7 @@ class CheckpointStorage:
     # --- the operations ----------------------------------------------------------------------
 
     def probe(self) -> None:
-        """Write and delete a small object: the store is reachable and writable. A local root
+        """Write, read back and delete a small object: the store is reachable and writable. A local root
         that cannot be created or written is an error naming its field (not retried)."""
         key = f"{self.root}/{PROBE_PREFIX}{uuid_module.uuid4().hex}"
         if self.is_local:
@@ -226,7 +227,10 @@ class CheckpointStorage:
                     f"{e.strerror or e}"
                 ) from None
             return
-        self._call("writing a test object", lambda: self.fs.pipe_file(key, b"det-lite"))
+        token = uuid_module.uuid4().hex.encode()
+        self._call("writing a test object", lambda: self.fs.pipe_file(key, token))
+        if self._call("reading a test object", lambda: self.fs.cat_file(key)) != token:
+            raise StorageError(f"checkpoint storage {self.url}: a test object read back differs")
         self._call("deleting a test object", lambda: self.fs.rm_file(key))
 
     def upload(self, local_dir: str, checkpoint_uuid: str) -> None:

@@ -35,6 +35,7 @@ from typing import Any, Callable, List, Optional, TypeVar
 from determined_lite._errors import ActionRequired
 from determined_lite.store import _schema
 from determined_lite.store._paths import (
+    DB_ENV,
     default_db_path,
     det_lite_home,
     make_private_dirs,
@@ -124,7 +125,10 @@ class Database:
 
     def __init__(self, path: Optional[str] = None, timeout: float = 30.0, read_only: bool = False) -> None:
         self.path = os.path.abspath(os.path.expanduser(path or default_db_path()))
-        self.home = os.path.dirname(self.path)
+        # The home its experiments' files are under: the store's directory, unless $DET_LITE_DB
+        # put this (the default) store elsewhere.
+        moved = os.environ.get(DB_ENV) and self.path == default_db_path()
+        self.home = det_lite_home() if moved else os.path.dirname(self.path)
         self.timeout = float(timeout)
         self.read_only = bool(read_only)
         self._local = threading.local()
@@ -172,7 +176,7 @@ class Database:
             target, uri = f"file:{urllib.parse.quote(self.path)}?mode=ro", True
         else:
             try:
-                make_private_dirs(self.home)
+                make_private_dirs(os.path.dirname(self.path))
                 if not os.path.exists(self.path):
                     os.close(open_private(self.path, os.O_WRONLY | os.O_CREAT))  # 0600 before SQLite opens it
             except OSError as e:

@@ -17,6 +17,7 @@ import stat
 from typing import Any, List, Mapping, Optional
 
 DB_FILE = "det-lite.db"
+DB_ENV = "DET_LITE_DB"  # where the store is, when not in the home
 EXPERIMENTS_DIR = "experiments"
 CONTEXT_SNAPSHOT = "context"
 RUNNER_LOCK = "runner.lock"  # experiment/_lock.py: held by an experiment's runner and its trials
@@ -32,8 +33,10 @@ def det_lite_home() -> str:
 
 
 def default_db_path() -> str:
-    """``<home>/det-lite.db``."""
-    return os.path.join(det_lite_home(), DB_FILE)
+    """``$DET_LITE_DB`` when set (e.g. a driver pod's persistent volume), else
+    ``<home>/det-lite.db``: always a local disk of the machine that runs det-lite."""
+    custom = os.environ.get(DB_ENV)
+    return os.path.abspath(os.path.expanduser(custom)) if custom else os.path.join(det_lite_home(), DB_FILE)
 
 
 def default_checkpoint_root(home: Optional[str] = None) -> str:

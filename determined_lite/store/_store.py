@@ -50,7 +50,8 @@ class Store:
 
     @property
     def home(self) -> str:
-        """The directory that holds it."""
+        """The det-lite home its experiments' files are under: the directory that holds it,
+        unless ``$DET_LITE_DB`` put the store elsewhere."""
         return self.db.home
 
     @property

@@ -155,3 +155,22 @@ def test_an_experiment_writes_only_private_files(tmp_path, _det_lite_home, mask)
     assert any(n.startswith("events.out.tfevents") for n in names)
     assert _not_private(home, {p: m for p, m in seen.items() if os.path.exists(os.path.join(home, p))}) == []
     assert all(m & 0o077 == 0 for m in seen.values()), {p: oct(m) for p, m in seen.items() if m & 0o077}
+
+
+def test_the_store_may_live_outside_the_home(tmp_path, _det_lite_home, monkeypatch):
+    """``$DET_LITE_DB`` puts the store elsewhere (a driver pod's persistent volume): an experiment
+    records there, its run files stay in the home, and ``describe`` reads the store there."""
+    from tests.cli_helpers import cli
+
+    db = tmp_path / "volume" / "runs.db"
+    monkeypatch.setenv("DET_LITE_DB", str(db))
+    linear = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
+    path = write_config(os.path.join(linear, "const.yaml"), tmp_path, "exp.yaml")
+    proc = cli("experiment", "create", path, linear, timeout=200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert db.is_file() and stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert not (_det_lite_home / "det-lite.db").exists()
+    assert (_det_lite_home / "experiments" / "1").is_dir()  # the run files: in the home
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["total_batches"] == 12
+    assert Store(str(db)).home == str(_det_lite_home)

@@ -1,0 +1,137 @@
+"""``resources.executor: ray`` on a cluster whose second node shares nothing with the driver but
+the image and the checkpoint storage (issue 41): that node runs in its own mount namespace with
+an empty tmpfs over the driver's ``$DET_LITE_HOME`` and the experiment's directory
+(``tests/ray_blind_node.py``), checkpoints go to moto's S3 server on loopback. Where mount
+namespaces are unavailable that case is skipped saying why, and the ``audit`` case (a normal
+second node whose processes record every path they open under the driver's home) still runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+import pytest
+
+from tests import ray_cluster
+from tests.cli_helpers import cli, describe
+from tests.cloud_storage import linear_config
+from tests.experiment.test_s3_storage import BUCKET, PREFIX, S3Server, s3, storage  # noqa: F401
+from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
+from tests.launch.test_ray_executor import LINEAR, assert_no_traceback
+from tests.ray_blind_node import (
+    BlindNode,
+    audit_env,
+    namespaces_unavailable,
+    read_audit,
+    write_audit,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def assert_closed_form(trial: dict, lr: float) -> None:
+    assert [v["total_batches"] for v in trial["validation_metrics"]] == [4, 8, 12]
+    for v in trial["validation_metrics"]:
+        w = closed_form(lr, v["total_batches"], batch_size=2, n=8)[-1]
+        assert v["metrics"]["weight"] == pytest.approx(w, rel=1e-12, abs=1e-12)
+        assert v["metrics"]["val_loss"] == pytest.approx(val_loss(w, 4), rel=1e-9, abs=1e-15)
+
+
+def placed_nodes(output: str) -> list:
+    lines = [line for line in output.splitlines() if "placed on the Ray cluster" in line]
+    return [re.findall(r"rank \d+ on \S+ \(node (\w+)\)", line) for line in lines]
+
+
+@pytest.fixture(params=["mount-namespace", "audit"])
+def split_cluster(request, tmp_path, tmp_path_factory, _det_lite_home, monkeypatch):
+    """A head (the driver's machine) and a second node that must not use the driver's files:
+    ``(cluster, node id of the second node, audit log, env for the driver)``."""
+    home = str(_det_lite_home)
+    os.makedirs(home, exist_ok=True)
+    experiment_dir = tmp_path / "experiment"  # the config and the context: not on the node
+    shutil.copytree(LINEAR, experiment_dir)
+    site = write_audit(str(tmp_path_factory.mktemp("audit-site")))
+    log = str(tmp_path_factory.mktemp("audit-log") / "opens.log")
+    env = audit_env(site, home, log)
+    if request.param == "mount-namespace":
+        why = namespaces_unavailable()
+        if why:
+            print(f"SKIPPED: no mount namespace for the node: {why}")
+            pytest.skip(f"no mount namespace for the node: {why}")
+    cluster = ray_cluster.TestCluster(worker_node=False)
+    node = None
+    try:
+        monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+        import ray
+
+        ray.init(address=cluster.address, log_to_driver=False)
+        if request.param == "mount-namespace":
+            hidden = [home, str(experiment_dir)]
+            node = BlindNode(cluster.address, hidden, env, ray_cluster.OBJECT_STORE_BYTES, log + ".node")
+            node_id = node.node_id
+        else:
+            added = cluster.add_node(env=env)
+            node_id = added.node_id
+        ray.shutdown()
+        driver_env = dict(os.environ, PYTHONPATH=env["PYTHONPATH"])  # the audit's site, not its root
+        yield cluster, node_id, log, driver_env, str(experiment_dir)
+    finally:
+        if node is not None:
+            node.stop()
+        cluster.shutdown()
+
+
+def test_nothing_shared_but_the_image_and_the_storage(tmp_path, s3, split_cluster):  # noqa: F811
+    """A 2-slot torch.distributed trial (one rank on each node) and a 2-trial grid (a trial on
+    each node) end with their closed-form weights, every checkpoint in the bucket, and no
+    process of the second node opened anything under the driver's home."""
+    cluster, node_id, log, env, experiment_dir = split_cluster
+    bucket = storage(s3)
+    two_slots = {
+        "resources.executor": "ray",
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+    }
+    config = linear_config(tmp_path, bucket, **two_slots)
+    proc = cli("experiment", "create", config, experiment_dir, env=env, timeout=500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert_no_traceback(out)
+    (nodes,) = placed_nodes(out)
+    assert node_id[:12] in nodes and len(set(nodes)) == 2, (node_id, nodes)
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED"
+    assert_closed_form(trial, 0.01)
+    (ckpt,) = trial["checkpoints"]
+    assert ckpt["total_batches"] == 12
+
+    grid = {
+        "resources.executor": "ray",
+        "searcher": {
+            "name": "grid",
+            "metric": "val_loss",
+            "max_length": {"batches": 12},
+            "max_concurrent_trials": 2,
+        },
+        "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02]},
+    }
+    config = linear_config(tmp_path, bucket, **grid)
+    proc = cli("experiment", "create", config, experiment_dir, env=env, timeout=500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert_no_traceback(out)
+    trials = describe(2)["trials"]
+    assert sorted(t["hparams"]["lr"] for t in trials) == [0.01, 0.02]
+    for t in trials:
+        assert t["state"] == "COMPLETED"
+        assert_closed_form(t, t["hparams"]["lr"])
+    assert any(node_id[:12] in n for n in placed_nodes(out)), out
+
+    registered = {c["uuid"] for t in [trial, *trials] for c in t["checkpoints"]}
+    assert len(registered) == 3 and registered == s3.uuids()  # every checkpoint, and only they
+    for uuid in registered:
+        assert f"{PREFIX}/{uuid}/metadata.json" in s3.keys()
+    seen = read_audit(log)
+    assert seen["opened"] == [], seen["opened"]
+    assert len(seen["worker"]) >= 2, seen  # the torch trial's rank and a grid trial ran there
