@@ -150,7 +150,7 @@ def write_row(runs: int, reports: int) -> Row:
 
 def _start(env: Dict[str, str]) -> Tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "determined_lite.cli", "ui"],
+        [sys.executable, "-m", "determined_lite.cli", "ui", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

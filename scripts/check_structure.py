@@ -5,7 +5,17 @@
 - no import circle of any kind between det-lite's modules: imports inside functions and under
   ``if TYPE_CHECKING:`` count (grimp reads every import statement);
 - no function longer than 60 lines (decorators and docstring included);
-- no module longer than 500 lines.
+- no module longer than 500 lines;
+- no module reaches into another's private names (``private_accesses``). A private name is one
+  with a leading underscore that is not a dunder. In module M, ``x._name`` is a violation when
+  ``_name`` is defined by another det-lite module and not by M itself (defined: a module-level
+  or class-body name, a function or class, or an attribute assigned as ``self._name`` /
+  ``cls._name``), unless ``x`` is ``self`` or ``cls`` (a class's own members, its bases'
+  included). ``from det_lite_module import _name`` is a violation unless ``_name`` is a
+  submodule (det-lite's modules are private files of public packages). Not violations:
+  names det-lite does not define (a library's, as ``os._exit`` or ``torch._C``) and
+  namedtuple's public API (``_replace``, ``_asdict``, ``_fields``, ``_make``,
+  ``_field_defaults``). Use a public accessor or a public constructor instead.
 
 The layer order itself is import-linter's contract in pyproject.toml (``lint-imports``).
 Exit 1 with one line per violation; nothing printed but a summary when all hold.
@@ -16,13 +26,14 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, Iterator, List, Set, Tuple
 
 import grimp
 
 PACKAGE = "determined_lite"
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 500
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 
 
 def import_circles(graph: grimp.ImportGraph) -> List[List[str]]:
@@ -91,12 +102,70 @@ def length_violations(root: Path) -> List[str]:
     return found
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined(tree: ast.AST) -> Set[str]:
+    """The private names a module defines (see the module's docstring)."""
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _own(node):
+            names.add(node.attr)
+    return {n for n in names if _private(n)}
+
+
+def _own(node: ast.Attribute) -> bool:
+    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+
+
+def _imported(path: Path, root: Path, node: ast.ImportFrom) -> Iterator[Tuple[str, Path]]:
+    """The names ``node`` imports from a det-lite module, with the directory its submodules
+    would be in."""
+    if node.level:  # relative: from the module's own package up
+        base = path.parent
+        for _ in range(node.level - 1):
+            base = base.parent
+        parts = node.module.split(".") if node.module else []
+    elif node.module and node.module.split(".")[0] == root.name:
+        base, parts = root.parent, node.module.split(".")
+    else:
+        return
+    for alias in node.names:
+        yield alias.name, base.joinpath(*parts)
+
+
+def private_accesses(root: Path) -> List[str]:
+    """Reaches into another det-lite module's private names (see the module's docstring)."""
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in sorted(root.rglob("*.py"))}
+    defined = {path: _defined(tree) for path, tree in trees.items()}
+    found: List[Tuple[Path, int, str]] = []
+    for path, tree in trees.items():
+        others = set().union(*(names for p, names in defined.items() if p != path)) - defined[path]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in others and not _own(node):
+                if node.attr not in NAMEDTUPLE_API:
+                    found.append((path, node.lineno, ast.unparse(node)))
+            elif isinstance(node, ast.ImportFrom):
+                for name, package in _imported(path, root, node):
+                    submodule = (package / f"{name}.py").exists() or (package / name).is_dir()
+                    if _private(name) and not submodule:
+                        what = f"from {'.' * node.level}{node.module or ''} import {name}"
+                        found.append((path, node.lineno, what))
+    return [f"{p}:{line}: private name of another module: {what}" for p, line, what in sorted(found)]
+
+
 def main() -> int:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
     graph = grimp.build_graph(PACKAGE, include_external_packages=False)
     problems = [f"import circle: {' <-> '.join(c)}" for c in import_circles(graph)]
     problems += length_violations(repo / PACKAGE)
+    problems += private_accesses(repo / PACKAGE)
     for line in problems:
         print(line)
     print(f"check_structure: {len(graph.modules)} modules, {len(problems)} violation(s)")

@@ -17,7 +17,14 @@ import click
 
 from determined_lite._errors import error_line, warning_line
 from determined_lite.experiment import EXIT_BAD_INPUT, EXIT_FAILED
-from determined_lite.store import ExperimentKind, ExperimentState, NotFoundError, Store, StoreError
+from determined_lite.store import (
+    ExperimentKind,
+    ExperimentState,
+    NotFoundError,
+    Store,
+    StoreError,
+    experiment_display_state,
+)
 
 
 def show_error(error: click.ClickException) -> None:
@@ -231,9 +238,4 @@ def display_name(exp: Dict[str, Any]) -> str:
 
 def display_state(exp: Dict[str, Any]) -> str:
     """The state, with a pending request or a dead process noted (``ACTIVE (kill requested)``)."""
-    state = exp["state"]
-    if state == ExperimentState.ACTIVE and exp.get("requested_action"):
-        return f"{state} ({exp['requested_action']} requested)"
-    if state == ExperimentState.ACTIVE and exp.get("pid") and not exp.get("running"):
-        return f"{state} (not running)"
-    return state
+    return experiment_display_state(exp)

@@ -1,7 +1,8 @@
 """``det-lite tensorboard EXPERIMENT_ID...``: TensorBoard on one or several experiments' event files.
 
-TensorBoard runs in this process (``tensorboard.program``), so the URL is printed once the port
-is bound: a taken port gives way to the next free one (up to ten above it, then any). With
+TensorBoard runs in this process (``tensorboard.serving.serve``, also the dashboard's TensorBoard
+button), so the URL is printed once the port is bound: a taken port gives way to the next free
+one (up to ten above it, then any). With
 several experiments, runs are named ``experiment_<id>/trial_<id>``. Every trial directory is a
 session of the HParams plugin (``TorchWriter.add_hparams_session``): its table and parallel
 coordinates compare the trials by hyperparameters and metrics.
@@ -9,75 +10,20 @@ coordinates compare the trials by hyperparameters and metrics.
 
 from __future__ import annotations
 
-import errno
 import os
 import shlex
 import signal
-import socket
-import sys
 import time
-from typing import List, Sequence, Tuple
+from typing import Tuple
 
 import click
 
 from determined_lite.cli._common import echo_json, get_experiment, open_store, warn
 from determined_lite.store import tensorboard_dir
+from determined_lite.tensorboard.serving import logdir_arguments, serve, tensorboard_command
 
 DEFAULT_PORT = 6006
 DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise
-PORT_TRIES = 10
-
-
-def logdir_arguments(logdirs: Sequence[Tuple[int, str]]) -> List[str]:
-    """``--logdir DIR`` for one experiment; ``--logdir_spec experiment_1:DIR,...`` for several."""
-    if len(logdirs) == 1:
-        return ["--logdir", logdirs[0][1]]
-    return ["--logdir_spec", ",".join(f"experiment_{eid}:{path}" for eid, path in logdirs)]
-
-
-def tensorboard_command(arguments: Sequence[str], port: int, host: str) -> List[str]:
-    """The TensorBoard command line (for ``--no-launch``), run with this interpreter."""
-    return [sys.executable, "-m", "tensorboard.main", *arguments, "--port", str(port), "--host", host]
-
-
-def _port_free(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            if e.errno in (errno.EADDRINUSE, errno.EACCES):
-                return False
-            raise
-    return True
-
-
-def _first_free_port(host: str, port: int) -> int:
-    """``port`` or one of the next ``PORT_TRIES - 1`` when free; 0 (any) when none is, or when
-    ``port`` is 0."""
-    if port == 0:
-        return 0
-    for candidate in range(port, min(port + PORT_TRIES, 65536)):
-        if _port_free(host, candidate):
-            return candidate
-    return 0
-
-
-def serve(arguments: Sequence[str], port: int, host: str) -> str:
-    """Start TensorBoard's server in this process on ``port`` (or a free one); returns its URL
-    once bound. The server runs on a daemon thread until the process exits."""
-    from tensorboard import program
-
-    def launch(chosen: int) -> str:
-        board = program.TensorBoard()
-        board.configure(argv=[None, *arguments, "--port", str(chosen), "--host", host])
-        return str(board.launch())
-
-    try:
-        return launch(_first_free_port(host, port))
-    except program.TensorBoardPortInUseError:  # taken since it was probed
-        return launch(0)
-
 
 @click.command("tensorboard", short_help="Start TensorBoard on experiments.")
 @click.argument("experiment_ids", metavar="EXPERIMENT_ID...", type=int, nargs=-1, required=True)

@@ -23,9 +23,10 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Type
 
 import torch
 
+from determined_lite.core._checkpoint import checkpoint_root_of
 from determined_lite.core._context import Context, init
 from determined_lite.core._preempt import PreemptMode
-from determined_lite.core._searcher import SearcherOperation
+from determined_lite.core._searcher import trial_operation
 from determined_lite.pytorch._data import DataLoader
 from determined_lite.pytorch._device import to_device
 from determined_lite.pytorch._reducer import WrappedReducer, wrap_reducer
@@ -69,7 +70,7 @@ class TorchBatchProcessorContext:
     def upload_path(self) -> Iterator[pathlib.Path]:
         """This worker's output directory (``<checkpoint root>/<output uuid>/rank_<r>``)."""
         self._use_default_storage = True
-        path = pathlib.Path(self._core_context.checkpoint._root, self._storage_path)
+        path = pathlib.Path(checkpoint_root_of(self._core_context.checkpoint), self._storage_path)
         path.mkdir(parents=True, exist_ok=True)
         yield path
 
@@ -217,7 +218,7 @@ def _run(
     )
     batches = iter(loader)
     length = _iterate_length(max_batches, math.ceil(len(dataset) / batch_size / workers))
-    op = SearcherOperation(1, rank == 0, core_context.searcher._trial)
+    op = trial_operation(core_context.searcher, 1, rank == 0)
     last_checkpoint, batch_idx, steps = -1, skip, skip
     for batch_idx in range(skip, length):
         batch = next(batches, None)
@@ -239,7 +240,7 @@ def _run(
     _reduce_metrics(context, core_context, steps)
     processor.on_finish()
     if rank == 0 and context._use_default_storage:
-        where = os.path.join(core_context.checkpoint._root, output_uuid)
+        where = os.path.join(checkpoint_root_of(core_context.checkpoint), output_uuid)
         logger.info("Files stored with default paths are at: %s", where)
     dist.gather(None)
     if rank == 0:

@@ -230,6 +230,12 @@ class CheckpointContext:
         shutil.rmtree(path)
 
 
+def checkpoint_root_of(context: CheckpointContext) -> str:
+    """The directory ``context`` writes its checkpoints to (the batch processor's outputs go
+    there too); not part of Determined's ``CheckpointContext``."""
+    return context._root
+
+
 def _owner(experiment_id: Any, store: Any) -> str:
     if experiment_id is None:
         return "no experiment"

@@ -124,3 +124,9 @@ class SearcherContext:
     def get_configured_units(self) -> Optional[Unit]:
         """The unit of ``searcher.max_length`` (None when it was a bare number)."""
         return self._units
+
+
+def trial_operation(context: SearcherContext, length: int, is_chief: bool) -> SearcherOperation:
+    """One operation to ``length`` for ``context``'s trial, outside ``operations()`` (the batch
+    processor's single one); not part of Determined's ``SearcherContext``."""
+    return SearcherOperation(length, is_chief, context._trial)

@@ -75,9 +75,9 @@ def run_experiment(experiment_id: int, *, test: bool, resume: bool, out: TextIO,
     from determined_lite._terminal import terminal_width
 
     # One column short of the edge, as the bars: writing the last column makes some terminals wrap.
-    print(runner.summary(width=terminal_width(out) - 1 if out.isatty() else None), file=out)
-    if runner.final_line:
-        print(runner.final_line, file=out)
+    print(runner.endings.summary(width=terminal_width(out) - 1 if out.isatty() else None), file=out)
+    if runner.endings.final_line:
+        print(runner.endings.final_line, file=out)
     if test and code == EXIT_OK:
         print("Model definition test succeeded", file=out)
     return code

@@ -26,9 +26,14 @@ def detach_output(run_dir: str) -> None:
         os.close(fd)
 
 
-def hangup_line(experiment_id: int) -> str:
-    """What the runner logs when its terminal closed."""
+def pausing_line(experiment_id: int, hangup: bool) -> str:
+    """What the runner logs when a signal pauses it: SIGHUP (``hangup``), or Ctrl-C / SIGTERM."""
+    if hangup:
+        return (
+            f"the terminal closed (SIGHUP): pausing experiment {experiment_id}; its trials stop at "
+            f"a checkpoint, and det-lite experiment activate {experiment_id} resumes it"
+        )
     return (
-        f"the terminal closed (SIGHUP): pausing experiment {experiment_id}; its trials stop at a "
-        f"checkpoint, and det-lite experiment activate {experiment_id} resumes it"
+        f"pausing experiment {experiment_id}: its trials stop at a checkpoint at the next "
+        "scheduling-unit boundary (Ctrl-C again to stop them now)"
     )

@@ -1,12 +1,11 @@
 """Experiments that share the machine: each runner fills every slot (``DET_LITE_SLOTS``, else
 the cores), so two at once oversubscribe the cores and every trial slows down with no word
-(issue 29.13). The runner says so once, with the numbers, when it starts a trial."""
+(issue 29.13). The runner says so once, with the numbers, when it starts a trial (``_runs.py``)."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from determined_lite._errors import warning_line
 from determined_lite.store import ExperimentState, TrialState
 
 
@@ -37,15 +36,3 @@ def oversubscription(store: Any, experiment_id: int, wanted: int, available: int
         f"{available} available ($DET_LITE_SLOTS, else the cores); trials share the cores and "
         "run slower"
     )
-
-
-def warn_shared_machine(runner: Any) -> None:
-    """Once per run of ``runner`` (an ExperimentRunner): other running experiments and this one
-    take more slots than its executor has."""
-    if runner.warned_shared:
-        return
-    wanted = len(runner.running) * runner.settings.slots_per_trial
-    warning = oversubscription(runner.store, runner.id, wanted, runner.launcher.executor.total())
-    if warning:
-        runner.warned_shared = True
-        runner._log(None, warning_line(warning))

@@ -175,6 +175,8 @@ class Server:
         while True:
             watched: List[Any] = [self.listener, wake, *self.conns]
             readable, _, _ = select.select(watched, [], [], self._timeout())
+            if self.conns or self.children:  # busy until now: idle from here at the earliest
+                self.idle_since = time.monotonic()
             if wake in readable:
                 os.read(wake, 4096)
             if self.stopping:

@@ -408,9 +408,15 @@ class AdaptiveASHASearch(SearchMethod):
         out = []
         for b, (plan, bracket) in enumerate(zip(state["plan"]["brackets"], state["search"]["brackets"])):
             closed = {str(r) for r in bracket.get("closed", [])}
+            last = len(plan["rung_lengths"]) - 1  # a trial closed there trained its full length
             for i, (length, rung) in enumerate(zip(plan["rung_lengths"], bracket["rungs"])):
                 reports = [  # the rungs hold metrics as smaller-is-better
-                    RungReport(rid, m if smaller_is_better else -m, bool(up), not up and str(rid) in closed)
+                    RungReport(
+                        rid,
+                        m if smaller_is_better else -m,
+                        bool(up),
+                        i < last and not up and str(rid) in closed,
+                    )
                     for rid, m, up in rung.get("metrics", [])
                 ]
                 out.append(Rung(bracket=b, index=i, length=length, reports=reports))

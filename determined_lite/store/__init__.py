@@ -33,6 +33,7 @@ from determined_lite.store._states import (
     ExperimentKind,
     ExperimentState,
     TrialState,
+    experiment_display_state,
     trial_display_state,
 )
 from determined_lite.store._store import Store
@@ -58,5 +59,6 @@ __all__ = [
     "process_alive",
     "schema_version",
     "tensorboard_dir",
+    "experiment_display_state",
     "trial_display_state",
 ]

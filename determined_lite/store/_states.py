@@ -54,6 +54,17 @@ def trial_display_state(trial: Mapping[str, Any]) -> str:
     return str(trial["state"])
 
 
+def experiment_display_state(exp: Mapping[str, Any]) -> str:
+    """The experiment's state as the CLI's tables and the dashboard show it: a pending request
+    or a dead process noted (``ACTIVE (kill requested)``, ``ACTIVE (not running)``)."""
+    state = str(exp["state"])
+    if state == ExperimentState.ACTIVE and exp.get("requested_action"):
+        return f"{state} ({exp['requested_action']} requested)"
+    if state == ExperimentState.ACTIVE and exp.get("pid") and not exp.get("running"):
+        return f"{state} (not running)"
+    return state
+
+
 # Terminal states stamp ``ended_at``; an experiment in one cannot be activated.
 TERMINAL_STATES = frozenset({ExperimentState.COMPLETED, ExperimentState.CANCELED, ExperimentState.ERROR})
 

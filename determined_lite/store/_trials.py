@@ -213,6 +213,23 @@ class Trials(Repository):
 
         self.db.write(body)
 
+    def runs(self, experiment_id: int) -> Dict[int, List[Dict[str, Any]]]:
+        """Each of the experiment's trials' runs, oldest first: ``{trial_id: [{"started_at",
+        "executor", "host", "slots", "devices"}]}`` (trials that never ran are absent)."""
+
+        def body(conn: sqlite3.Connection) -> Dict[int, List[Dict[str, Any]]]:
+            out: Dict[int, List[Dict[str, Any]]] = {}
+            for trial_id, started, executor, host, slots, devices in conn.execute(
+                "SELECT r.trial_id, r.started_at, r.executor, r.host, r.slots, r.devices FROM trial_runs r"
+                " JOIN trials t ON t.id = r.trial_id WHERE t.experiment_id = ? ORDER BY r.id",
+                (int(experiment_id),),
+            ):
+                run = {"started_at": started, "executor": executor, "host": host, "slots": slots}
+                out.setdefault(trial_id, []).append({**run, "devices": loads_json(devices)})
+            return out
+
+        return self.db.read(body)
+
     def describe(self, trial_id: int, metrics: bool = True) -> Optional[Dict[str, Any]]:
         """One trial in the shape of ``store.experiments.describe``'s ``trials`` entries, or None."""
 

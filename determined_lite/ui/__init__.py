@@ -4,9 +4,12 @@
 * ``_queries.py``: the JSON documents of ``GET /api/...``, read from a read-only store;
 * ``_downsample.py``: learning curves bounded per trial, minima and maxima kept;
 * ``_searcher.py``: progress and ASHA rungs out of the saved searcher state;
-* ``_actions.py``: pause, activate and kill through the CLI's code paths;
-* ``static/``: the page (``index.html``, ``app.js``, ``app.css``) and the vendored charting
-  library (``vendor/``: uPlot, MIT, with its license). Nothing is fetched from the network.
+* ``_actions.py``: the writes: pause, activate and kill (experiment or trial) through the CLI's
+  code paths, labels and notes, the TensorBoard button;
+* ``_download.py``: a checkpoint's files as a ``.tar.gz``, through the storage layer;
+* ``static/``: the page (``index.html``, ``app.js``, ``hparams.js``, ``trials.js``,
+  ``models.js``, ``app.css``) and the vendored charting library of the curves (``vendor/``:
+  uPlot, MIT, with its license). Nothing is fetched from the network.
 
 The URL and JSON contract is in docs/design.md ("The dashboard").
 """

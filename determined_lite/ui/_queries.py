@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
 from determined_lite.config import searched_paths
-from determined_lite.store import TERMINAL_STATES, NotFoundError, Store
+from determined_lite.store import (
+    TERMINAL_STATES,
+    NotFoundError,
+    Store,
+    experiment_display_state,
+    trial_display_state,
+)
 from determined_lite.ui import _downsample
+from determined_lite.ui._actions import available_actions
 from determined_lite.ui._curves import CurveCache, default_points
 from determined_lite.ui._searcher import progress, rungs, searcher_metric
 
 LOG_TAIL = 200
+MAX_COMPARED = 20
 MAX_LOG_LINES = 5000
 
 
@@ -78,6 +86,8 @@ class Queries:
                 {
                     **{k: exp[k] for k in ("id", "name", "kind", "state", "running", "requested_action")},
                     **{k: exp[k] for k in ("created_at", "ended_at", "num_trials")},
+                    "display_state": experiment_display_state(exp),
+                    "actions": available_actions(exp),
                     "progress": self._progress(exp),
                     "metric": metric,
                     "smaller_is_better": smaller,
@@ -98,41 +108,43 @@ class Queries:
         config = exp["config"] if isinstance(exp["config"], dict) else {}
         metric, smaller = searcher_metric(config)
         varying = [".".join(p) for p in searched_paths(config.get("hyperparameters") or {})]
-        trials = [self._trial_row(t, varying, config) for t in self.store.trials.list(experiment_id)]
+        runs = self.store.trials.runs(experiment_id)
+        listed = self.store.trials.list(experiment_id)
+        trials = [self._trial_row(t, varying, runs.get(t["id"], [])) for t in listed]
         state = self.store.experiments.load_searcher_state(experiment_id)
         checkpoints = [self._checkpoint(c) for c in self.store.checkpoints.list(experiment_id=experiment_id)]
         head = {k: v for k, v in exp.items() if k != "config"}
         return {
             "experiment": {
                 **head,
+                **(self.store.experiments.annotations(experiment_id) or {}),
+                "display_state": experiment_display_state(exp),
+                "actions": available_actions(exp),
                 "progress": self._progress(exp),
                 "metric": metric,
                 "smaller_is_better": smaller,
             },
             "config_yaml": yaml.safe_dump(config, sort_keys=False, default_flow_style=False),
             "varying": varying,
+            "hparam_types": {name: _hparam_type(config, name) for name in varying},
             "trials": trials,
             "metrics": self.store.metrics.names([t["id"] for t in trials]),
             "checkpoints": checkpoints,
             "rungs": rungs(state, {str(t["request_id"]): t["id"] for t in trials}, smaller),
         }
 
-    @staticmethod
-    def _where(config: Dict[str, Any]) -> str:
-        resources = config.get("resources") or {}
-        hosts = resources.get("hosts") or ["localhost"]
-        slots = int(resources.get("slots_per_trial") or 1)
-        return f"{', '.join(str(h) for h in hosts)} ({slots} slot{'s' if slots != 1 else ''})"
-
     def _trial_row(
-        self, trial: Dict[str, Any], varying: Sequence[str], config: Dict[str, Any]
+        self, trial: Dict[str, Any], varying: Sequence[str], runs: Sequence[Dict[str, Any]]
     ) -> Dict[str, Any]:
         return {
             **{k: trial[k] for k in ("id", "request_id", "state", "total_batches", "restarts", "seed")},
             **{k: trial[k] for k in ("best_validation", "latest_checkpoint", "created_at", "ended_at")},
+            "display_state": trial_display_state(trial),
+            "actions": [] if trial["state"] in TERMINAL_STATES else ["kill"],
             "hparams": trial["hparams"],
             "varying": {name: _lookup(trial["hparams"], name.split(".")) for name in varying},
-            "where": self._where(config),
+            "where": _where(runs),
+            "runs": list(runs),
         }
 
     @staticmethod
@@ -156,13 +168,48 @@ class Queries:
         varying = [".".join(p) for p in searched_paths(config.get("hyperparameters") or {})]
         metric, smaller = searcher_metric(config)
         return {
-            "trial": self._trial_row(trial, varying, config),
+            "trial": self._trial_row(trial, varying, self.store.trials.runs(exp["id"]).get(trial_id, [])),
             "experiment": {"id": exp["id"], "name": exp["name"], "state": exp["state"]},
             "metric": metric,
             "smaller_is_better": smaller,
             "metrics": self.store.metrics.names([trial_id]),
             "checkpoints": [self._checkpoint(c) for c in self.store.checkpoints.list(trial_id=trial_id)],
         }
+
+    def compare(self, trial_ids: Sequence[int]) -> Dict[str, Any]:
+        """Trials side by side: ``{"trials": [{"trial", "experiment", "metric", "smaller_is_better",
+        "best": {"total_batches", "metrics"} | None}], "metrics", "hparams": [names]}``; ``best``:
+        the validation with the best searcher metric, all its metrics."""
+        if not 1 <= len(trial_ids) <= MAX_COMPARED:
+            raise QueryError(f"compare 1 to {MAX_COMPARED} trials")
+        rows, names = [], set()
+        for trial_id in trial_ids:
+            doc = self.trial(trial_id)
+            metric, smaller = doc["metric"], doc["smaller_is_better"]
+            scored = [v for v in self.store.metrics.validation(trial_id) if _number(v["metrics"].get(metric))]
+            best = (min if smaller else max)(scored, key=lambda v: v["metrics"][metric]) if scored else None
+            names.update(_flat_names(doc["trial"]["hparams"]))
+            keep = ("trial", "experiment", "metric", "smaller_is_better")
+            rows.append({**{k: doc[k] for k in keep}, "best": best})
+        return {
+            "trials": rows,
+            "metrics": self.store.metrics.names(list(trial_ids)),
+            "hparams": sorted(names),
+        }
+
+    def models(self) -> Dict[str, Any]:
+        """The model registry: ``{"models": [{... as store.models.list, "versions": [{... as
+        list_versions, "checkpoint": {"trial_id", "experiment_id", "total_batches", "metrics"}
+        | None}]}]}``, versions newest first."""
+        out = []
+        for model in self.store.models.list():
+            versions = []
+            for version in self.store.models.list_versions(model["name"]):
+                found = self.store.checkpoints.get(version["checkpoint_uuid"])
+                keep = ("trial_id", "experiment_id", "total_batches", "metrics")
+                versions.append({**version, "checkpoint": {k: found[k] for k in keep} if found else None})
+            out.append({**model, "versions": versions})
+        return {"models": out}
 
     # --- curves and logs -------------------------------------------------------------------------
 
@@ -201,6 +248,40 @@ class Queries:
         needle = search.lower()
         found = [line for line in self.store.logs.list(**{key: ident}) if needle in line["line"].lower()]
         return {"lines": found[-keep:], "matches": len(found)}
+
+
+def _where(runs: Sequence[Dict[str, Any]]) -> str:
+    """Where the trial's latest run was placed, as the store recorded it: ``host (executor, N
+    slots, gpu 0,1)``; ``-`` before its first run."""
+    if not runs:
+        return "-"
+    run = runs[-1]
+    slots = int(run.get("slots") or 1)
+    parts = [str(run.get("executor") or "local"), f"{slots} slot{'s' if slots != 1 else ''}"]
+    if run.get("devices"):
+        parts.append("gpu " + ",".join(str(d) for d in run["devices"]))
+    return f"{run.get('host')} ({', '.join(parts)})"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _flat_names(hparams: Dict[str, Any], prefix: str = "") -> List[str]:
+    """``a.b`` for every leaf of nested hyperparameters."""
+    names: List[str] = []
+    for key, value in hparams.items():
+        if isinstance(value, dict):
+            names += _flat_names(value, f"{prefix}{key}.")
+        else:
+            names.append(f"{prefix}{key}")
+    return names
+
+
+def _hparam_type(config: Dict[str, Any], name: str) -> Optional[str]:
+    """The ``type`` of the searched hyperparameter ``name`` (``a.b``) in ``config``."""
+    spec = _lookup(config.get("hyperparameters") or {}, name.split("."))
+    return str(spec.get("type")) if isinstance(spec, dict) and spec.get("type") else None
 
 
 def _size(path: str) -> Optional[int]:

@@ -1,10 +1,12 @@
 """The dashboard's HTTP server: the standard library's ``ThreadingHTTPServer``, one token, JSON.
 
-Every request carries the token, as Jupyter's: ``?token=`` in the URL (the printed one), the
-``X-Det-Lite-Token`` header (what the page's scripts send) or the cookie the first page load
-sets (so that ``<script>`` and ``<link>`` requests carry it). Requests that change something are
-``POST`` with the header (a cookie alone is refused: another site cannot make the browser
-press a button). Without the token: 403. Nothing is logged: the token stays out of any log.
+Every ``/api/`` request carries the token: the ``X-Det-Lite-Token`` header (what the page's
+scripts send) or, for a GET, ``?token=`` (the printed URL, a download link). There is no cookie:
+a browser sends a host's cookies to every port of that host, so any other local server the
+browser visits would get them. The page and its files (``/``, ``/static/``: the package's own
+code, no data) need no token; the page keeps the token of the printed URL in the origin's
+``localStorage`` (per port). ``POST`` needs the header, checked before any body is read.
+Requests are not logged (the token stays out of any log); a malformed one is one stderr line.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import math
 import mimetypes
 import re
 import secrets
+import shutil
 import socket
+import sys
 import threading
 import urllib.parse
 from http import HTTPStatus
@@ -25,10 +29,18 @@ from importlib import resources
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from determined_lite.store import NotFoundError, Store, StoreError
-from determined_lite.ui._actions import ActionRefused, run_action
+from determined_lite.ui._actions import (
+    ActionRefused,
+    TensorBoards,
+    kill_trial,
+    run_action,
+    set_annotations,
+)
+from determined_lite.ui._download import checkpoint_archive
 from determined_lite.ui._queries import Queries, QueryError
 
 TOKEN_HEADER = "X-Det-Lite-Token"
+MAX_BODY = 1 << 16  # a POST's body (notes are the longest) in bytes
 STATIC = resources.files("determined_lite.ui") / "static"
 _SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'",
@@ -95,8 +107,21 @@ _ROUTES: List[Tuple[re.Pattern, Route]] = [
         lambda q, ids, p: q.logs(("trial_id", ids[0]), _int(p, "tail", None), p.get("q", "")),
     ),
     (re.compile(r"/api/curves"), lambda q, _, p: q.curves(_trial_ids(p), *_curve_args(p))),
+    (re.compile(r"/api/compare"), lambda q, _, p: q.compare(_trial_ids(p))),
+    (re.compile(r"/api/models"), lambda q, _, p: q.models()),
 ]
 _ACTION = re.compile(r"/api/experiments/(\d+)/(pause|activate|kill)")
+_ANNOTATE = re.compile(r"/api/experiments/(\d+)/annotations")
+_TENSORBOARD = re.compile(r"/api/experiments/(\d+)/tensorboard")
+_TRIAL_KILL = re.compile(r"/api/trials/(\d+)/kill")
+_DOWNLOAD = re.compile(r"/api/checkpoints/([0-9a-fA-F-]{1,64})/download")
+
+
+def _json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise QueryError("the body must be JSON (UTF-8)") from None
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -104,6 +129,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     server: "DashboardServer"
     server_version = "det-lite-ui"
+    timeout = 60  # seconds a connection may stay silent (a slow sender does not hold a thread)
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
@@ -119,22 +145,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     # --- auth ------------------------------------------------------------------------------------
 
-    def _token_from(self, query: Params, cookie_ok: bool) -> Optional[str]:
-        header = self.headers.get(TOKEN_HEADER)
-        if header:
-            return header
-        if query.get("token"):
-            return query["token"]
-        if cookie_ok:
-            for part in (self.headers.get("Cookie") or "").split(";"):
-                key, _, value = part.strip().partition("=")
-                if key == self.server.cookie_name:
-                    return value
-        return None
+    def _authorized(self, query: Params) -> bool:
+        """The header's token, else (``query`` given: a GET) the URL's, is the server's."""
+        given = self.headers.get(TOKEN_HEADER) or query.get("token")
+        return bool(given) and hmac.compare_digest(str(given).encode(), self.server.token.encode())
 
-    def _authorized(self, query: Params, cookie_ok: bool = True) -> bool:
-        given = self._token_from(query, cookie_ok)
-        return given is not None and hmac.compare_digest(given.encode(), self.server.token.encode())
+    def _body_length(self) -> Optional[int]:
+        """The request's ``Content-Length`` (0 when absent); None when it is not a number of
+        bytes from 0 to ``MAX_BODY``."""
+        text = (self.headers.get("Content-Length") or "0").strip()
+        if not text.isdigit() or int(text) > MAX_BODY:
+            return None
+        return int(text)
+
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """One line for a request the base class refused (its request line, which may carry the
+        token, is not repeated)."""
+        if not args or not isinstance(args[0], int):
+            return  # an idle connection timing out is not an error
+        code = args[0]
+        print(
+            f"det-lite ui: refused a malformed request from {self.client_address[0]} (HTTP {code})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # --- answers ---------------------------------------------------------------------------------
 
@@ -165,28 +199,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - the base class's name
         path, query = self._split()
-        if not self._authorized(query):
-            self._error(HTTPStatus.FORBIDDEN, "forbidden: this URL needs the token det-lite ui printed")
-            return
+        if self._body_length() != 0:  # a GET has no body; one left unread would be a request
+            self.close_connection = True
         if path.startswith("/api/"):
+            if not self._authorized(query):
+                self._error(HTTPStatus.FORBIDDEN, "forbidden: this URL needs the token det-lite ui printed")
+                return
             self._api(path, query)
         elif path == "/":
-            self._page(query)
+            self._send(HTTPStatus.OK, STATIC.joinpath("index.html").read_bytes(), "text/html; charset=utf-8")
         elif path.startswith("/static/"):
             self._static(path[len("/static/") :])
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no such page: {path}")
 
     do_HEAD = do_GET
-
-    def _page(self, query: Params) -> None:
-        body = STATIC.joinpath("index.html").read_bytes()
-        headers = {}
-        if query.get("token"):
-            headers["Set-Cookie"] = (
-                f"{self.server.cookie_name}={self.server.token}; Path=/; HttpOnly; SameSite=Strict"
-            )
-        self._send(HTTPStatus.OK, body, "text/html; charset=utf-8", headers)
 
     def _static(self, name: str) -> None:
         parts = name.split("/")
@@ -203,6 +230,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, node.read_bytes(), kind)
 
     def _api(self, path: str, query: Params) -> None:
+        download = _DOWNLOAD.fullmatch(path)
+        if download:
+            self._download(download.group(1))
+            return
         for pattern, route in _ROUTES:
             match = pattern.fullmatch(path)
             if match:
@@ -211,6 +242,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
         self._error(HTTPStatus.NOT_FOUND, f"no such API: {path}")
 
+    def _download(self, uuid: str) -> None:
+        """The checkpoint's files as ``<uuid>.tar.gz`` (``ui/_download.py``), streamed."""
+        try:
+            archive, size, name = checkpoint_archive(self.server.queries.store, uuid)
+        except NotFoundError as e:
+            self._error(HTTPStatus.NOT_FOUND, str(e))
+            return
+        with archive:
+            self.send_response(HTTPStatus.OK)
+            for key, value in _SECURITY_HEADERS.items():
+                self.send_header(key, value)
+            self.send_header("Content-Type", "application/gzip")
+            self.send_header("Content-Disposition", f'attachment; filename="{name}"')
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if self.command != "HEAD":
+                shutil.copyfileobj(archive, self.wfile)
+
     def _answer(self, call: Callable[[], Dict[str, Any]]) -> None:
         try:
             value = call()
@@ -218,7 +267,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, str(e))
         except ActionRefused as e:
             self._error(HTTPStatus.CONFLICT, str(e))
-        except (QueryError, ValueError) as e:
+        except (QueryError, ValueError, OverflowError) as e:  # OverflowError: an id past SQLite's
             self._error(HTTPStatus.BAD_REQUEST, str(e))
         except StoreError as e:
             self._error(HTTPStatus.SERVICE_UNAVAILABLE, str(e))
@@ -228,14 +277,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # --- POST ------------------------------------------------------------------------------------
 
     def do_POST(self) -> None:  # noqa: N802 - the base class's name
-        path, query = self._split()
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(min(length, 1 << 16))
-        if not self._authorized({}, cookie_ok=False):
+        path, _ = self._split()
+        if not self._authorized({}):  # before the body: no token, no read
+            self.close_connection = True  # the unread body must not be taken for a request
             self._error(HTTPStatus.FORBIDDEN, f"forbidden: POST needs the token in the {TOKEN_HEADER} header")
             return
-        match = _ACTION.fullmatch(path)
+        length = self._body_length()
+        if length is None:
+            self.close_connection = True
+            self._error(HTTPStatus.BAD_REQUEST, f"Content-Length must be a number of bytes up to {MAX_BODY}")
+            return
+        body = self.rfile.read(length)
+        annotate, match = _ANNOTATE.fullmatch(path), _ACTION.fullmatch(path)
+        if annotate is not None:
+            experiment_id = int(annotate.group(1))
+            self._answer(lambda: set_annotations(experiment_id, _json_body(body)))
+            return
+        board = _TENSORBOARD.fullmatch(path)
+        if board is not None:
+            self._answer(lambda: self.server.tensorboards.open(int(board.group(1))))
+            return
+        trial = _TRIAL_KILL.fullmatch(path)
+        if trial is not None:
+            with self.server.action_lock:
+                self._answer(lambda: kill_trial(int(trial.group(1))))
+            return
         if match is None:
             self._error(HTTPStatus.NOT_FOUND, f"no such action: {path}")
             return
@@ -255,10 +321,22 @@ class DashboardServer(http.server.ThreadingHTTPServer):
         self.token = token or secrets.token_hex(24)
         self.queries = Queries(Store(read_only=True))
         self.action_lock = threading.Lock()
+        self.tensorboards = TensorBoards(host)
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
-        self.cookie_name = f"det_lite_ui_{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One stderr line for a request that failed (the standard library prints a traceback);
+        nothing when the browser went away (a closed tab, a cancelled download)."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            return
+        print(
+            f"det-lite ui: a request from {client_address[0]} failed: {type(error).__name__}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def server_close(self) -> None:
         super().server_close()

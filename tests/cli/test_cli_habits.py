@@ -62,8 +62,11 @@ def test_wait_exits_0_only_for_completed_and_follows_the_state(tmp_path):
         cli("e", "wait", str(paused)),
         f"experiment {paused} is PAUSED; `det-lite experiment activate {paused}` resumes it",
     )
-    proc = cli("e", "wait", str(orphan))
-    assert proc.returncode == 1 and "ACTIVE but no process runs it" in proc.stderr
+    # A runner that is gone is reconciled on read (issue 40 item 4): PAUSED, never ACTIVE.
+    _one_line_error(
+        cli("e", "wait", str(orphan)),
+        f"experiment {orphan} is PAUSED; `det-lite experiment activate {orphan}` resumes it",
+    )
     _one_line_error(cli("e", "wait", "99"), "experiment 99 not found")
 
     waiting = subprocess.Popen(

@@ -138,7 +138,7 @@ def test_several_experiments_without_launch(_det_lite_home):
 def test_port_zero_means_any_free_port():
     # `--port 0` is documented as "any free port": it must not be read as "0, else the next ten"
     # (which gave port 1 to a root user).
-    from determined_lite.cli._tensorboard import _first_free_port
+    from determined_lite.tensorboard.serving import first_free_port as _first_free_port
 
     assert _first_free_port("127.0.0.1", 0) == 0
     with socket.socket() as taken:

@@ -203,22 +203,29 @@ class _Searcher:
 
 
 def _runner(tmp_path: Any, pausing: bool, promote_to: Any) -> Any:
+    """A runner's runs (one, asking) and search, as ``answer_next_ops`` sees them."""
     request = types.SimpleNamespace(request_id="r1", trial_id=1, pending=2, trained=0, closed=False)
     spec = types.SimpleNamespace(ask_next_op=True, result_path=os.path.join(str(tmp_path), "result.json"))
     run = types.SimpleNamespace(request=request, spec=spec, length=2, reported=False)
-    runner = types.SimpleNamespace(running={"r1": run}, pausing=pausing, logged=[])
+    searcher = _Searcher([] if promote_to is None else [promote_to])
 
-    def apply(ops: List[Any]) -> None:
-        for op in ops:
+    def report(request: Any, metric: float, length: int) -> None:
+        for op in searcher.on_validation_completed(request.request_id, metric, length):
             request.pending = op
 
-    runner._apply = apply
-    runner._log = lambda trial_id, line: runner.logged.append(line)
-    runner._save_state = lambda: None
-    runner.searcher = _Searcher([] if promote_to is None else [promote_to])
+    search = types.SimpleNamespace(pausing=pausing, report=report, searcher=searcher)
+    logged: List[str] = []
+    logs = types.SimpleNamespace(log=lambda trial_id, line: logged.append(line))
     goal = lambda n: f"train to {n} batches"  # noqa: E731
-    runner.launcher = types.SimpleNamespace(asks_next_op=lambda n: n < 8, goal=goal)
-    return runner
+    launcher = types.SimpleNamespace(asks_next_op=lambda n: n < 8, goal=goal)
+
+    class FakeRuns(list):  # iterated as Runs is
+        pass
+
+    runs = FakeRuns([run])
+    runs.running, runs.logs, runs.launcher = {"r1": run}, logs, launcher
+    fake = {"runs": runs, "search": search, "running": runs.running, "logged": logged, "searcher": searcher}
+    return types.SimpleNamespace(**fake)
 
 
 def _ask(runner: Any) -> Dict[str, Any]:
@@ -227,7 +234,7 @@ def _ask(runner: Any) -> Dict[str, Any]:
     path = runner.running["r1"].spec.result_path
     with open(question_path(path), "w") as f:
         json.dump({"length": 2, "metric": 0.5}, f)
-    answer_next_ops(runner)
+    answer_next_ops(runner.runs, runner.search)
     with open(answer_path(path)) as f:
         return dict(json.load(f))
 
@@ -260,17 +267,19 @@ def test_the_runner_answers_with_the_searchers_decision(tmp_path, pausing, promo
 def test_a_reported_runs_exit_gives_the_searcher_nothing_again(pending, closed, requeued):
     """Whatever its exit status, a run whose metric went to the searcher as it asked is not
     reported again; promoted while it exited (``pending``), it is queued to resume."""
-    from determined_lite.experiment._runner import ExperimentRunner
+    from determined_lite.experiment._runs import Runs
 
-    runner = object.__new__(ExperimentRunner)
-    runner.queue, runner.saved = [], 0
+    search = types.SimpleNamespace(queue=[], saved=0)
 
-    def save() -> None:
-        runner.saved += 1
+    def requeue(request: Any) -> None:  # Search.requeue's
+        search.queue.insert(0, request.request_id)
+        search.saved += 1
 
-    runner._save_state = save
+    search.requeue = requeue
+    runs = object.__new__(Runs)
+    runs.search = search
     request = types.SimpleNamespace(request_id="r1", pending=pending, closed=closed)
     process = types.SimpleNamespace(result=lambda code: pytest.fail("the result is not read"))
     run = types.SimpleNamespace(request=request, process=process, reported=True)
-    runner._handle_exit(run, 1, False)
-    assert runner.queue == (["r1"] if requeued else [])
+    runs.handle_exit(run, 1, False)
+    assert search.queue == (["r1"] if requeued else [])

@@ -194,11 +194,11 @@ def test_where_no_fifo_can_be_made_the_loop_polls_for_questions(tmp_path):
         assert wakeup.listen(os.path.join(str(tmp_path), "missing", "wake.fifo")) is False
         spec = types.SimpleNamespace(ask_next_op=True, wake_path=os.path.join(str(tmp_path), "wake.fifo"))
         run = types.SimpleNamespace(spec=spec, reported=False)
-        runner = types.SimpleNamespace(_wakeup=wakeup, running={"r": run})
-        assert _next_ops.wait_s(runner, 0.5) == _next_ops.QUESTION_POLL_S
+        runs = [run]  # the runner's runs, iterated as Runs is
+        assert _next_ops.wait_s(runs, wakeup, 0.5) == _next_ops.QUESTION_POLL_S
         assert wakeup.listen(spec.wake_path) is True
-        assert _next_ops.wait_s(runner, 0.5) == 0.5  # announced: no poll
+        assert _next_ops.wait_s(runs, wakeup, 0.5) == 0.5  # announced: no poll
         spec.wake_path = None  # a chief elsewhere
-        assert _next_ops.wait_s(runner, 0.5) == _next_ops.QUESTION_POLL_S
+        assert _next_ops.wait_s(runs, wakeup, 0.5) == _next_ops.QUESTION_POLL_S
     finally:
         wakeup.close()

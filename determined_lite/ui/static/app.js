@@ -1,7 +1,8 @@
 // det-lite dashboard: experiments, an experiment's trials and curves, a trial; served by `det-lite ui`.
 // Plain browser JavaScript, no build step; charts are uPlot (static/vendor, MIT). Every request
-// carries the token of the printed URL (kept for this tab in sessionStorage). Text from the store
-// is always set as textContent, never parsed as HTML.
+// to /api/ carries the token of the printed URL in a header (kept in this origin's localStorage:
+// per port, never sent anywhere by the browser on its own). Text from the store is always set as
+// textContent, never parsed as HTML.
 "use strict";
 
 const TOKEN_KEY = "det-lite-ui-token";
@@ -17,14 +18,16 @@ window.detLite = detLite;
 
 function token() {
   const fromUrl = new URLSearchParams(window.location.search).get("token");
-  if (fromUrl) sessionStorage.setItem(TOKEN_KEY, fromUrl);
-  return fromUrl || sessionStorage.getItem(TOKEN_KEY) || "";
+  if (fromUrl) localStorage.setItem(TOKEN_KEY, fromUrl);
+  return fromUrl || localStorage.getItem(TOKEN_KEY) || "";
 }
 
 async function api(path, options) {
-  const init = Object.assign({ headers: { "X-Det-Lite-Token": token() } }, options || {});
+  const init = Object.assign({}, options || {});
+  init.headers = Object.assign({ "X-Det-Lite-Token": token() }, init.headers || {});
   const response = await fetch(path, init);
   const body = await response.json().catch(() => ({ error: response.statusText }));
+  if (response.status === 403) throw new Error("forbidden: open the URL det-lite ui printed (it carries the token)");
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
 }
@@ -72,8 +75,16 @@ function bytes(n) {
   return `${i ? n.toFixed(1) : n} ${units[i]}`;
 }
 
-function stateBadge(state, extra) {
-  return el("span", { className: `state state-${state}`, "data-state": state }, state + (extra || ""));
+// A state as the CLI words it (`shown`: ASHA-stopped, ACTIVE (pause requested)...), coloured by
+// the stored state.
+function stateBadge(state, shown) {
+  return el("span", { className: `state state-${state}`, "data-state": state }, shown || state);
+}
+
+// "val_loss ↓ 0.0123": the searcher metric, its direction and the best value.
+function metricText(metric, smallerIsBetter, value) {
+  if (!metric) return num(value);
+  return `${metric} ${smallerIsBetter ? "↓" : "↑"} ${num(value)}`;
 }
 
 function setStatus(text) { document.getElementById("status").textContent = text; }
@@ -125,7 +136,8 @@ function drawChart(name, container, options, data) {
 function curveChart(name, container, payload, labels, view) {
   const series = payload.series;
   const data = aligned(series, view.smoothing, view.log);
-  const shape = JSON.stringify([payload.kind, payload.metric, view.log, series.map((s) => s.trial_id)]);
+  const shape = JSON.stringify([payload.kind, payload.metric, view.log, series.map((s) => s.label || s.trial_id)]);
+  const order = Array.from(new Set(series.map((s) => s.trial_id)));  // one colour per trial
   const current = detLite.charts[name];
   detLite.data[name] = payload;
   if (current && current.shape === shape) {  // a live refresh: new data, same chart (zoom kept)
@@ -138,38 +150,13 @@ function curveChart(name, container, payload, labels, view) {
     scales: { x: { time: false }, y: view.log ? { distr: 3 } : {} },
     axes: [{ label: "batches", values: (u, ticks) => ticks.map((v) => (Number.isInteger(v) ? v : "")) },
       { label: payload.metric, size: 70, values: (u, ticks) => ticks.map((v) => tick(v, view.log)) }],
-    series: [{ label: "batches" }].concat(series.map((s, i) => ({
-      label: labels(s.trial_id), stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
-      points: { show: s.x.length < 60 },
+    series: [{ label: "batches" }].concat(series.map((s) => ({
+      label: s.label || labels(s.trial_id), stroke: COLORS[order.indexOf(s.trial_id) % COLORS.length], width: 1.5,
+      dash: s.dash, spanGaps: true, points: { show: s.x.length < 60 },
     }))),
   };
   const chart = drawChart(name, container, options, data);
   chart.shape = shape;
-  return chart;
-}
-
-// One scatter per varying hyperparameter: the searcher metric of each trial against its value.
-function hparamChart(name, container, trials, hparam, metric) {
-  const rows = trials.filter((t) => t.best_validation !== null && t.varying[hparam] !== undefined);
-  const values = rows.map((t) => t.varying[hparam]);
-  const categorical = values.some((v) => typeof v !== "number");
-  const categories = categorical ? Array.from(new Set(values.map(String))) : [];
-  const points = rows.map((t, i) => [categorical ? categories.indexOf(String(values[i])) : values[i], t.best_validation])
-    .sort((a, b) => a[0] - b[0]);
-  const options = {
-    title: `${metric || "metric"} vs ${hparam}`, width: 330, height: 220,
-    scales: { x: { time: false, range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : [lo, hi]) } },
-    axes: [{ label: hparam, values: categorical ? (u, ticks) => ticks.map((v) => categories[v] ?? "") : undefined },
-      { label: metric || "", size: 60 }],
-    series: [{ label: hparam }, { label: metric || "metric", stroke: COLORS[0], paths: () => null,
-      points: { show: true, size: 8, fill: COLORS[0] } }],
-    legend: { show: false },
-  };
-  detLite.data[name] = { hparam, points };
-  const box = el("div", { className: "hparam-plot", "data-hparam": hparam });
-  container.append(box);
-  const chart = new uPlot(options, [points.map((p) => p[0]), points.map((p) => p[1])], box);
-  detLite.charts[name] = chart;
   return chart;
 }
 
@@ -183,11 +170,13 @@ function table(headers, rows, attrs) {
 
 function checkpointsTable(checkpoints) {
   if (!checkpoints.length) return el("p", { className: "muted" }, "No checkpoints.");
-  return table(["UUID", "Trial", "Batch", "Metrics", "Size"], checkpoints.map((c) => el("tr", {},
+  const link = (c) => el("a", { className: "download", download: `${c.uuid}.tar.gz`,
+    href: `/api/checkpoints/${c.uuid}/download?${new URLSearchParams({ token: token() })}` }, "Download");
+  return table(["UUID", "Trial", "Batch", "Metrics", "Size", ""], checkpoints.map((c) => el("tr", { "data-uuid": c.uuid },
     el("td", { title: c.path }, c.uuid), el("td", {}, el("a", { href: `#/trials/${c.trial_id}` }, c.trial_id)),
     el("td", { className: "num" }, c.total_batches),
     el("td", {}, Object.entries(c.metrics || {}).map(([k, v]) => `${k}=${num(v)}`).join(" ")),
-    el("td", { className: "num" }, bytes(c.size)))), { id: "checkpoints" });
+    el("td", { className: "num" }, bytes(c.size)), el("td", {}, c.size === null ? "" : link(c)))), { id: "checkpoints" });
 }
 
 function curvesSection(name, metrics, defaultMetric, fetchCurves, labels) {
@@ -197,20 +186,23 @@ function curvesSection(name, metrics, defaultMetric, fetchCurves, labels) {
     section.append(el("p", { className: "muted" }, "No metrics yet."));
     return section;
   }
+  const pairs = metricPairs(metrics);
+  if (pairs.length) kinds.push("both");
+  const options = { ...metrics, both: pairs.map((p) => p.join(" / ")) };
   const view = { kind: kinds[0], metric: null, log: false, smoothing: 0 };
-  const kind = el("select", { id: `${name}-kind` }, kinds.map((k) => el("option", { value: k }, k)));
+  const kind = el("select", { id: `${name}-kind` }, kinds.map((k) => el("option", { value: k }, k === "both" ? "training + validation" : k)));
   const metric = el("select", { id: `${name}-metric` });
   const log = el("input", { type: "checkbox", id: `${name}-log` });
   const smoothing = el("input", { type: "range", min: 0, max: 0.99, step: 0.01, value: 0, id: `${name}-smoothing` });
   const box = el("div", { className: "chart", id: `${name}-chart` });
   const fillMetrics = () => {
-    const names = metrics[view.kind] || [];
+    const names = options[view.kind] || [];
     view.metric = names.includes(view.metric) ? view.metric : (names.includes(defaultMetric) ? defaultMetric : names[0]);
     metric.replaceChildren(...names.map((m) => el("option", { value: m, selected: m === view.metric }, m)));
   };
   const redraw = async () => {
     view.log = log.checked; view.smoothing = Number(smoothing.value);
-    const payload = await fetchCurves(view.kind, view.metric);
+    const payload = view.kind === "both" ? await overlaid(fetchCurves, view.metric, labels) : await fetchCurves(view.kind, view.metric);
     curveChart(name, box, payload, labels, view);
   };
   kind.addEventListener("change", () => { view.kind = kind.value; fillMetrics(); redraw().catch(showError); });
@@ -222,6 +214,25 @@ function curvesSection(name, metrics, defaultMetric, fetchCurves, labels) {
     el("label", {}, log, " log scale"), el("label", {}, "Smoothing ", smoothing)), box);
   section.redraw = redraw;
   return section;
+}
+
+// [training, validation] metric names that are one quantity: `loss` with `loss`, `val_loss` or
+// `validation_loss`.
+function metricPairs(metrics) {
+  const training = metrics.training || [];
+  return (metrics.validation || []).flatMap((v) => {
+    const t = training.find((name) => v === name || v === `val_${name}` || v === `validation_${name}`);
+    return t === undefined ? [] : [[t, v]];
+  });
+}
+
+// One payload with each trial's training curve (dashed) and validation curve of a pair "t / v".
+async function overlaid(fetchCurves, pair, labels) {
+  const [t, v] = pair.split(" / ");
+  const [train, val] = await Promise.all([fetchCurves("training", t), fetchCurves("validation", v)]);
+  const series = train.series.map((s) => ({ ...s, label: `${labels(s.trial_id)} training ${t}`, dash: [6, 4] }))
+    .concat(val.series.map((s) => ({ ...s, label: `${labels(s.trial_id)} validation ${v}` })));
+  return { kind: "training + validation", metric: pair, width: train.width, series };
 }
 
 function logsSection(path, live) {
@@ -251,10 +262,10 @@ function experimentRow(e) {
   return el("tr", { "data-experiment": e.id },
     el("td", {}, el("a", { href: `#/experiments/${e.id}` }, e.id)),
     el("td", {}, el("a", { href: `#/experiments/${e.id}`, className: "exp-name" }, e.name || `experiment ${e.id}`)),
-    el("td", {}, stateBadge(e.state, e.requested_action ? ` (${e.requested_action} requested)` : "")),
+    el("td", {}, stateBadge(e.state, e.display_state)),
     el("td", {}, e.progress === null ? "-" : [el("span", { className: "bar" },
       el("span", { style: `width:${Math.round(100 * e.progress)}%` })), `${Math.round(100 * e.progress)}%`]),
-    el("td", { className: "num", title: e.metric || "" }, num(e.best_metric)),
+    el("td", { className: "num best-metric" }, metricText(e.metric, e.smaller_is_better, e.best_metric)),
     el("td", { className: "num" }, e.num_trials), el("td", {}, when(e.created_at)), el("td", {}, when(e.ended_at)));
 }
 
@@ -281,31 +292,63 @@ async function experimentsPage(main) {
   every(LIST_POLL_MS, refresh);
 }
 
-function actionsBar(exp, reload) {
+// Pause, Activate and Kill, only those that apply to the experiment's state now (`exp.actions`).
+function actionsBar(reload) {
   const message = el("div", { className: "message", id: "action-message" });
-  const act = async (action) => {
-    if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} experiment ${exp.id}?`)) return;
+  const buttons = el("div", { className: "actions", id: "actions" });
+  const act = async (id, action) => {
+    if (!window.confirm(`${action[0].toUpperCase()}${action.slice(1)} experiment ${id}?`)) return;
     try {
-      const result = await api(`/api/experiments/${exp.id}/${action}`, { method: "POST" });
+      const result = await api(`/api/experiments/${id}/${action}`, { method: "POST" });
       message.className = "message"; message.textContent = result.messages.join(" ");
     } catch (error) {
       message.className = "message error"; message.textContent = error.message;
     }
     await reload();
   };
-  return el("div", {}, el("div", { className: "actions" },
-    el("button", { id: "pause", onclick: () => act("pause") }, "Pause"),
-    el("button", { id: "activate", onclick: () => act("activate") }, "Activate"),
-    el("button", { id: "kill", className: "danger", onclick: () => act("kill") }, "Kill")), message);
+  const board = el("span", { id: "tensorboard-box" });
+  const tensorboard = async (id) => {
+    try {
+      const result = await api(`/api/experiments/${id}/tensorboard`, { method: "POST" });
+      board.replaceChildren(el("a", { id: "tensorboard-link", href: result.url, target: "_blank", rel: "noopener" }, `TensorBoard ↗`));
+    } catch (error) {
+      board.replaceChildren(el("span", { className: "message error" }, error.message));
+    }
+  };
+  const bar = el("div", {}, buttons, message);
+  let shown = null;  // rebuilt only when the actions change: a poll never swaps a button being clicked
+  bar.render = (exp) => {
+    if (shown === exp.actions.join()) return;
+    shown = exp.actions.join();
+    buttons.replaceChildren(...exp.actions.map((action) => el("button",
+      { id: action, className: action === "kill" ? "danger" : "", onclick: () => act(exp.id, action) },
+      action[0].toUpperCase() + action.slice(1))),
+    el("button", { id: "tensorboard", onclick: () => tensorboard(exp.id) }, "TensorBoard"), board);
+  };
+  return bar;
 }
 
-function trialsTable(data) {
-  const metric = data.experiment.metric || "best metric";
-  return table(["Trial", ...data.varying, "State", "Batches", metric, "Restarts", "Where"], data.trials.map((t) =>
-    el("tr", { "data-trial": t.id }, el("td", {}, el("a", { href: `#/trials/${t.id}` }, t.id)),
-      data.varying.map((h) => el("td", { className: "num" }, num(t.varying[h]))), el("td", {}, stateBadge(t.state)),
-      el("td", { className: "num" }, t.total_batches), el("td", { className: "num" }, num(t.best_validation)),
-      el("td", { className: "num" }, t.restarts), el("td", {}, t.where))), { id: "trials" });
+// The experiment's labels (comma-separated) and notes, saved together.
+function annotationsSection(exp) {
+  const labels = el("input", { type: "text", id: "labels", placeholder: "label, another", style: "width:420px" });
+  const notes = el("textarea", { id: "notes", rows: 4, style: "width:100%" });
+  const message = el("span", { className: "message", id: "annotations-message" });
+  labels.value = (exp.labels || []).join(", ");
+  notes.value = exp.notes || "";
+  const save = async () => {
+    try {
+      const saved = await api(`/api/experiments/${exp.id}/annotations`, { method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ labels: labels.value.split(","), notes: notes.value }) });
+      labels.value = saved.labels.join(", ");
+      message.className = "message"; message.textContent = "saved";
+    } catch (error) {
+      message.className = "message error"; message.textContent = error.message;
+    }
+  };
+  return el("section", { id: "annotations-section" }, el("h2", {}, "Labels and notes"),
+    el("div", { className: "controls" }, el("label", {}, "Labels ", labels)), notes,
+    el("div", { className: "actions" }, el("button", { id: "save-annotations", onclick: save }, "Save"), message));
 }
 
 function rungsSection(rungs) {
@@ -316,38 +359,29 @@ function rungsSection(rungs) {
       : el("span", { className: "muted" }, "no report yet"))));
 }
 
-function hparamsSection(data) {
-  const section = el("section", { id: "hparams-section" }, el("h2", {}, "Hyperparameters against the searcher metric"));
-  if (!data.varying.length) {
-    section.append(el("p", { className: "muted" }, "No hyperparameter varies."));
-    return section;
-  }
-  const grid = el("div", { className: "grid", id: "hparam-plots" });
-  section.append(grid);
-  section.draw = () => data.varying.forEach((h) => hparamChart(`hparam:${h}`, grid, data.trials, h, data.experiment.metric));
-  return section;
-}
-
 async function experimentPage(main, id) {
   let data = await api(`/api/experiments/${id}`);
   const exp = data.experiment;
   const labels = (trialId) => `trial ${trialId}`;
   const curves = curvesSection("curves", data.metrics, exp.metric,
     (kind, metric) => api(`/api/experiments/${id}/curves?${new URLSearchParams({ kind, metric })}`), labels);
-  const hparams = hparamsSection(data);
+  const hparams = hparamViews(data);
   const head = el("div", { id: "experiment-head" });
-  const trials = el("section", { id: "trials-section" });
+  const trials = trialsView();
+  let actions = null;
   const renderHead = () => {
     const e = data.experiment;
     head.replaceChildren(el("h1", {}, `Experiment ${e.id}: `, el("span", { id: "experiment-name" }, e.name || "-"), " ",
-      stateBadge(e.state, e.requested_action ? ` (${e.requested_action} requested)` : "")),
+      stateBadge(e.state, e.display_state)),
     el("p", { className: "muted" }, `progress ${e.progress === null ? "-" : Math.round(100 * e.progress) + "%"} · started ${when(e.created_at)} · ended ${when(e.ended_at)}`));
-    trials.replaceChildren(el("h2", {}, `Trials (${data.trials.length})`), trialsTable(data));
+    trials.render(data);
+    actions.render(e);
   };
   const reload = async () => { data = await api(`/api/experiments/${id}`); renderHead(); };
+  actions = actionsBar(reload);
   document.getElementById("crumbs").replaceChildren(el("a", { href: "#/" }, "experiments"), ` / ${id}`);
   renderHead();
-  main.replaceChildren(...[head, actionsBar(exp, reload), trials, curves, hparams,
+  main.replaceChildren(...[head, actions, trials, curves, hparams, annotationsSection(exp),
     data.rungs ? rungsSection(data.rungs) : null,
     el("section", {}, el("h2", {}, "Checkpoints"), checkpointsTable(data.checkpoints)),
     el("section", { id: "config-section" }, el("h2", {}, "Config"), el("pre", { id: "config" }, data.config_yaml)),
@@ -356,7 +390,9 @@ async function experimentPage(main, id) {
   if (hparams.draw) hparams.draw();
   every(PAGE_POLL_MS, async () => {
     await reload();
-    if (curves.redraw && data.experiment.state === "ACTIVE") await curves.redraw();
+    if (data.experiment.state !== "ACTIVE") return;
+    if (curves.redraw) await curves.redraw();
+    if (hparams.draw) hparams.draw(data);
   });
 }
 
@@ -369,11 +405,26 @@ async function trialPage(main, id) {
     (kind, metric) => api(`/api/trials/${id}/curves?${new URLSearchParams({ kind, metric })}`), (tid) => `trial ${tid}`);
   const hparams = Object.entries(t.hparams).map(([k, v]) => el("tr", {}, el("td", {}, k),
     el("td", {}, typeof v === "object" ? JSON.stringify(v) : num(v))));
+  const message = el("span", { className: "message", id: "trial-action-message" });
+  const kill = async () => {
+    if (!window.confirm(`Kill trial ${t.id}? The search goes on.`)) return;
+    try {
+      const result = await api(`/api/trials/${t.id}/kill`, { method: "POST" });
+      message.className = "message"; message.textContent = result.messages.join(" ");
+    } catch (error) {
+      message.className = "message error"; message.textContent = error.message;
+    }
+  };
   main.replaceChildren(
-    el("h1", {}, `Trial ${t.id} `, stateBadge(t.state)),
+    el("h1", {}, `Trial ${t.id} `, stateBadge(t.state, t.display_state)),
+    el("div", { className: "actions" }, t.actions.map(() => el("button", { id: "kill-trial", className: "danger", onclick: kill }, "Kill trial")), message),
     el("p", { className: "muted" }, `experiment ${data.experiment.id} (${data.experiment.name || "-"}) · ${t.total_batches} batches · `
       + `best ${data.metric || "metric"} ${num(t.best_validation)} · restarts ${t.restarts} · ${t.where}`),
     curves, el("section", {}, el("h2", {}, "Hyperparameters"), table(["Name", "Value"], hparams, { id: "trial-hparams" })),
+    el("section", {}, el("h2", {}, "Where it ran"), t.runs.length ? table(["Started", "Executor", "Host", "Slots", "GPUs"],
+      t.runs.map((r) => el("tr", {}, el("td", {}, when(r.started_at)), el("td", {}, r.executor), el("td", {}, r.host),
+        el("td", { className: "num" }, r.slots), el("td", {}, (r.devices || []).join(",") || "-"))), { id: "trial-runs" })
+      : el("p", { className: "muted" }, "Not started yet.")),
     el("section", {}, el("h2", {}, "Checkpoints"), checkpointsTable(data.checkpoints)),
     logsSection(`/api/trials/${id}/logs`, t.state === "ACTIVE"));
   if (curves.redraw) await curves.redraw();
@@ -395,6 +446,8 @@ async function route() {
   let match;
   if ((match = hash.match(/^\/experiments\/(\d+)$/))) await experimentPage(main, Number(match[1]));
   else if ((match = hash.match(/^\/trials\/(\d+)$/))) await trialPage(main, Number(match[1]));
+  else if (hash === "/models") await modelsPage(main);
+  else if ((match = hash.match(/^\/compare\/(\d+(?:,\d+)*)$/))) await comparePage(main, match[1].split(",").map(Number));
   else await experimentsPage(main);
   detLite.renders += 1;
   document.body.dataset.ready = hash;
