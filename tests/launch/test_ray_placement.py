@@ -6,6 +6,8 @@ node an autoscaler would (``ray.cluster_utils.Cluster.add_node``)."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ import pytest
 
 from tests.cli_helpers import cli, describe
 from tests.launch.test_ray_executor import LINEAR, REPO, assert_closed_form, assert_no_traceback, write_config
+from tests.ray_cluster import OBJECT_STORE_BYTES
 from tests.timing import budget
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -125,3 +128,45 @@ def test_experiments_sharing_a_cluster_count_only_what_is_free(one_node):
     finally:
         remove_placement_group(other)
         assert ray.is_initialized()
+
+
+# --- GPUs (Ray's declared resources: no GPU needed) ---------------------------------------------
+
+
+def test_the_ranks_of_a_trial_share_its_gpus_and_trials_get_disjoint_ones(tmp_path, one_node):
+    """A node that declares 4 GPUs and a grid of two 2-slot trials of {CPU: 1, GPU: 1} at once:
+    both ranks of a trial see the trial's two GPUs (local rank r uses device r), and the two
+    trials' GPUs are disjoint."""
+    one_node.cluster.add_node(num_cpus=4, num_gpus=4, object_store_memory=OBJECT_STORE_BYTES)
+    one_node.cluster.wait_for_nodes()
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    changes = {
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+        "resources.ray.resources_per_slot": {"CPU": 1, "GPU": 1},
+        "searcher.max_concurrent_trials": 2,
+        "searcher.name": "grid",
+        "hyperparameters.lr": {"type": "categorical", "vals": [0.01, 0.02]},
+        "hyperparameters.devices_dir": str(seen),
+        "hyperparameters.sleep_s": 0.5,  # the two trials overlap
+    }
+    proc = cli("experiment", "create", write_config(tmp_path, **changes), LINEAR, timeout=budget(400))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = [json.loads((seen / name).read_text()) for name in sorted(os.listdir(seen))]
+    by_trial: dict = {}
+    for r in records:
+        by_trial.setdefault(r["trial"], {})[r["rank"]] = r
+    assert sorted(by_trial) == [1, 2]
+    held = []
+    for ranks in by_trial.values():
+        assert sorted(ranks) == [0, 1] and [ranks[r]["local_rank"] for r in (0, 1)] == [0, 1]
+        cuda = ranks[0]["cuda"]
+        assert ranks[1]["cuda"] == cuda and len(set(cuda.split(","))) == 2, ranks
+        held.append(set(cuda.split(",")))
+    assert not held[0] & held[1] and held[0] | held[1] <= {"0", "1", "2", "3"}, held
+    trials = describe(1)["trials"]
+    assert len(trials) == 2
+    for t in trials:
+        assert t["state"] == "COMPLETED"
+        assert_closed_form(t, t["hparams"]["lr"])
