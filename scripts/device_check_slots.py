@@ -26,11 +26,14 @@ from determined_lite.launch._local import visible_devices  # noqa: E402
 
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 Span = Tuple[Optional[str], int, float, float]  # CUDA_VISIBLE_DEVICES, GPUs seen, start, end
+RECORDS: List[Dict[str, Any]] = []  # every rank's record of the last _run
 
 
-def _run(name: str, env_changes: Dict[str, Optional[str]]) -> Tuple[List[Dict[str, Any]], List[Span]]:
-    """A grid of two one-slot trials (max 2 at once) in a fresh home; its trials and what each
-    worker saw."""
+def _run(
+    name: str, env_changes: Dict[str, Optional[str]], resources: Optional[Dict[str, Any]] = None
+) -> Tuple[List[Dict[str, Any]], List[Span]]:
+    """A grid of two one-slot trials (max 2 at once; ``resources`` changes the config's) in a
+    fresh home; its trials and what each rank 0 saw (every rank's record: ``RECORDS``)."""
     import yaml
 
     home = tempfile.mkdtemp(prefix=f"det-lite-slots-{name}-")
@@ -44,6 +47,7 @@ def _run(name: str, env_changes: Dict[str, Optional[str]]) -> Tuple[List[Dict[st
         "max_length": {"batches": 8},
         "max_concurrent_trials": 2,
     }
+    config["resources"] = dict(config.get("resources") or {}, **(resources or {}))
     config["hyperparameters"].update(
         lr={"type": "categorical", "vals": [0.01, 0.02]}, sleep_s=0.5, devices_dir=seen_dir
     )
@@ -67,10 +71,13 @@ def _run(name: str, env_changes: Dict[str, Optional[str]]) -> Tuple[List[Dict[st
     with Store(os.path.join(env["DET_LITE_HOME"], "det-lite.db")) as store:
         trials = store.experiments.describe(1, metrics=False)["trials"]
     by_trial = {}
+    RECORDS.clear()
     for record in glob.glob(os.path.join(seen_dir, "*.json")):
         with open(record) as f:
             rec = json.load(f)
-        by_trial[rec["trial"]] = rec
+        RECORDS.append(rec)
+        if rec["rank"] == 0:
+            by_trial[rec["trial"]] = rec
     spans = [
         (by_trial[t["id"]]["cuda"], by_trial[t["id"]]["gpus"], by_trial[t["id"]]["at"], t["ended_at"])
         for t in trials
@@ -114,6 +121,7 @@ def main() -> None:
     _check(
         all(cuda == devices[0] and gpus == 1 for cuda, gpus, _, _ in spans), f"each saw only GPU {devices[0]}"
     )
+    _ray_check(devices)
     if len(devices) < 2:
         print("one GPU only: the disjoint-GPUs check needs two")
         return
@@ -125,6 +133,41 @@ def main() -> None:
         len(set(cudas)) == 2 and all(gpus == 1 for _, gpus, _, _ in spans),
         f"on disjoint GPUs {cudas}, one each",
     )
+
+
+def _ray_check(devices: List[str]) -> None:
+    """``resources.executor: ray`` with ``{GPU: 1}`` per slot on a local Ray cluster of this
+    machine's GPUs (issue 41 part 3): one-slot trials each see one GPU, torch included; with two
+    GPUs or more, both ranks of a 2-slot trial see the trial's two GPUs (local rank r uses device
+    r)."""
+    from ray.cluster_utils import Cluster
+
+    os.environ["PYTHONPATH"] = REPO  # the cluster's workers import det-lite from here
+    head = {"num_cpus": 4, "num_gpus": len(devices), "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    try:
+        ray_env: Dict[str, Optional[str]] = {"RAY_ADDRESS": cluster.address}
+        per_slot = {"executor": "ray", "ray": {"resources_per_slot": {"CPU": 1, "GPU": 1}}}
+        trials, spans = _run("ray, one GPU per trial", ray_env, per_slot)
+        _check(all(t["state"] == "COMPLETED" for t in trials), "both Ray trials completed")
+        _check(all(gpus == 1 and cuda is not None for cuda, gpus, _, _ in spans), "each saw one GPU")
+        if len(devices) < 2:
+            return
+        gang = dict(per_slot, slots_per_trial=2, distributed_backend="torch")
+        trials, _ = _run("ray, 2-slot trials", ray_env, gang)
+        _check(all(t["state"] == "COMPLETED" for t in trials), "both 2-slot Ray trials completed")
+        for t in trials:
+            ranks = sorted((r for r in RECORDS if r["trial"] == t["id"]), key=lambda r: r["rank"])
+            cudas = {r["cuda"] for r in ranks}
+            shared = len(cudas) == 1 and len(next(iter(cudas)).split(",")) == 2
+            local = [r["local_rank"] for r in ranks] == [0, 1] and all(r["gpus"] == 2 for r in ranks)
+            _check(shared and local, f"trial {t['id']}: both ranks see its two GPUs {cudas}")
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ from determined_lite.config._base import Section
 class RayConfig(Section):
     """``address``: Ray's (``ray://...``, ``HOST:PORT`` or ``auto``; default ``$RAY_ADDRESS``,
     else ``auto``); ``placement``: ``pack`` (one node when the gang fits, as Determined's
-    scheduler) or ``spread``; ``resources_per_slot``: one bundle of the trial's placement group."""
+    scheduler) or ``spread``; ``resources_per_slot``: one bundle of the trial's placement group;
+    ``placement_timeout``: seconds a gang larger than all the cluster's slots waits for an
+    autoscaler's nodes before its trial fails (one that waits for others' work waits on)."""
 
     label: ClassVar[str] = "ray"
 
@@ -22,6 +24,8 @@ class RayConfig(Section):
     resources_per_slot: Dict[StrictStr, Annotated[float, Field(gt=0, strict=False)]] = Field(
         default_factory=lambda: {"CPU": 1.0}
     )
+
+    placement_timeout: Annotated[float, Field(gt=0, strict=False)] = 600.0
 
     @field_validator("resources_per_slot")
     @classmethod

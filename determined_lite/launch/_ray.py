@@ -51,14 +51,17 @@ from determined_lite.launch._ray_cluster import (
     cluster_problem,
     cluster_slots,
     connect,
+    gpu_env,
     horovod_env,
     torch_env,
 )
 from determined_lite.launch._ray_data import apply_files, is_cloud, pack_context
+from determined_lite.launch._ray_place import PlacementTimeout, free_slots, wait_placed
 from determined_lite.launch._ray_slot import SlotWorker
 from determined_lite.launch._torchrun import FORWARDED_ENV, FORWARDED_ENV_PREFIXES
 from determined_lite.reporting._reporter import stop_requested, store_reporter
 from determined_lite.reporting._sink import apply_record
+from determined_lite.runtime._failures import FailureKind, NoRestart, record_no_restart
 from determined_lite.runtime._next_op import ask_runner
 from determined_lite.runtime._spec import WorkerResult, WorkerSpec, WorkerStatus
 from determined_lite.storage import load_secrets
@@ -93,6 +96,7 @@ class RayRun(TrialRun):
         self._actors: List[Any] = []
         self._pg: Any = None
         self._rendezvous: Optional[HorovodRendezvous] = None
+        self._reporter: Any = None
         self._code: Optional[int] = None
         self._done = threading.Event()
         self.placed = threading.Event()  # set once the ranks have their nodes (or the run ended)
@@ -125,6 +129,11 @@ class RayRun(TrialRun):
         code = LOST_EXIT_CODE
         try:
             code = self._run()
+        except PlacementTimeout as e:  # recurs on a restart: recorded as not to be restarted
+            self._say(f"det-lite: {e}")
+            error = f"PlacementTimeout: {e}"
+            write_failure_result(self.spec.result_path, error)
+            record_no_restart(self.spec.result_path, NoRestart(0, FailureKind.NO_ROOM, error))
         except Exception as e:  # noqa: BLE001 -- a lost node, Ray's errors: the run failed
             self._say(f"det-lite: the Ray run of trial {self.spec.trial_id} failed: {_first_line(e)}")
             write_failure_result(self.spec.result_path, f"Ray executor: {type(e).__name__}: {_first_line(e)}")
@@ -143,16 +152,15 @@ class RayRun(TrialRun):
 
         connect(self.options)
         n = self.spec.slots
+        self._reporter = store_reporter(self.spec)
         bundles = [dict(self.options.resources_per_slot) for _ in range(n)]
         self._pg = placement_group(bundles, strategy=self.options.placement.upper())
-        reporter = store_reporter(self.spec)
-        while not ray.wait([self._pg.ready()], timeout=TAKE_WAIT_S)[0]:
-            if self._stopping.is_set():
-                return stopped_exit_code(signal.SIGTERM)
-            if reporter is not None and stop_requested(reporter.store, int(self.spec.experiment_id or 0)):
-                # Paused or killed while waiting for slots: stopped where it was (its checkpoint).
-                WorkerResult(WorkerStatus.STOPPED).save(self.spec.result_path)
-                return 0
+        why = wait_placed(self._pg, n, self.options, self.spec.trial_id, self._say, self._stop_why)
+        if why == "stop":
+            return stopped_exit_code(signal.SIGTERM)
+        if why == "pause":  # paused or killed while waiting for slots: stopped where it was
+            WorkerResult(WorkerStatus.STOPPED).save(self.spec.result_path)
+            return 0
         actor_cls = ray.remote(SlotWorker)
         for i in range(n):
             strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)
@@ -172,6 +180,15 @@ class RayRun(TrialRun):
         ray.get([self._actor(r).start.remote(envs[r], fields, self._context, secrets) for r in range(n)])
         return self._pump()
 
+    def _stop_why(self) -> Optional[str]:
+        """While the gang waits: "stop" (this run is stopped), "pause" (the store asks), or None."""
+        if self._stopping.is_set():
+            return "stop"
+        reporter = self._reporter
+        if reporter is not None and stop_requested(reporter.store, int(self.spec.experiment_id or 0)):
+            return "pause"
+        return None
+
     def _actor(self, rank: int) -> Any:
         return self._actors[self.slots[rank].actor]
 
@@ -186,16 +203,17 @@ class RayRun(TrialRun):
         base.setdefault("PYTHONUNBUFFERED", "1")
         base.setdefault("OMP_NUM_THREADS", str(max(1, int(self.options.resources_per_slot.get("CPU", 1)))))
         n = self.spec.slots
+        gpus = [gpu_env(self.slots, r) for r in range(n)]
         if self.spec.backend == "horovod":
             self._rendezvous = HorovodRendezvous(self.slots)
             base.update(self._rendezvous.env())
-            return [dict(base, **horovod_env(self.slots, r)) for r in range(n)]
+            return [dict(base, **horovod_env(self.slots, r), **gpus[r]) for r in range(n)]
         if self.spec.backend == "torch":
             options = check_ddp_options((self.spec.exp_conf.get("resources") or {}).get("ddp_options"))
             if options:
                 base[DDP_OPTIONS_ENV] = json.dumps(options, sort_keys=True)
-            return [dict(base, **torch_env(self.slots, r)) for r in range(n)]
-        return [base]
+            return [dict(base, **torch_env(self.slots, r), **gpus[r]) for r in range(n)]
+        return [dict(base, **gpus[0])]
 
     def _pump(self) -> int:
         """Output and reports until every worker exited; the code of the first that failed."""
@@ -302,18 +320,18 @@ class RayExecutor(Executor):
         super().__init__(config)
         self.options = RayOptions.from_config(config)
         self._lock = threading.Lock()
-        self._used: Dict[int, int] = {}  # id(run) -> its slots, until it ended
+        self._runs: Dict[int, RayRun] = {}  # id(run) -> the run, until it ended
         self._total: Optional[int] = None
         self._total_at = 0.0
         self._contexts: Dict[str, Any] = {}  # context directory -> its archive in the object store
 
     @classmethod
     def problem(cls, config: Mapping[str, Any]) -> Optional[str]:
-        """No cluster, too few slots in it, a node that does not see the storage, or an engine
-        that cannot start here."""
+        """No cluster, a node that does not see the storage, or an engine that cannot start here
+        (a gang larger than the cluster now waits for nodes: ``_ray_place.py``)."""
         resources = config.get("resources") or {}
         slots = int(resources.get("slots_per_trial") or 1)
-        return cluster_problem(RayOptions.from_config(config), slots, config) or engine_problem(
+        return cluster_problem(RayOptions.from_config(config), config) or engine_problem(
             str(resources.get("distributed_backend") or ""), slots
         )
 
@@ -326,9 +344,16 @@ class RayExecutor(Executor):
         return self._total
 
     def capacity(self) -> int:
-        total = self.total()
+        """What Ray says is free now, less this experiment's gangs still waiting; when none of
+        them waits, at least one gang: it waits as a pending placement group, the demand a Ray
+        autoscaler adds nodes for (``_ray_place.py``)."""
+        connect(self.options)
+        free = free_slots(self.options)
         with self._lock:
-            return total - sum(self._used.values())
+            waiting = sum(run.spec.slots for run in self._runs.values() if not run.placed.is_set())
+        if waiting:
+            return max(0, free - waiting)
+        return max(free, int((self.config.get("resources") or {}).get("slots_per_trial") or 1))
 
     def start(
         self,
@@ -347,7 +372,7 @@ class RayExecutor(Executor):
         context = self._context(spec.context_dir)
         with self._lock:
             run = RayRun(spec, spec_path, self.options, context, env, on_output, self._release, on_end)
-            self._used[id(run)] = spec.slots
+            self._runs[id(run)] = run
         # The runner records where the run is: wait for the placement (the runner starts a run
         # only when capacity() holds its gang); on a cluster busy with others' work the run is
         # recorded as still placing after PLACE_WAIT_S and goes on waiting for its slots.
@@ -365,7 +390,7 @@ class RayExecutor(Executor):
 
     def _release(self, run: RayRun) -> None:
         with self._lock:
-            self._used.pop(id(run), None)
+            self._runs.pop(id(run), None)
 
     def close(self) -> None:
         import ray

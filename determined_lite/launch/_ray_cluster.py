@@ -16,13 +16,14 @@ import secrets
 import signal
 import socket
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from determined_lite.launch._ray_slot import probe_storage
 from determined_lite.store._paths import checkpoint_root, make_private_dirs
 
 PROBE_TIMEOUT_S = 60.0
 REACH_TIMEOUT_S = 5.0
+PLACEMENT_TIMEOUT_S = 600.0  # resources.ray.placement_timeout's default: an autoscaler's new node
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,7 @@ class RayOptions:
     address: Optional[str] = None
     placement: str = "pack"
     resources_per_slot: Mapping[str, float] = dataclasses.field(default_factory=lambda: {"CPU": 1.0})
+    placement_timeout: float = PLACEMENT_TIMEOUT_S
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "RayOptions":
@@ -41,6 +43,7 @@ class RayOptions:
             address=section.get("address"),
             placement=str(section.get("placement") or "pack"),
             resources_per_slot={str(k): float(v) for k, v in per_slot.items()},
+            placement_timeout=float(section.get("placement_timeout") or PLACEMENT_TIMEOUT_S),
         )
 
     def actor_options(self) -> Dict[str, Any]:
@@ -95,32 +98,28 @@ def alive_nodes() -> List[Dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive")]
 
 
-def cluster_problem(options: RayOptions, slots: int, config: Mapping[str, Any]) -> Optional[str]:
-    """What keeps a trial of ``slots`` slots from running on the cluster (None when nothing):
-    no cluster, too few slots in it, or a node that cannot reach the checkpoint storage."""
+def cluster_problem(options: RayOptions, config: Mapping[str, Any]) -> Optional[str]:
+    """What keeps a trial from running on the cluster (None when nothing): no cluster, or a node
+    that cannot reach the checkpoint storage. A gang larger than the cluster now is not refused:
+    it waits for an autoscaler's nodes (``_ray_place.py``)."""
     try:
         connect(options)
     except ImportError:
         return "resources.executor: ray needs Ray: pip install 'determined-lite[ray]'"
     except Exception as e:  # noqa: BLE001 -- Ray's own errors vary; one line says it
         return f"resources.executor: ray: cannot connect to a Ray cluster: {_first_line(e)}"
-    capacity = cluster_slots(options)
-    if slots > capacity:
-        return (
-            f"resources.slots_per_trial is {slots}, but the Ray cluster has {capacity} slots of "
-            f"{dict(options.resources_per_slot)}"
-        )
     return storage_problem(config)
 
 
 def cluster_slots(options: RayOptions) -> int:
     """How many slots of ``resources_per_slot`` the alive nodes hold in all."""
-    total = 0
-    for node in alive_nodes():
-        have = node.get("Resources") or {}
-        counts = [int(have.get(k, 0.0) // v) for k, v in options.resources_per_slot.items() if v > 0]
-        total += min(counts) if counts else 0
-    return total
+    return sum(slots_in(node.get("Resources") or {}, options.resources_per_slot) for node in alive_nodes())
+
+
+def slots_in(have: Mapping[str, float], per_slot: Mapping[str, float]) -> int:
+    """How many slots of ``per_slot`` the resources ``have`` hold."""
+    counts = [int(float(have.get(k, 0.0)) // v) for k, v in per_slot.items() if v > 0]
+    return min(counts) if counts else 0
 
 
 def storage_problem(config: Mapping[str, Any]) -> Optional[str]:
@@ -174,6 +173,7 @@ class Slot:
     node_index: int  # the node's order among the trial's nodes (rank 0's node is 0)
     local_rank: int
     local_size: int
+    gpus: Tuple[str, ...] = ()  # the GPU ids Ray gave this slot's actor on its node
 
 
 def assign_ranks(infos: Sequence[Mapping[str, Any]]) -> List[Slot]:
@@ -199,6 +199,7 @@ def assign_ranks(infos: Sequence[Mapping[str, Any]]) -> List[Slot]:
                     node_index,
                     local_rank,
                     len(members[node_id]),
+                    tuple(str(g) for g in info.get("gpus") or ()),
                 )
             )
     return slots
@@ -217,6 +218,16 @@ def torch_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
         "MASTER_ADDR": slots[0].ip,
         "MASTER_PORT": str(slots[0].port),
     }
+
+
+def gpu_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
+    """The GPUs of ``rank``'s node that the trial holds, in local-rank order, as every rank of
+    that node sees them (as Ray Train shares them, so NCCL can use the node's links): local rank
+    r's own GPU is device r. Nothing when the trial holds no GPU (Ray's own view stays)."""
+    me = slots[rank]
+    mine = sorted((s for s in slots if s.node_id == me.node_id), key=lambda s: s.local_rank)
+    gpus = [g for s in mine for g in s.gpus]
+    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
 
 
 def horovod_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:

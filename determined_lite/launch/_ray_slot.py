@@ -102,15 +102,18 @@ class SlotWorker:
         weakref.finalize(self, _release_slot, self._dir, self._pids)
 
     def node(self) -> Dict[str, Any]:
-        """Where this slot is: node id, IP address, host name, and a free port on this node."""
+        """Where this slot is: node id, IP address, host name, a free port on this node, and the
+        GPU ids Ray gave this actor there."""
         import ray
 
         ip = ray.util.get_node_ip_address()
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((ip, 0))
             port = int(s.getsockname()[1])
-        node_id = ray.get_runtime_context().get_node_id()
-        return {"node_id": node_id, "ip": ip, "host": socket.gethostname(), "port": port}
+        runtime = ray.get_runtime_context()
+        gpus = [str(g) for g in runtime.get_accelerator_ids().get("GPU", [])]
+        host = socket.gethostname()
+        return {"node_id": runtime.get_node_id(), "ip": ip, "host": host, "port": port, "gpus": gpus}
 
     def start(
         self, env: Dict[str, str], fields: Dict[str, Any], context: Tuple[str, bytes], secrets: Dict[str, str]

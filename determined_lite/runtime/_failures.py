@@ -198,6 +198,7 @@ class FailureKind(TextEnum):
     SCRIPT_RAISED = "script_raised"  # a Core API script's own code raised it (see own_code_error)
     TRIAL_CHECK = "trial_check"  # det-lite's check of the trial (TrialCheckError), every trial's
     TRIAL_CHECK_ONE = "trial_check_one"  # one that may depend on the hyperparameter values
+    NO_ROOM = "no_room"  # the Ray cluster never offered the gang's slots (placement_timeout)
 
 
 _KIND_REASONS = {
@@ -212,6 +213,7 @@ _KIND_REASONS = {
     ),
     FailureKind.TRIAL_CHECK: "det-lite's check of the trial failed, so a restart would fail alike",
     FailureKind.TRIAL_CHECK_ONE: "det-lite's check of the trial failed, so a restart would fail alike",
+    FailureKind.NO_ROOM: "the cluster never had room for its slots, so a restart would wait alike",
 }
 
 

@@ -94,7 +94,12 @@ def test_defaults_are_determineds():
                 "bucket_cap_mb": 25.0,
                 "static_graph": False,
             },
-            "ray": {"address": None, "placement": "pack", "resources_per_slot": {"CPU": 1.0}},
+            "ray": {
+                "address": None,
+                "placement": "pack",
+                "resources_per_slot": {"CPU": 1.0},
+                "placement_timeout": 600.0,
+            },
             "launcher": None,
         },
         "optimizations": {

@@ -7,7 +7,8 @@ import json
 import os
 import socket
 
-from determined_lite.launch._ray_cluster import RayOptions, assign_ranks, horovod_env, torch_env
+from determined_lite.launch._ray_cluster import RayOptions, assign_ranks, gpu_env, horovod_env, torch_env
+from determined_lite.launch._ray_place import shape
 from tests.cli_helpers import cli, write_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,6 +26,26 @@ def test_options_from_config_and_actor_options():
         "resources": {"pool_a": 1.0},
     }
     assert RayOptions.from_config({}).resources_per_slot == {"CPU": 1.0}
+    assert RayOptions.from_config({}).placement_timeout == 600.0
+    timeout = RayOptions.from_config({"resources": {"ray": {"placement_timeout": 30}}}).placement_timeout
+    assert timeout == 30.0
+
+
+def test_a_gang_is_named_by_its_resource_shape():
+    assert shape({"CPU": 1.0}) == "{CPU: 1}"
+    assert shape({"GPU": 1.0, "CPU": 0.5}) == "{GPU: 1, CPU: 0.5}"
+
+
+def test_a_placement_timeout_that_is_not_positive_is_one_line(tmp_path):
+    path = write_config(
+        os.path.join(LINEAR, "const.yaml"),
+        tmp_path,
+        **{"resources.executor": "ray", "resources.ray.placement_timeout": 0},
+    )
+    proc = cli("experiment", "create", path, LINEAR)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    expected = f"det-lite: error: {path}: resources.ray.placement_timeout: expected a value > 0, got 0\n"
+    assert proc.stderr == expected
 
 
 def _info(node: str, port: int) -> dict:
@@ -74,3 +95,18 @@ def test_create_refuses_a_cluster_it_cannot_reach(tmp_path):
     (line,) = proc.stderr.strip().splitlines()
     assert "cannot connect to a Ray cluster: nothing answers at 127.0.0.1:" in line
     assert json.loads(cli("experiment", "list", "--json", check=True).stdout) == []
+
+
+def test_the_ranks_of_a_node_share_the_trials_gpus_there():
+    """Bundles 0..2 with one GPU each: two on node a (GPUs 3 and 1), one on node b (GPU 0). The
+    ranks on a see both of a's GPUs, local rank r's own at index r; rank 2 sees b's only."""
+    infos = [dict(_info("node-a", 1000), gpus=["3"]), dict(_info("node-b", 2000), gpus=["0"])]
+    infos.append(dict(_info("node-a", 1001), gpus=["1"]))
+    slots = assign_ranks(infos)
+    assert [gpu_env(slots, r) for r in range(3)] == [
+        {"CUDA_VISIBLE_DEVICES": "3,1"},
+        {"CUDA_VISIBLE_DEVICES": "3,1"},
+        {"CUDA_VISIBLE_DEVICES": "0"},
+    ]
+    assert [torch_env(slots, r)["LOCAL_RANK"] for r in range(3)] == ["0", "1", "0"]
+    assert gpu_env(assign_ranks([_info("node-a", 1000)]), 0) == {}  # no GPU: Ray's view stays
