@@ -14,10 +14,10 @@ an attribute of a class) ends with it.
 
 At most one server runs per user and det-lite installation: its **key** is the installation
 alone (the Python, det-lite's and torch's files: paths, sizes, modification times). The
-environment a child needs is applied per fork; only the variables that shape the server's image
-at import time (:func:`image_env`: ``PYTHON*``, ``TORCH*``, locale, allocator, thread pools, but
-``OMP_NUM_THREADS``, applied per fork) must match the server's, and a trial whose do not starts
-as a plain process (correct, ~3.5 s slower) instead of starting another server. A runner
+environment a child needs is applied per fork; the trial's whole environment must equal the
+server's but for the variables a fork applies and nothing reads at import (:func:`image_env`:
+det-lite's own, the run's, the shell's session, ``OMP_NUM_THREADS``), and a trial whose differs
+starts as a plain process (correct, ~3.5 s slower) instead of starting another server. A runner
 connects to the key's socket (``<runtime dir>/det-lite-<uid>/fs-<key>.sock``, a directory only
 the user can enter) or, when no server answers there, starts one and writes its info file
 (``fs-<key>.json``: pid, installation, idle time, image; ``det-lite server list`` reads them); a
@@ -45,6 +45,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -70,12 +71,17 @@ from determined_lite.launch._server_registry import (
 from determined_lite.runtime._cluster import SPEC_ENV
 
 FORKSERVER_ENV = "DET_LITE_FORKSERVER"
-# Variables read at import time by the interpreter, torch or their native libraries: a trial's
-# must equal the server's to be forked (:func:`image_env`).
-IMAGE_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "LC_", "LD_", "MALLOC_", "OMP_", "KMP_", "MKL_", "OPENBLAS_")
-IMAGE_NAMES = frozenset({"LANG", "LANGUAGE", "GLIBC_TUNABLES"})
+# A trial is forked only when its whole environment equals the server's but for these, which a
+# fork applies to its child and nothing reads while the server imports: det-lite's own (read
+# when a trial runs, never at import), the run's, the shell's session. Any other difference (a
+# CXX that torch's inductor reads at import, a PYTHONHASHSEED, a project's own variable) means a
+# plain process: an unknown variable may shape the image, and a fork must not change a result.
 PER_RUN = frozenset({SPEC_ENV, "DET_LITE_SUPERVISOR_PID", "DET_LITE_SUPERVISOR_HOST", "DET_LITE_HOME"})
-PER_FORK = frozenset({"OMP_NUM_THREADS", "PYTHONUNBUFFERED"})  # applied to each child
+PER_FORK = frozenset(
+    {"OMP_NUM_THREADS", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES"}
+    | {"PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "COLORTERM"}
+)
+PER_FORK_PREFIXES = ("DET_LITE_", "SSH_", "TMUX", "TERM_PROGRAM", "XDG_SESSION")
 READY_TIMEOUT_S = 120.0
 
 
@@ -91,12 +97,15 @@ WAIT_STEP_S = 0.05  # how often a trial waiting for the warm-up looks whether it
 
 
 def image_env(env: Dict[str, str]) -> Dict[str, str]:
-    """The variables of ``env`` that shape a server's image (see the module's docstring)."""
-    return {
-        k: v
-        for k, v in env.items()
-        if (k.startswith(IMAGE_PREFIXES) or k in IMAGE_NAMES) and k not in PER_FORK
-    }
+    """The variables of ``env`` that must equal the server's for a trial to be forked: all but
+    :data:`PER_FORK` and :data:`PER_FORK_PREFIXES` (see the module's docstring)."""
+    return {k: v for k, v in env.items() if k not in PER_FORK and not k.startswith(PER_FORK_PREFIXES)}
+
+
+def image_digest(env: Dict[str, str]) -> str:
+    """:func:`image_env` hashed: what the info file records (no variable's value, a secret's
+    included, is written there)."""
+    return hashlib.sha256(json.dumps(sorted(image_env(env).items())).encode()).hexdigest()
 
 
 @contextlib.contextmanager
@@ -192,7 +201,7 @@ class ForkServer:
 
     def __init__(self, env: Dict[str, str]) -> None:
         self.key = server_key()
-        self.image: Optional[Dict[str, str]] = None  # the server's image variables (None: unknown)
+        self.image: Optional[str] = None  # the digest of the environment its trials must have
         self.lost = False
         self.pid = 0  # the server's, once it said it is ready
         self._proc: Optional["subprocess.Popen[bytes]"] = None  # when this runner started it
@@ -243,7 +252,7 @@ class ForkServer:
             )
         finally:
             listener.close()
-        self.image = image_env(server_env)
+        self.image = image_digest(server_env)
         write_info(path, {"pid": self._proc.pid, "idle_s": idle_s, "image": self.image})
         threading.Thread(target=self._proc.wait, name="det-lite-forkserver-reaper", daemon=True).start()
 
@@ -281,7 +290,7 @@ class ForkServer:
         """A worker running ``argv``'s spec: forked now when the server is ready, else by a
         thread once it is (``plain`` starts it when the server cannot); None when the server is
         lost already or its image is not the one ``env`` asks for (the caller starts it plainly)."""
-        if self.lost or self.image != image_env(env):
+        if self.lost or self.image != image_digest(env):
             return None
         read_end, write_end = os.pipe()
         out = os.fdopen(read_end, "r", buffering=1, errors="replace")

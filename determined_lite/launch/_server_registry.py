@@ -4,8 +4,8 @@
 A server's socket is ``<runtime dir>/det-lite-<uid>/fs-<key>.sock`` (:func:`runtime_dir`, a
 directory only the user can enter), ``key`` being :func:`server_key` (the installation: at most
 one server per user and installation). The runner that starts a server writes its info file
-next to it (``fs-<key>.json``: pid, installation, idle time, the image's variables); the server
-removes both as it ends.
+next to it (``fs-<key>.json``: pid, installation, idle time, the digest of the environment its
+trials must have); the server removes both as it ends.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class Processor(experimental.TorchBatchProcessor):
         marker = pathlib.Path(os.environ["MARKER"])
         if batch_idx == 5 and not marker.exists():
             marker.touch()
-            raise RuntimeError("failing once at batch 5")
+            raise ConnectionError("failing once at batch 5")  # the network's: restarted
         with self.context.upload_path() as path:
             torch.save(batch[1], pathlib.Path(path, f"labels_{batch_idx}"))
         print(f"processed batch {batch_idx}", flush=True)

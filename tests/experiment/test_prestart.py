@@ -22,7 +22,7 @@ class FakeServer:
 
     def __init__(self, env: Dict[str, str]) -> None:
         self.lost = False
-        self.image = _forkserver.image_env(env)
+        self.image = _forkserver.image_digest(env)
         FakeServer.started.append(env)
 
     def close(self) -> None:
@@ -65,8 +65,9 @@ def test_the_raw_and_the_validated_config_give_one_server_the_trial_uses(tmp_pat
     # The image variables of the environment launch() gives the first trial are the server's.
     trial_env = _launcher._worker_env(_trial_launch.worker_env(validated), {})
     trial_env[SPEC_ENV] = str(tmp_path / "spec.json")
-    assert _forkserver._server.image == _forkserver.image_env(trial_env)
-    assert "PYTHONPATH" in _forkserver._server.image
+    assert _forkserver._server.image == _forkserver.image_digest(trial_env)
+    # A trial with another value of one of its variables is not forked from it.
+    assert _forkserver._server.image != _forkserver.image_digest(dict(trial_env, MY_VAR="2"))
 
 
 def test_no_server_for_gpus_a_startup_hook_or_when_off(tmp_path, fake_server, monkeypatch):

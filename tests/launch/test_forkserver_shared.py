@@ -107,9 +107,12 @@ def test_one_server_per_installation_whatever_the_environment_until_it_ends_idle
     try:
         assert held._proc is not None
         first = _experiment(tmp_path, "first", env)
-        second = _experiment(tmp_path, "second", dict(env, PWD="/elsewhere", MY_PROJECT_TOKEN="x"))
-        # A variable that shapes an interpreter's image: a plain process, not a second server.
-        image = _experiment(tmp_path, "image", dict(env, PYTHONHASHSEED="7"))
+        # Another shell's session and det-lite's own variables: forked from the same server.
+        session = dict(env, PWD="/elsewhere", TERM="dumb", DET_LITE_PROGRESS="0")
+        second = _experiment(tmp_path, "second", session)
+        # A variable that may shape an interpreter's image (any other): a plain process, not a
+        # second server.
+        image = _experiment(tmp_path, "image", dict(env, PYTHONHASHSEED="7", MY_PROJECT_TOKEN="x"))
         fresh = _experiment(tmp_path, "fresh", dict(env, DET_LITE_FORKSERVER="0"))
         (listed,) = _listed(env)  # the one server
     finally:
@@ -179,6 +182,9 @@ def test_the_key_is_the_installation_and_the_image_variables_are_checked_per_tri
         "MKL_NUM_THREADS": "2",
     }
     assert _forkserver.image_env(env) == {
+        "PATH": "/usr/bin",
+        "HOME": "/h",
+        "AWS_SECRET_ACCESS_KEY": "s",
         "PYTHONPATH": "/repo",
         "PYTHONHASHSEED": "3",
         "TORCH_LOGS": "dynamo",
@@ -187,6 +193,11 @@ def test_the_key_is_the_installation_and_the_image_variables_are_checked_per_tri
         "LD_PRELOAD": "/lib/x.so",
         "MKL_NUM_THREADS": "2",
     }
+    # Any variable not known to be applied per fork counts: CXX is read by torch's inductor
+    # when it is imported (tests/distributed/test_compile_distributed.py's missing compiler).
+    digest = _forkserver.image_digest(env)
+    assert _forkserver.image_digest(dict(env, CXX="/no/c++")) != digest
+    assert _forkserver.image_digest(dict(env, DET_LITE_HOME="/b", PWD="/y", OMP_NUM_THREADS="4")) == digest
 
 
 @pytest.fixture
