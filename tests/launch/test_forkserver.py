@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from determined_lite.launch import _forkserver
-from tests.cli_helpers import REPO, cli, describe
+from tests.cli_helpers import REPO, cli, describe, own_fork_server_env
 from tests.timing import budget
 
 # ``mode``: 0 a clean trial; 1 pollutes every global it can reach, then trains; 2 pollutes, then
@@ -129,7 +129,9 @@ def _search(tmp_path, modes, forkserver: bool) -> dict:
     }
     path = tmp_path / f"exp-{forkserver}.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = dict(os.environ, DET_LITE_FORKSERVER="1" if forkserver else "0")
+    # A server of its own: the session's may have been started with another environment (a
+    # test's variable), and then this test's trials would start plainly.
+    env = dict(own_fork_server_env(), DET_LITE_FORKSERVER="1" if forkserver else "0")
     env["DET_LITE_HOME"] = str(tmp_path / f"home-{forkserver}")
     cli("experiment", "create", str(path), str(context), env=env)
     described = describe(1, home=env["DET_LITE_HOME"])

@@ -14,7 +14,7 @@ from typing import Dict
 
 import pytest
 
-from tests.cli_helpers import REPO, cli, describe
+from tests.cli_helpers import REPO, cli, describe, own_fork_server_env
 
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "experiments", "process_state")
 MEAN_SQUARES = (2.5, 12.5, 30.5, 56.5)  # mean x^2 of each batch of 2 of x = 1..8, in order
@@ -42,7 +42,7 @@ def _fresh(step: int) -> Dict[str, float]:
 def test_trials_that_change_their_process_leave_the_next_a_fresh_one(tmp_path):
     home = str(tmp_path / "home")
     pythonpath = os.pathsep.join([REPO, os.path.join(FIXTURE, "vendor")])
-    env = dict(os.environ, DET_LITE_HOME=home, PYTHONPATH=pythonpath)
+    env = dict(own_fork_server_env(), DET_LITE_HOME=home, PYTHONPATH=pythonpath)  # its own server
     env.pop("PROCESS_STATE_LR", None)
     cli(
         "experiment", "create", os.path.join(FIXTURE, "const.yaml"), FIXTURE, env=env, check=True, timeout=400
