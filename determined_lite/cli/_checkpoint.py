@@ -22,6 +22,7 @@ from determined_lite.cli._common import (
     warn,
 )
 from determined_lite.cli._table import Cut, Fit, echo_rows
+from determined_lite.storage import read_metadata_file
 from determined_lite.store import Store
 
 LIST_FIT = Fit(
@@ -166,7 +167,7 @@ def describe(uuid: str, as_json: bool) -> None:
     found = get_checkpoint(store, uuid)
     metadata = store.checkpoints.metadata(found["uuid"])
     if metadata is None:
-        metadata = _file_metadata(found["path"])
+        metadata = read_metadata_file(found["path"]) or {}
     registered = store.checkpoints.registered(found["experiment_id"]).get(found["uuid"])
     shown = {
         "Checkpoint UUID": found["uuid"],
@@ -189,18 +190,6 @@ def describe(uuid: str, as_json: bool) -> None:
     for key, value in shown.items():
         text = format_mapping(value) if isinstance(value, dict) else str(value)
         click.echo(f"{key + ':':<{width + 1}} {text}")
-
-
-def _file_metadata(path: str) -> dict:
-    """The checkpoint directory's metadata.json ({} when it cannot be read)."""
-    import json
-
-    try:
-        with open(os.path.join(path, "metadata.json")) as f:
-            found = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 @checkpoint.command("gc", short_help="Remove orphaned checkpoints and files of deleted experiments.")

@@ -19,6 +19,7 @@ from determined_lite.client._enums import CheckpointState, DownloadMode
 from determined_lite.client._errors import NotFoundException
 from determined_lite.client._session import Session
 from determined_lite.reporting._retention import remove_checkpoint_dir
+from determined_lite.storage import read_metadata_file
 
 
 @dataclasses.dataclass
@@ -51,15 +52,6 @@ def _resources(path: str) -> Dict[str, int]:
             except OSError:
                 continue
     return sizes
-
-
-def _file_metadata(path: str) -> Dict[str, Any]:
-    try:
-        with open(os.path.join(path, "metadata.json")) as f:
-            found = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 class Checkpoint:
@@ -106,7 +98,7 @@ class Checkpoint:
         self.state = CheckpointState[record["state"]]
         self.resources = _resources(record["path"])
         stored = self._session.store().checkpoints.metadata(self.uuid)
-        self.metadata = stored if stored is not None else _file_metadata(record["path"])
+        self.metadata = stored if stored is not None else read_metadata_file(record["path"]) or {}
         self.training = CheckpointTrainingMetadata(
             experiment_config=experiment.get("config") or {},
             experiment_id=record["experiment_id"],
