@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from determined_lite.launch import _forkserver, _server_registry
-from tests.cli_helpers import cli, describe
+from tests.cli_helpers import REPO, cli, describe
 from tests.timing import budget
 
 MODEL_DEF = textwrap.dedent(
@@ -100,7 +100,10 @@ def test_one_server_per_installation_whatever_the_environment_until_it_ends_idle
     tmp_path = short_tmp
     # A runtime directory of this test's own: no other test's server serves it.
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    env = dict(os.environ, DET_LITE_FORKSERVER_IDLE_S="20")
+    # The environment a runner gives its trials and its server (launch/_launcher.py puts the
+    # installation first on PYTHONPATH): a server started with a bare one would never fork them.
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != REPO]
+    env = dict(os.environ, DET_LITE_FORKSERVER_IDLE_S="20", PYTHONPATH=os.pathsep.join([REPO] + paths))
     # This process connects first, as a runner does: the server cannot end idle between the
     # experiments, however slowly each starts on a loaded machine.
     held = _forkserver.ForkServer(env)
