@@ -1,4 +1,4 @@
-"""Measure: the ``ray`` executor against the ``local`` one on the same box (issue 23 part 5).
+"""Measure: the ``ray`` executor against the ``local`` one on the same box (issues 23 and 41).
 
 A Ray cluster is started in this process as the tests start theirs (``tests/ray_cluster.py``: a
 head and one more node, 1 CPU each, no dashboard); its start-up is timed and reported apart
@@ -7,9 +7,10 @@ head and one more node, 1 CPU each, no dashboard); its start-up is timed and rep
 ``DET_LITE_SLOTS=2``):
 
 * ``ray_start_to_first_batch_1slot``: ``_startup``'s tiny trial, create to the end of its first
-  batch (ratio ray / local; Ray's connection, placement group and actor are in it);
+  batch (ratio ray / local, goal 1.5; Ray's connection, placement group, node actor and the
+  node's fork server are in it);
 * ``ray_grid16_wall``: a grid of 16 such trials (4 batches each, 2 at a time), the whole
-  command's wall time (ratio, goal 1.3);
+  command's wall time (ratio, goal 1.5);
 * ``ray_driver_peak_rss_mib``: the peak RSS of the ``det-lite`` process itself (the driver; sampled, its
   workers not counted) in MiB,
   ray vs local (``det_lite_s``/``baseline_s`` hold MiB here, not seconds).
@@ -59,9 +60,9 @@ def _measure(runs: int, address: str, cluster_s: float) -> List[Row]:
     return [
         absolute_row("ray_cluster_start", [cluster_s], None, note="head + 1 node, 1 CPU each, in-process"),
         ratio_row(
-            "ray_start_to_first_batch_1slot", [r[0] for r in first_ray], [r[0] for r in first_local], 2.0
+            "ray_start_to_first_batch_1slot", [r[0] for r in first_ray], [r[0] for r in first_local], 1.5
         ),
-        ratio_row("ray_grid16_wall", [r[1] for r in grid_ray], [r[1] for r in grid_local], 1.3),
+        ratio_row("ray_grid16_wall", [r[1] for r in grid_ray], [r[1] for r in grid_local], 1.5),
         ratio_row(
             "ray_driver_peak_rss_mib",
             [r[2] for r in first_ray + grid_ray],

@@ -199,8 +199,10 @@ class ForkServer:
     """The runner's connection to this installation's server: the one running already, or one
     it starts (see the module's docstring)."""
 
-    def __init__(self, env: Dict[str, str]) -> None:
-        self.key = server_key()
+    def __init__(self, env: Dict[str, str], key: Optional[str] = None) -> None:
+        """``key``: the socket's name (default :func:`server_key`, the installation's; a Ray
+        node's actor names the installation and the image: ``launch/_ray_node.py``)."""
+        self.key = key or server_key()
         self.image: Optional[str] = None  # the digest of the environment its trials must have
         self.lost = False
         self.pid = 0  # the server's, once it said it is ready
@@ -301,6 +303,7 @@ class ForkServer:
         umask = os.umask(0o077)
         os.umask(umask)
         request = {"rid": child.rid, "argv": list(argv), "env": env, "cwd": cwd, "umask": umask}
+        request["fds"] = list(pass_fds)  # the numbers the child finds them at (a worker reads some)
         start = (child, request, write_end, tuple(pass_fds), plain)
         if self._ready.is_set():
             self._start(*start)
@@ -340,6 +343,12 @@ class ForkServer:
             if time.monotonic() > deadline:
                 return False
         return self._ready.is_set() and not self.lost and not child.cancelled
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        """Wait for the warm-up; whether the server can fork now. A caller that closes the
+        descriptors it passes once :meth:`spawn` returns, or whose plain start must run in its
+        own thread, asks first: :meth:`spawn` then starts the worker before it returns."""
+        return self._ready.wait(timeout) and not self.lost
 
     def close(self) -> None:
         """Leave the server (it ends once idle: ``$DET_LITE_FORKSERVER_IDLE_S``)."""

@@ -83,6 +83,7 @@ def _become_worker(request: Dict[str, Any], fds: List[int]) -> None:
     os.dup2(devnull, 0)
     os.dup2(out, 1)
     os.dup2(out, 2)
+    passed = _renumber(passed, [int(fd) for fd in request.get("fds") or ()])
     _close_all_but({0, 1, 2, *passed})  # the server's listener and other runners' connections
     os.umask(int(request["umask"]))
     os.chdir(request["cwd"])
@@ -90,6 +91,21 @@ def _become_worker(request: Dict[str, Any], fds: List[int]) -> None:
     os.environ.update(request["env"])
     sys.path[0] = os.getcwd()  # ``python -m`` puts the working directory first
     _reseed()
+
+
+def _renumber(passed: List[int], numbers: List[int]) -> List[int]:
+    """The passed descriptors at the numbers the runner had them at (a Ray slot's worker finds
+    its report pipes by the numbers in its environment); as they came when none are given."""
+    if len(numbers) != len(passed) or any(n <= 2 for n in numbers):
+        return passed
+    floor = max([*numbers, *passed]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in passed]  # out of the targets' way
+    for fd in passed:
+        os.close(fd)
+    for fd, number in zip(moved, numbers):
+        os.dup2(fd, number)
+        os.close(fd)
+    return numbers
 
 
 def _close_all_but(keep: Set[int]) -> None:

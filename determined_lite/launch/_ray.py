@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import subprocess
 import threading
@@ -47,6 +48,7 @@ from determined_lite.launch._ray_cluster import (
     HorovodRendezvous,
     RayOptions,
     Slot,
+    alive_nodes,
     assign_ranks,
     cluster_problem,
     cluster_slots,
@@ -56,6 +58,7 @@ from determined_lite.launch._ray_cluster import (
     torch_env,
 )
 from determined_lite.launch._ray_data import apply_files, is_cloud, pack_context
+from determined_lite.launch._ray_node import NodePool, NodeSlot, close_node_pool, node_pool
 from determined_lite.launch._ray_place import PlacementTimeout, free_slots, wait_placed
 from determined_lite.launch._ray_slot import SlotWorker
 from determined_lite.launch._torchrun import FORWARDED_ENV, FORWARDED_ENV_PREFIXES
@@ -86,14 +89,16 @@ class RayRun(TrialRun):
         on_output: Optional[OutputFn],
         release: Callable[["RayRun"], None],
         on_end: Optional[EndFn] = None,
+        nodes: Optional[NodePool] = None,
     ) -> None:
         self.spec, self.spec_path, self.options = spec, os.path.abspath(spec_path), options
         self._context = context  # the context archive in Ray's object store (_ray_data.py)
         self.placement = Placement(host="ray cluster (placing)", slots=spec.slots)
         self._release = release
+        self._nodes = nodes  # the experiment's node actors: a 1-slot CPU run starts on its node's
         self._env, self._on_output, self._on_end = env, on_output, on_end
         self.slots: List[Slot] = []  # where each rank runs, once placed
-        self._actors: List[Any] = []
+        self._actors: List[Any] = []  # each bundle's slot: its actor, or a NodeSlot
         self._pg: Any = None
         self._rendezvous: Optional[HorovodRendezvous] = None
         self._reporter: Any = None
@@ -148,7 +153,6 @@ class RayRun(TrialRun):
     def _run(self) -> int:
         import ray
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         connect(self.options)
         n = self.spec.slots
@@ -161,11 +165,7 @@ class RayRun(TrialRun):
         if why == "pause":  # paused or killed while waiting for slots: stopped where it was
             WorkerResult(WorkerStatus.STOPPED).save(self.spec.result_path)
             return 0
-        actor_cls = ray.remote(SlotWorker)
-        for i in range(n):
-            strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)
-            options = dict(self.options.actor_options(), scheduling_strategy=strategy)
-            self._actors.append(actor_cls.options(**options).remote())
+        self._open_slots(n)
         self.slots = assign_ranks(ray.get([a.node.remote() for a in self._actors]))
         where = ", ".join(f"rank {r} on {s.ip} (node {s.node_id[:12]})" for r, s in enumerate(self.slots))
         nodes = list(dict.fromkeys(f"{s.ip} ({s.node_id[:12]})" for s in self.slots))
@@ -179,6 +179,23 @@ class RayRun(TrialRun):
         secrets = load_secrets(self.spec.experiment_id) if is_cloud(self.spec.exp_conf) else {}
         ray.get([self._actor(r).start.remote(envs[r], fields, self._context, secrets) for r in range(n)])
         return self._pump()
+
+    def _open_slots(self, n: int) -> None:
+        """A slot per bundle: a 1-slot CPU run's on its node's actor (``_ray_node.py``: its
+        worker forked by the node's warm server), a gang's or a GPU slot's an actor of its own
+        that holds the bundle."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if self._nodes is not None and n == 1 and not self.options.resources_per_slot.get("GPU"):
+            node_id = ray.util.placement_group_table(self._pg)["bundles_to_node_id"][0]
+            self._actors.append(self._nodes.slot(node_id, f"{self.spec.trial_id}-{secrets.token_hex(8)}"))
+            return
+        actor_cls = ray.remote(SlotWorker)
+        for i in range(n):
+            strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i)
+            options = dict(self.options.actor_options(), scheduling_strategy=strategy)
+            self._actors.append(actor_cls.options(**options).remote())
 
     def _stop_why(self) -> Optional[str]:
         """While the gang waits: "stop" (this run is stopped), "pause" (the store asks), or None."""
@@ -294,7 +311,10 @@ class RayRun(TrialRun):
 
         for actor in self._actors:
             try:
-                ray.kill(actor, no_restart=True)
+                if isinstance(actor, NodeSlot):
+                    actor.release()  # the node's actor serves the experiment's next runs
+                else:
+                    ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001 -- already gone with its node
                 pass
         self._actors = []
@@ -371,7 +391,8 @@ class RayExecutor(Executor):
         spec.save(spec_path)
         context = self._context(spec.context_dir)
         with self._lock:
-            run = RayRun(spec, spec_path, self.options, context, env, on_output, self._release, on_end)
+            args = (spec, spec_path, self.options, context, env, on_output, self._release, on_end)
+            run = RayRun(*args, nodes=node_pool())
             self._runs[id(run)] = run
         # The runner records where the run is: wait for the placement (the runner starts a run
         # only when capacity() holds its gang); on a cluster busy with others' work the run is
@@ -392,10 +413,21 @@ class RayExecutor(Executor):
         with self._lock:
             self._runs.pop(id(run), None)
 
+    def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
+        """Connect and start the node actors of 1-slot CPU runs (their processes start while the
+        runner sets up); their fork servers start with the first run on each node."""
+        if int((self.config.get("resources") or {}).get("slots_per_trial") or 1) != 1:
+            return
+        if self.options.resources_per_slot.get("GPU"):
+            return
+        connect(self.options)
+        node_pool().prestart([n["NodeID"] for n in alive_nodes()])
+
     def close(self) -> None:
         import ray
 
         if ray.is_initialized():
+            close_node_pool()
             ray.shutdown()
 
 

@@ -21,6 +21,7 @@ This module imports nothing from Ray at import time: the probe and the actor are
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import os
 import shutil
@@ -32,15 +33,17 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from determined_lite.launch._failures import worker_command
+from determined_lite.launch._forkserver import ForkedChild, ForkServer
 from determined_lite.launch._ray_data import FileMirror, node_home, node_spec, restore_here, unpack_context
 from determined_lite.reporting._sink import ANSWER_FD_ENV, REPORT_FD_ENV, STOP_FILE_ENV
 from determined_lite.runtime._cluster import SPEC_ENV
 from determined_lite.runtime._spec import WorkerSpec
 
 STORAGE_VIEW_ENV = "DET_LITE_TEST_STORAGE_VIEW"  # tests: this node sees storage under another root
+ServerFor = Callable[[Dict[str, str]], Optional[ForkServer]]  # a worker's environment -> its server
 
 
 def _die_with_parent() -> None:
@@ -85,11 +88,31 @@ def probe_storage(config: Dict[str, Any], files: Dict[str, str]) -> Dict[str, An
     return {"host": socket.gethostname(), "problem": problem}
 
 
-class SlotWorker:
-    """One slot of a trial on one node: its worker process, output and store records."""
+# What Ray sets for its own worker processes (this actor's): not the trial's. The worker's
+# environment is the node's without them, so that it is the same for every run of a node (a
+# new job id per experiment, a raylet per node) and its fork server's image stays warm.
+RAY_WORKER_ENV = frozenset({"RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_LD_PRELOAD_ON_WORKERS", "SPT_NOENV"})
+RAY_BREAKPOINT = "ray.util.rpdb.set_trace"
 
-    def __init__(self) -> None:
-        self._proc: Optional[subprocess.Popen] = None
+
+def node_env() -> Dict[str, str]:
+    """This node's environment as a slot's worker starts with it (Ray's own variables left out)."""
+    env = {k: v for k, v in os.environ.items() if k not in RAY_WORKER_ENV}
+    if env.get("PYTHONBREAKPOINT") == RAY_BREAKPOINT:
+        del env["PYTHONBREAKPOINT"]
+    return env
+
+
+class SlotWorker:
+    """One slot of a trial on one node: its worker process, output and store records.
+
+    ``server``: the node's fork server for a worker's environment (``_ray_node.py``): the worker
+    is forked from it when that environment's image is the server's (as a local 1-slot worker
+    is), else started as a plain process, as it always is without one."""
+
+    def __init__(self, server: Optional[ServerFor] = None) -> None:
+        self._server = server
+        self._proc: Any = None  # subprocess.Popen, or a ForkedChild of the node's server
         self._lines: Deque[str] = collections.deque()
         self._records: Deque[str] = collections.deque()
         self._changed = threading.Condition()
@@ -99,7 +122,7 @@ class SlotWorker:
         self._answers: Any = None  # the write end of the worker's answer pipe
         self._pids: List[int] = []
         self._mirror: Optional[FileMirror] = None
-        weakref.finalize(self, _release_slot, self._dir, self._pids)
+        self._release = weakref.finalize(self, _release_slot, self._dir, self._pids)
 
     def node(self) -> Dict[str, Any]:
         """Where this slot is: node id, IP address, host name, a free port on this node, and the
@@ -128,7 +151,7 @@ class SlotWorker:
         self._mirror = FileMirror(os.path.dirname(spec["result_path"]), spec["tensorboard_path"])
         read_fd, write_fd = os.pipe()
         answer_read, answer_write = os.pipe()
-        full_env = dict(os.environ)
+        full_env = node_env()
         full_env.update(env)
         full_env.update({"DET_LITE_HOME": home, SPEC_ENV: spec_path})
         full_env[REPORT_FD_ENV] = str(write_fd)
@@ -136,18 +159,7 @@ class SlotWorker:
         full_env[STOP_FILE_ENV] = self._stop_file
         full_env["DET_LITE_SUPERVISOR_PID"] = str(os.getpid())
         full_env["DET_LITE_SUPERVISOR_HOST"] = socket.gethostname()
-        proc = subprocess.Popen(
-            worker_command(spec_path),
-            env=full_env,
-            cwd=spec["context_dir"],
-            umask=0o077,
-            pass_fds=(write_fd, answer_read),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        proc = self._spawn(worker_command(spec_path), full_env, spec["context_dir"], (write_fd, answer_read))
         self._started(proc)
         os.close(write_fd)
         os.close(answer_read)
@@ -158,13 +170,40 @@ class SlotWorker:
             reader = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
             reader.start()
             self._readers.append(reader)
-        return proc.pid
+        return int(proc.pid)
+
+    def _spawn(self, argv: List[str], env: Dict[str, str], cwd: str, fds: Tuple[int, int]) -> Any:
+        """The worker: forked by the node's server when it can be (a CPU worker whose image is
+        the server's), else a plain process (its output on a pipe)."""
+
+        def plain(stdout: int) -> "subprocess.Popen[bytes]":
+            return subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                umask=0o077,
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+        gpus = env.get("CUDA_VISIBLE_DEVICES")  # a fork of a process that may have touched CUDA cannot use it
+        server = self._server(env) if self._server is not None and not gpus else None
+        if server is not None and server.wait_ready():  # forked (or started) before spawn returns:
+            child = server.spawn(argv, env, cwd, fds, plain)  # the caller closes ``fds`` then
+            if child is not None:
+                return child
+        return plain(subprocess.PIPE)
 
     def _pump(self, stream: Any, sink: Deque[str]) -> None:
         with stream:
-            for raw in stream:
+            for raw in stream:  # bytes from a plain worker's pipe, text from a forked one's
+                line = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
                 with self._changed:
-                    sink.append(raw.decode("utf-8", "replace").rstrip("\n"))
+                    sink.append(line.rstrip("\n"))
                     self._changed.notify_all()
         with self._changed:
             self._changed.notify_all()
@@ -220,14 +259,28 @@ class SlotWorker:
 
     def _signal(self, sig: int) -> None:
         assert self._proc is not None
+        if isinstance(self._proc, ForkedChild):
+            self._proc.kill_group(sig)  # one still waiting for the server never starts
+            return
         try:
             os.killpg(self._proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
-    def _started(self, proc: subprocess.Popen) -> None:
+    def _started(self, proc: Any) -> None:
         self._proc = proc
-        self._pids.append(proc.pid)
+        if not isinstance(proc, ForkedChild):
+            self._pids.append(proc.pid)
+
+    def close(self) -> None:
+        """The run ended: its worker's group killed, this slot's directory removed (what a
+        slot's actor leaves when it is killed; a node's actor outlives its runs)."""
+        if self._proc is not None:
+            self._signal(signal.SIGKILL)
+        if self._answers is not None:
+            with contextlib.suppress(OSError):
+                self._answers.close()
+        self._release()
 
 
 def _release_slot(directory: str, pids: List[int]) -> None:
