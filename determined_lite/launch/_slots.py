@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
-    """Where one rank runs: its actor's index, node and local rank there."""
+    """Where one rank runs: the index of its placement (a Ray bundle's actor), its node and its
+    local rank there."""
 
     actor: int
     node_id: str
