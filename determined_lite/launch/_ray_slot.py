@@ -135,6 +135,8 @@ class SlotWorker:
         """Start the worker process of the spec ``fields`` with ``env`` on top of this node's
         environment: its context unpacked from ``context`` (key, archive) into this node's cache,
         its files in this slot's directory (``_ray_data.node_spec``)."""
+        import ray
+
         spec = node_spec(fields, self._dir, unpack_context(*context))
         home = node_home(self._dir)
         restore_here(spec, secrets, home)
@@ -142,8 +144,6 @@ class SlotWorker:
         self._mirror = FileMirror(os.path.dirname(spec["result_path"]), spec["tensorboard_path"])
         read_fd, write_fd = os.pipe()
         answer_read, answer_write = os.pipe()
-        import ray
-
         # The engine's interface variables as this node has them; the driver's only when it
         # passed them explicitly (in ``env``).
         full_env = engine(fields["backend"]).node_env(ray.util.get_node_ip_address(), os.environ)
