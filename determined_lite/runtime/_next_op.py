@@ -28,10 +28,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import time
 from typing import Any, Callable, Dict, Optional
 
+from determined_lite._progress import write_json_atomic
 from determined_lite.runtime._spec import WorkerSpec
 
 NEXT_OP_ENV = "DET_LITE_NEXT_OP"  # 0: runs never ask (every promotion starts a new process)
@@ -67,20 +67,6 @@ def claim_wait() -> float:
         return max(0.0, float(value)) if value else DEFAULT_CLAIM_WAIT_S
     except ValueError:
         return DEFAULT_CLAIM_WAIT_S
-
-
-def _write(path: str, data: Dict[str, Any]) -> None:
-    """Atomically (renamed into place), 0600, not fsynced: the file matters only while both
-    processes live."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def remove_next_op_files(result_path: str) -> None:
@@ -121,7 +107,7 @@ def ask_runner(
     answer = answer_path(result_path)
     if os.path.exists(answer):
         os.unlink(answer)
-    _write(question_path(result_path), question)
+    write_json_atomic(question_path(result_path), question)
     wait = claim_wait()
     if wake_path and wait > 0:  # (a chief that waits 0 s withdraws its question at once)
         _announce(wake_path)
@@ -193,4 +179,4 @@ def take_question(result_path: str) -> Optional[Dict[str, Any]]:
 def answer(result_path: str, length: Optional[int], ask: bool = False) -> None:
     """Answer a claimed question: train on to ``length`` (asking again there when ``ask``), or
     end the run (None)."""
-    _write(answer_path(result_path), {"length": length, "ask": bool(ask and length is not None)})
+    write_json_atomic(answer_path(result_path), {"length": length, "ask": bool(ask and length is not None)})

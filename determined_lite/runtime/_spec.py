@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from typing import Any, Dict, List, Optional
 
 from determined_lite._enums import TextEnum
+from determined_lite._progress import write_json_atomic
 from determined_lite.config import TrainingSettings
 from determined_lite.config._plugins import ENGINES, SINGLE_ENGINE
 from determined_lite.store._paths import make_private_dirs
@@ -135,17 +135,8 @@ def _fields(record: Any) -> Dict[str, Any]:
 
 
 def _write_json_atomic(path: str, data: Dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` whole (renamed into place), 0600, not fsynced: a run's spec and
-    result are messages between the runner and its live workers, written anew for every run;
-    after a crash, the store and the checkpoints (fsynced) are what resumes."""
-    directory = os.path.dirname(os.path.abspath(path))
-    make_private_dirs(directory)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")  # 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, default=str))  # the C encoder: json.dump streams in Python
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """``write_json_atomic`` in a private directory made if missing: a run's spec and result are
+    messages between the runner and its live workers, written anew for every run; after a
+    crash, the store and the checkpoints (fsynced) are what resumes."""
+    make_private_dirs(os.path.dirname(os.path.abspath(path)))
+    write_json_atomic(path, data)
