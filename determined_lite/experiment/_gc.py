@@ -1,30 +1,16 @@
 """No orphans: checkpoint directories, run directories and TensorBoard files agree with the store.
 
-Orphans are what a process leaves when it dies at the wrong moment, or what outlives its
-experiment: a ``<uuid>/`` renamed into place but never registered (registration waits for the
-background flush), ``.tmp-*`` directories, checkpoints of killed trials, and the files of a
-deleted experiment. The rules, for one checkpoint root (which several experiments, stores and
-plain-Python runs may share):
+Orphans are what a process leaves when it dies at the wrong moment (``<uuid>/`` renamed into
+place but never registered, ``.tmp-*``, checkpoints of killed trials) or what outlives its
+experiment. A directory is touched only when its writer cannot still use it and its
+experiment runs in no other process; the rules, for a root several experiments, stores and
+plain-Python runs may share: docs/design.md, "No orphans". A cloud store
+(``collect_garbage``): checkpoints no store row names, whose ``metadata.json`` names a
+stopped experiment of this store, are deleted (an upload a kill interrupted).
 
-* A directory is only ever touched when its writer cannot still be using it: the writer named
-  in ``metadata.json`` is dead (same host), or, writer unknown or on another host, nothing
-  changed in it for ``TMP_GRACE_S``; and never while its experiment's process (other than the
-  caller) runs.
-* ``.tmp-*``: removed. ``<uuid>/``: left alone unless its ``metadata.json`` names an experiment
-  of *this* store (``store``; checkpoints written before det-lite recorded it: those in this
-  home's default root); then, unless registered, it is registered when its trial may still
-  train and the store's metrics reach its batch (the state a timely registration would have
-  left), else removed.
-* A registered checkpoint whose directory is gone (its root still there) is forgotten, unless
-  its experiment's storage is a cloud's (its local copies come and go).
-* A cloud store (``collect_garbage``): checkpoints no store row names, whose ``metadata.json``
-  (uploaded first) names an experiment of this store that is not running, are deleted (an
-  upload a kill interrupted); one registered by gc is uploaded first.
-
-``reconcile_experiment`` runs when a runner starts (``create``, ``activate``) and after it
-stopped its trials (kill, Ctrl-C), and when ``pause``/``kill`` end an experiment whose process
-was gone; ``delete_experiment_files`` after ``experiment delete``; ``collect_garbage`` is
-``det-lite checkpoint gc``. Torch-free.
+``reconcile_experiment`` runs when a runner starts and after it stopped its trials, and when
+``pause``/``kill`` end an experiment whose process was gone; ``delete_experiment_files`` after
+``experiment delete``; ``collect_garbage`` is ``det-lite checkpoint gc``. Torch-free.
 """
 
 from __future__ import annotations
