@@ -44,6 +44,7 @@ from determined_lite.store._paths import (
     checkpoint_root,
     default_checkpoint_root,
     experiment_dir,
+    list_names,
     tensorboard_dir,
 )
 from determined_lite.store._states import ExperimentState, TrialState
@@ -232,7 +233,7 @@ class _Collector:
     def sweep_deleted(self, parent: str) -> None:
         """Directories ``experiment delete`` moved aside in ``parent`` that are still there (their
         background remover was killed, or is still at work: removing them twice is harmless)."""
-        for name in _listdir(parent):
+        for name in list_names(parent):
             if name.startswith(DELETED_PREFIX):
                 self.act(Fate.REMOVE, os.path.join(parent, name), "moved aside by `experiment delete`")
 
@@ -241,14 +242,14 @@ class _Collector:
         and snapshots staged by an ``experiment create`` that died."""
         now = time.time()
         parent = os.path.join(self.store.home, EXPERIMENTS_DIR)
-        for name in _listdir(parent):
+        for name in list_names(parent):
             path = os.path.join(parent, name)
             if name.isdigit() and self.store.experiments.get(int(name)) is None:
                 self.act(Fate.REMOVE, path, f"experiment {name} was deleted")
             elif name.startswith(STAGING_PREFIX) and now - _mtime(path) >= TMP_GRACE_S:
                 self.act(Fate.REMOVE, path, "a context snapshot staged by a create that died")
         parent = os.path.dirname(tensorboard_dir(0, self.store.home))
-        for name in _listdir(parent):
+        for name in list_names(parent):
             number = name[len(_TENSORBOARD_PREFIX) :]
             if name.startswith(_TENSORBOARD_PREFIX) and number.isdigit():
                 if self.store.experiments.get(int(number)) is None:
@@ -271,13 +272,6 @@ def delete_cloud_copies(
             storage.delete(c["uuid"])
     except StorageError as e:
         problems.append(str(e))
-
-
-def _listdir(path: str) -> List[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
 
 
 def _mtime(path: str) -> float:
