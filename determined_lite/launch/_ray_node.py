@@ -10,7 +10,7 @@ cost a Ray worker process (1.5-2.5 s) and a fresh worker importing torch (4-10 s
 
 The node's server is the one of this installation *and* image on the node (its socket is named
 by both: :func:`server_key`): the image is the trial's environment as a slot's worker gets it
-(the node's, without Ray's own variables: ``_ray_slot.node_env``, the same for every run of the
+(the node's, without Ray's own variables: ``_ray_slot.node_environ``, the same for every run of the
 node), so it neither takes over nor is taken over by a local runner's server on the same
 machine (whose environment differs). A worker whose environment differs from the server's
 image, or one with GPUs, starts as a plain process (the fork server's rule): never a silent
@@ -33,6 +33,8 @@ from determined_lite.launch._server_registry import server_key as installation_k
 
 NODE_CONCURRENCY = 64  # a thread per waiting call: each run's take(), stop() and answer()
 CLOSE_WAIT_S = 10.0
+# SlotWorker's methods the driver calls on a slot, here with the run's key first.
+SLOT_METHODS = tuple("node host_rendezvous rendezvous_port start take answer request_stop stop".split())
 
 
 def server_key(env: Dict[str, str]) -> str:
@@ -77,6 +79,12 @@ class NodeWorker:
         with self._lock:
             self._slots[run] = slot
         return slot.node()
+
+    def host_rendezvous(self, run: str, backend: str, slots: List[Dict[str, Any]]) -> Dict[str, str]:
+        return self._slot(run).host_rendezvous(backend, slots)
+
+    def rendezvous_port(self, run: str) -> Optional[int]:
+        return self._slot(run).rendezvous_port()
 
     def start(self, run: str, *args: Any) -> int:
         return self._slot(run).start(*args)
@@ -127,7 +135,7 @@ class NodeSlot:
 
     def __init__(self, node: Any, run: str) -> None:
         self._node, self.run = node, run
-        for name in ("node", "start", "take", "answer", "request_stop", "stop"):
+        for name in SLOT_METHODS:
             setattr(self, name, _Bound(getattr(node, name), run))
 
     def release(self) -> None:
