@@ -218,3 +218,45 @@ def test_pause_then_activate_stays_exact(tmp_path, s3, split_cluster):  # noqa: 
     registered = {c["uuid"] for c in trial["checkpoints"]}
     assert registered and registered <= s3.uuids()
     assert read_audit(split_cluster.log)["opened"] == []
+
+
+def test_losing_the_second_node_resumes_exactly_from_the_bucket(tmp_path, s3, split_cluster):  # noqa: F811
+    """A slow 2-slot torch trial with one rank on the second node loses that node after a
+    checkpoint in the bucket; a node with the audit joins in its place and the trial resumes
+    from the bucket's latest checkpoint: one restart, the uninterrupted run's weights and metrics,
+    nothing of the driver's home opened. (The new node is not a second blind node: one failed to
+    join the same cluster three times at load ~20, Ray's raylet having a fixed 30 s to register.)"""
+    changes = {
+        "resources.executor": "ray",
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+        "hyperparameters.sleep_s": 0.2,
+        "searcher.max_length": {"batches": 24},
+        "min_checkpoint_period": {"batches": 4},
+    }
+    config = linear_config(tmp_path, storage(s3), **changes)
+    argv = [
+        sys.executable,
+        "-m",
+        "determined_lite.cli",
+        "experiment",
+        "create",
+        config,
+        split_cluster.experiment_dir,
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=split_cluster.env
+    )
+    wait_for_batches(1, 8, proc, timeout=300)  # a checkpoint at batch 4 or 8 is in the bucket
+    split_cluster.remove_node()
+    split_cluster.cluster.add_node(env=split_cluster.node_env)
+    out, _ = proc.communicate(timeout=budget(400))
+    assert proc.returncode == 0, out
+    assert "was lost" in out, out
+    assert_no_traceback(out)
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1, trial
+    assert_uninterrupted(trial)
+    registered = {c["uuid"] for c in trial["checkpoints"]}
+    assert registered and registered <= s3.uuids()
+    assert read_audit(split_cluster.log)["opened"] == []
