@@ -67,19 +67,25 @@ class TrialProgress:
         return bar_line(label, self.total_batches, self.max_batches, width, self.stats(elapsed_s))
 
 
-def write_progress(path: str, progress: TrialProgress) -> None:
-    """Replace the progress file at ``path`` (atomic rename; no fsync: it is rewritten often and
-    only a progress bar reads it)."""
+def write_json_atomic(path: str, data: Any, suffix: str = ".json") -> None:
+    """Write ``data`` as JSON to ``path`` whole (renamed into place from ``.tmp-*<suffix>``
+    beside it), 0600, not fsynced: for files that matter only while their processes live."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".progress")  # 0600
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)  # 0600
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(progress.to_json(), f)
+            f.write(json.dumps(data, default=str))  # the C encoder: json.dump streams in Python
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_progress(path: str, progress: TrialProgress) -> None:
+    """Replace the progress file at ``path`` (no fsync: it is rewritten often and only a
+    progress bar reads it)."""
+    write_json_atomic(path, progress.to_json(), ".progress")
 
 
 def read_progress(path: str) -> Optional[TrialProgress]:

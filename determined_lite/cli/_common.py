@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import sys
 from typing import IO, Any, Dict, List, Optional, Sequence
 
@@ -24,6 +23,7 @@ from determined_lite.store import (
     Store,
     StoreError,
     experiment_display_state,
+    json_safe,
 )
 
 
@@ -163,17 +163,6 @@ def experiment_finished(store: Store, experiment_id: int) -> bool:
 
 
 # --- output ---------------------------------------------------------------------------------
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats (NaN, ±inf) as ``null``, so the output is strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def echo_json(value: Any) -> None:

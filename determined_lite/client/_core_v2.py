@@ -19,9 +19,9 @@ import dataclasses
 import os
 import urllib.parse
 import uuid
-import warnings
 from typing import Any, Dict, List, Optional, Union
 
+from determined_lite.client._errors import warn_deprecated
 from determined_lite.core import Context, PreemptMode, TensorboardMode
 from determined_lite.core import init as core_init
 from determined_lite.core._context import trial_context
@@ -67,11 +67,9 @@ class DefaultConfig(Config):
     """Deprecated in Determined: use ``Config``."""
 
     def __init__(self, **kwargs: Any) -> None:
-        warnings.warn(
+        warn_deprecated(
             "'DefaultConfig' class have been deprecated and will be removed in a future version. "
             "Please use `Config` class instead.",
-            FutureWarning,
-            stacklevel=2,
         )
         super().__init__(**kwargs)
 
@@ -81,11 +79,9 @@ class UnmanagedConfig(Config):
     """Deprecated in Determined: use ``Config``."""
 
     def __init__(self, **kwargs: Any) -> None:
-        warnings.warn(
+        warn_deprecated(
             "'UnmanagedConfig' class have been deprecated and will be removed in a future version. "
             "Please use `Config` class instead.",
-            FutureWarning,
-            stacklevel=2,
         )
         super().__init__(**kwargs)
 
@@ -144,11 +140,10 @@ def _merge_config(
 ) -> Config:
     """Determined's rules for ``config`` and the deprecated ``defaults`` / ``unmanaged``."""
     if defaults is not None or unmanaged is not None:
-        warnings.warn(
+        warn_deprecated(
             "'defaults' and 'unmanaged' parameters have been deprecated and will be removed in a "
             "future version. Please use `config` instead.",
-            FutureWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     if config is not None:
         return config

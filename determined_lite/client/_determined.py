@@ -7,17 +7,16 @@ The connection arguments (``master``, ``user``, ...) are accepted and unused: th
 from __future__ import annotations
 
 import pathlib
-import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 from determined_lite.client import _control
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import ExperimentSortBy, ExperimentState, ModelSortBy, OrderBy
-from determined_lite.client._errors import APIException, NotFoundException
+from determined_lite.client._errors import APIException, NotFoundException, deprecated_call, warn_deprecated
 from determined_lite.client._experiment import Experiment
 from determined_lite.client._model import Model
 from determined_lite.client._session import Session
-from determined_lite.client._trial import Trial, TrialMetrics, legacy_metrics
+from determined_lite.client._trial import Trial, TrialMetrics, legacy_stream
 from determined_lite.store import StoreError
 
 _EXPERIMENT_KEYS = {
@@ -126,32 +125,20 @@ class Determined:
 
     def stream_trials_metrics(self, trial_ids: List[int], group: str) -> Iterator[TrialMetrics]:
         """Deprecated in Determined (a ``FutureWarning``): ``iter_trials_metrics``."""
-        warnings.warn(
+        warn_deprecated(
             "Determined.stream_training_metrics is deprecated.Use Determined.iter_trials_metrics instead",
-            FutureWarning,
-            stacklevel=2,
         )
         return self.iter_trials_metrics(trial_ids, group)
 
     def stream_trials_training_metrics(self, trial_ids: List[int]) -> Iterator[TrialMetrics]:
         """Deprecated in Determined: the trials' training reports as ``TrainingMetrics``."""
-        warnings.warn(
-            "Determined.stream_trials_training_metrics is deprecated."
-            "Use Determined.iter_trials_metrics instead with `group` set to 'training'",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return legacy_metrics(self.iter_trials_metrics(trial_ids, "training"))
+        reports = self.iter_trials_metrics(trial_ids, "training")
+        return legacy_stream("Determined.iter_trials_metrics", "training", reports)
 
     def stream_trials_validation_metrics(self, trial_ids: List[int]) -> Iterator[TrialMetrics]:
         """Deprecated in Determined: the trials' validation reports as ``ValidationMetrics``."""
-        warnings.warn(
-            "Determined.stream_trials_validation_metrics is deprecated."
-            "Use Determined.iter_trials_metrics instead with `group` set to 'validation'",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return legacy_metrics(self.iter_trials_metrics(trial_ids, "validation"))
+        reports = self.iter_trials_metrics(trial_ids, "validation")
+        return legacy_stream("Determined.iter_trials_metrics", "validation", reports)
 
     # --- model registry -----------------------------------------------------------------------
 
@@ -186,13 +173,11 @@ class Determined:
 
     def get_model_by_id(self, model_id: int) -> Model:
         """Deprecated in Determined (a ``FutureWarning``): ``get_model(model_id)``."""
-        warnings.warn(
+        warn_deprecated(
             "Determined.get_model_by_id() has been deprecated and will be removed "
             "in a future version.\n"
             "Please call Determined.get_model() with either a string-type name or "
             "an integer-type model ID.",
-            FutureWarning,
-            stacklevel=2,
         )
         return self.get_model(int(model_id))
 
@@ -224,10 +209,5 @@ class Determined:
         description: str = "",
     ) -> List[Model]:
         """Deprecated in Determined (a ``FutureWarning``): ``list_models``."""
-        warnings.warn(
-            "Determined.get_models() has been deprecated and will be removed in a future version."
-            "Please call Determined.list_models() instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Determined.get_models", "Determined.list_models()")
         return self.list_models(sort_by, order_by, name=name, description=description)

@@ -5,6 +5,7 @@ so code written against Determined catches what det-lite raises. det-lite has no
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from determined_lite.store import NotFoundError
@@ -58,6 +59,18 @@ class ForbiddenException(BadRequestException):
 
 class UnauthenticatedException(BadRequestException):
     """Determined's 401 (never raised by det-lite, which has no users)."""
+
+
+def warn_deprecated(message: str, stacklevel: int = 3) -> None:
+    """Determined's ``FutureWarning`` for a deprecated SDK call (``message``: its text), by
+    default pointing at the code that called the deprecated one."""
+    warnings.warn(message, FutureWarning, stacklevel=stacklevel)
+
+
+def deprecated_call(old: str, new: str) -> None:
+    """``warn_deprecated`` with Determined's usual text: ``old()`` is replaced by ``new``."""
+    text = f"{old}() has been deprecated and will be removed in a future version.Please call {new} instead."
+    warn_deprecated(text, 4)
 
 
 __all__ = [

@@ -7,13 +7,12 @@ import pathlib
 import sys
 import tarfile
 import time
-import warnings
 from typing import Any, Dict, Iterator, List, Optional, Set
 
 from determined_lite.client import _control
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import TERMINAL_STATES, ExperimentState, OrderBy, TrialSortBy
-from determined_lite.client._errors import APIException, NotFoundException
+from determined_lite.client._errors import APIException, NotFoundException, deprecated_call
 from determined_lite.client._session import Session
 from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
 from determined_lite.client._trial import Trial
@@ -233,12 +232,7 @@ class Experiment:
         self, sort_by: TrialSortBy = TrialSortBy.ID, order_by: OrderBy = OrderBy.ASCENDING
     ) -> List[Trial]:
         """Deprecated in Determined (a ``FutureWarning``): ``list_trials``."""
-        warnings.warn(
-            "Experiment.get_trials() has been deprecated and will be removed in a future version."
-            "Please call Experiment.list_trials() instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Experiment.get_trials", "Experiment.list_trials()")
         return self.list_trials(sort_by, order_by)
 
     def await_first_trial(self, interval: float = 0.1) -> Trial:
@@ -292,13 +286,7 @@ class Experiment:
         ``limit`` best trials, by ``sort_by`` (default: the searcher metric and direction;
         with ``sort_by``, descending unless ``smaller_is_better``). ``AssertionError`` when the
         experiment has no checkpoint."""
-        warnings.warn(
-            "Experiment.top_n_checkpoints() has been deprecated and will be removed in a future "
-            "version."
-            "Please call Experiment.list_checkpoints(...,max_results=n) instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Experiment.top_n_checkpoints", "Experiment.list_checkpoints(...,max_results=n)")
         order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
         ranked = self.list_checkpoints(sort_by=sort_by, order_by=order_by)
         if not ranked:

@@ -4,10 +4,10 @@ each signature is written once, on the method."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Iterator, List
 
 from determined_lite.client._determined import Determined
+from determined_lite.client._errors import warn_deprecated
 from determined_lite.client._trial import TrialMetrics
 
 _determined = Determined()
@@ -36,9 +36,5 @@ get_models = _determined.get_models
 def stream_trials_metrics(trial_ids: List[int], group: str) -> Iterator[TrialMetrics]:
     """Deprecated in Determined (a ``FutureWarning``, the module function's own text):
     ``iter_trials_metrics``."""
-    warnings.warn(
-        "client.stream_trials_metrics is deprecated. Use client.iter_trials_metrics instead",
-        FutureWarning,
-        stacklevel=2,
-    )
+    warn_deprecated("client.stream_trials_metrics is deprecated. Use client.iter_trials_metrics instead")
     return iter_trials_metrics(trial_ids, group=group)

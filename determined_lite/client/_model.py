@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime
-import warnings
 from typing import Any, Dict, Iterator, List, Optional
 
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import OrderBy
-from determined_lite.client._errors import NotFoundException
+from determined_lite.client._errors import NotFoundException, deprecated_call
 from determined_lite.client._session import Session
 
 
@@ -71,12 +70,7 @@ class ModelVersion:
 
     def get_metrics(self, group: Optional[str] = None) -> Iterator[Any]:
         """Deprecated in Determined (a ``FutureWarning``): ``iter_metrics``."""
-        warnings.warn(
-            "Model.get_metrics() has been deprecated and will be removed in a future version."
-            "Please call Model.iter_metrics() instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Model.get_metrics", "Model.iter_metrics()")
         return self.iter_metrics(group=group)
 
     def iter_metrics(self, group: Optional[str] = None) -> Iterator[Any]:
@@ -154,12 +148,7 @@ class Model:
 
     def get_versions(self, order_by: OrderBy = OrderBy.DESC) -> List[ModelVersion]:
         """Deprecated in Determined (a ``FutureWarning``): ``list_versions``."""
-        warnings.warn(
-            "Model.get_versions() has been deprecated and will be removed in a future version."
-            "Please call Model.list_versions() instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Model.get_versions", "Model.list_versions()")
         return self.list_versions(order_by)
 
     def register_version(self, checkpoint_uuid: str) -> ModelVersion:

@@ -11,11 +11,11 @@
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import CheckpointSortBy, OrderBy
+from determined_lite.client._errors import warn_deprecated
 
 SortBy = Union[str, CheckpointSortBy]
 
@@ -89,11 +89,10 @@ def top_checkpoint(
     ``sort_by``, ascending only when ``smaller_is_better`` is true (Determined: descending when
     it is left out). ``empty`` is raised when there is no checkpoint."""
     kind = type(owner).__name__
-    warnings.warn(
+    warn_deprecated(
         f"{kind}.top_checkpoint() has been deprecated and will be removed in a future version."
         f"Please call {kind}.list_checkpoints(...,max_results=1) instead.",
-        FutureWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
     order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
     checkpoints = owner.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from determined_lite.client._checkpoint import Checkpoint
 from determined_lite.client._enums import CheckpointSortBy, OrderBy, TrialState
-from determined_lite.client._errors import NotFoundException
+from determined_lite.client._errors import NotFoundException, deprecated_call, warn_deprecated
 from determined_lite.client._session import Session
 from determined_lite.client._sorting import SortBy, check_sort_args, sort_checkpoints, top_checkpoint
 from determined_lite.store import TERMINAL_STATES
@@ -64,8 +63,15 @@ class ValidationMetrics(TrialMetrics):
 _LEGACY = {"training": TrainingMetrics, "validation": ValidationMetrics}
 
 
-def legacy_metrics(reports: Iterable[TrialMetrics]) -> Iterator[TrialMetrics]:
-    """``reports`` as Determined's deprecated per-group classes (``TrainingMetrics``, ...)."""
+def legacy_stream(new: str, group: str, reports: Iterable[TrialMetrics]) -> Iterator[TrialMetrics]:
+    """Determined's deprecated ``stream_<group>_metrics`` of ``new`` (``Trial.iter_metrics``, ...):
+    its FutureWarning, then ``reports`` as the per-group classes (``TrainingMetrics``, ...)."""
+    old = new.replace("iter_", "stream_").replace("metrics", f"{group}_metrics")
+    warn_deprecated(f"{old} is deprecated.Use {new} instead with `group` set to '{group}'", 4)
+    return _legacy_classes(reports)
+
+
+def _legacy_classes(reports: Iterable[TrialMetrics]) -> Iterator[TrialMetrics]:
     for m in reports:
         fields = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "group"}
         yield _LEGACY[m.group](**fields)
@@ -168,33 +174,19 @@ class Trial:
 
     def stream_metrics(self, group: str) -> Iterator[TrialMetrics]:
         """Deprecated in Determined (a ``FutureWarning``, its text): ``iter_metrics``."""
-        warnings.warn(
+        warn_deprecated(
             "Experiment.stream_metrics() has been deprecated and will be removed in a"
             " future version. Please call Experiment.iter_trials() instead.",
-            FutureWarning,
-            stacklevel=2,
         )
         return self.iter_metrics(group)
 
     def stream_training_metrics(self) -> Iterator[TrialMetrics]:
         """Deprecated in Determined: ``iter_metrics("training")`` as ``TrainingMetrics``."""
-        warnings.warn(
-            "Trial.stream_training_metrics is deprecated."
-            "Use Trial.iter_metrics instead with `group` set to 'training'",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return legacy_metrics(self.iter_metrics("training"))
+        return legacy_stream("Trial.iter_metrics", "training", self.iter_metrics("training"))
 
     def stream_validation_metrics(self) -> Iterator[TrialMetrics]:
         """Deprecated in Determined: ``iter_metrics("validation")`` as ``ValidationMetrics``."""
-        warnings.warn(
-            "Trial.stream_validation_metrics is deprecated."
-            "Use Trial.iter_metrics instead with `group` set to 'validation'",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return legacy_metrics(self.iter_metrics("validation"))
+        return legacy_stream("Trial.iter_metrics", "validation", self.iter_metrics("validation"))
 
     def select_checkpoint(
         self,
@@ -207,13 +199,7 @@ class Trial:
         """Deprecated in Determined: the latest checkpoint, the best (by ``sort_by`` and
         ``smaller_is_better``, both or neither: default the searcher's), or the one of ``uuid``;
         exactly one of ``latest``, ``best``, ``uuid``."""
-        warnings.warn(
-            "Trial.select_checkpoint() has been deprecated and will be removed in a future "
-            "version."
-            "Please call Trial.list_checkpoints() instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Trial.select_checkpoint", "Trial.list_checkpoints()")
         if sum([int(latest), int(best), int(uuid is not None)]) != 1:
             raise AssertionError("Exactly one of latest, best, or uuid must be set")
         if (sort_by is None) != (smaller_is_better is None):
@@ -238,13 +224,7 @@ class Trial:
         self, sort_by: Optional[SortBy] = None, order_by: Optional[OrderBy] = None
     ) -> List[Checkpoint]:
         """Deprecated in Determined: ``list_checkpoints`` (both or neither of the arguments)."""
-        warnings.warn(
-            "Trial.get_checkpoints() has been deprecated and will be removed in a future "
-            "version."
-            "Please call Experiment.list_checkpoints() instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Trial.get_checkpoints", "Experiment.list_checkpoints()")
         if (sort_by is None) != (order_by is None):
             raise AssertionError("sort_by and order_by must be set together")
         return self.list_checkpoints(sort_by=sort_by, order_by=order_by)
@@ -272,12 +252,7 @@ class Trial:
 
     def logs(self, *args: Any, **kwargs: Any) -> Iterable[str]:
         """Deprecated in Determined (a ``FutureWarning``): ``iter_logs``."""
-        warnings.warn(
-            "Trial.logs() has been deprecated and will be removed in a future version."
-            "Please call Trial.iter_logs() instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        deprecated_call("Trial.logs", "Trial.iter_logs()")
         return self.iter_logs(*args, **kwargs)
 
     def __repr__(self) -> str:

@@ -8,7 +8,8 @@ executor that needs it):
 
 - an engine's record names its distributed context module (``distributed/``: defines the
   ``DistributedContext`` subclass registered under the engine's name), its launcher module
-  (``launch/``: defines ``command(spec, spec_path, hosts)`` and ``problem(slots)``), Determined's
+  (``launch/``: defines ``ENGINE``, its ``launch._engines.Engine`` plug-in, which every executor
+  calls: its own launcher, rank environments, the rendezvous rank 0 hosts), Determined's
   launcher module that implies it, and how a stop reaches its workers;
 - an executor's entry names the ``launch/`` module whose ``EXECUTOR`` class places and runs a
   trial's gang of slots (``launch/_executor.py`` is the interface).
@@ -31,7 +32,7 @@ class EngineRecord:
 
     name: str
     context_module: str  # distributed/ module whose DistributedContext registers ``name``
-    launcher_module: str  # launch/ module: command(spec, spec_path, hosts), problem(slots)
+    launcher_module: str  # launch/ module: ENGINE (an Engine), command(...), problem(slots)
     tool: str  # the engine's own launcher, in messages
     determined_launcher: str  # Determined's ``python3 -m <this>`` entrypoint form implying it
     determined_flags: FrozenSet[str]  # its flags det-lite accepts and ignores

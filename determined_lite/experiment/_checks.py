@@ -11,6 +11,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from determined_lite._errors import did_you_mean
+from determined_lite.store._paths import list_names
 
 
 def check_entrypoint(entrypoint: str, context_dir: str) -> Optional[str]:
@@ -55,25 +56,15 @@ def _check_script(script: Any, entrypoint: str, context_dir: str) -> Optional[st
         return None
     path = str(script.path)
     if os.path.isabs(path) or not os.path.isfile(os.path.join(context_dir, path)):
-        scripts = [n for n in _files(context_dir) if n.endswith(".py")]
+        scripts = [n for n in list_names(context_dir) if n.endswith(".py")]
         hint = did_you_mean(path, scripts)
         return f"entrypoint {entrypoint!r}: no script {path!r} in context directory {context_dir}{hint}"
     return None
 
 
-def _files(context_dir: str) -> List[str]:
-    try:
-        return sorted(os.listdir(context_dir))
-    except OSError:
-        return []
-
-
 def _module_names(context_dir: str) -> List[str]:
     """Top-level modules and packages of a context directory (for did-you-mean)."""
-    try:
-        entries = os.listdir(context_dir)
-    except OSError:
-        return []
+    entries = list_names(context_dir)
     names = [e[:-3] for e in entries if e.endswith(".py")]
     names += [e for e in entries if os.path.isfile(os.path.join(context_dir, e, "__init__.py"))]
     return sorted(names)

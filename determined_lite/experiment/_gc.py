@@ -1,30 +1,16 @@
 """No orphans: checkpoint directories, run directories and TensorBoard files agree with the store.
 
-Orphans are what a process leaves when it dies at the wrong moment, or what outlives its
-experiment: a ``<uuid>/`` renamed into place but never registered (registration waits for the
-background flush), ``.tmp-*`` directories, checkpoints of killed trials, and the files of a
-deleted experiment. The rules, for one checkpoint root (which several experiments, stores and
-plain-Python runs may share):
+Orphans are what a process leaves when it dies at the wrong moment (``<uuid>/`` renamed into
+place but never registered, ``.tmp-*``, checkpoints of killed trials) or what outlives its
+experiment. A directory is touched only when its writer cannot still use it and its
+experiment runs in no other process; the rules, for a root several experiments, stores and
+plain-Python runs may share: docs/design.md, "No orphans". A cloud store
+(``collect_garbage``): checkpoints no store row names, whose ``metadata.json`` names a
+stopped experiment of this store, are deleted (an upload a kill interrupted).
 
-* A directory is only ever touched when its writer cannot still be using it: the writer named
-  in ``metadata.json`` is dead (same host), or, writer unknown or on another host, nothing
-  changed in it for ``TMP_GRACE_S``; and never while its experiment's process (other than the
-  caller) runs.
-* ``.tmp-*``: removed. ``<uuid>/``: left alone unless its ``metadata.json`` names an experiment
-  of *this* store (``store``; checkpoints written before det-lite recorded it: those in this
-  home's default root); then, unless registered, it is registered when its trial may still
-  train and the store's metrics reach its batch (the state a timely registration would have
-  left), else removed.
-* A registered checkpoint whose directory is gone (its root still there) is forgotten, unless
-  its experiment's storage is a cloud's (its local copies come and go).
-* A cloud store (``collect_garbage``): checkpoints no store row names, whose ``metadata.json``
-  (uploaded first) names an experiment of this store that is not running, are deleted (an
-  upload a kill interrupted); one registered by gc is uploaded first.
-
-``reconcile_experiment`` runs when a runner starts (``create``, ``activate``) and after it
-stopped its trials (kill, Ctrl-C), and when ``pause``/``kill`` end an experiment whose process
-was gone; ``delete_experiment_files`` after ``experiment delete``; ``collect_garbage`` is
-``det-lite checkpoint gc``. Torch-free.
+``reconcile_experiment`` runs when a runner starts and after it stopped its trials, and when
+``pause``/``kill`` end an experiment whose process was gone; ``delete_experiment_files`` after
+``experiment delete``; ``collect_garbage`` is ``det-lite checkpoint gc``. Torch-free.
 """
 
 from __future__ import annotations
@@ -58,6 +44,7 @@ from determined_lite.store._paths import (
     checkpoint_root,
     default_checkpoint_root,
     experiment_dir,
+    list_names,
     tensorboard_dir,
 )
 from determined_lite.store._states import ExperimentState, TrialState
@@ -246,7 +233,7 @@ class _Collector:
     def sweep_deleted(self, parent: str) -> None:
         """Directories ``experiment delete`` moved aside in ``parent`` that are still there (their
         background remover was killed, or is still at work: removing them twice is harmless)."""
-        for name in _listdir(parent):
+        for name in list_names(parent):
             if name.startswith(DELETED_PREFIX):
                 self.act(Fate.REMOVE, os.path.join(parent, name), "moved aside by `experiment delete`")
 
@@ -255,14 +242,14 @@ class _Collector:
         and snapshots staged by an ``experiment create`` that died."""
         now = time.time()
         parent = os.path.join(self.store.home, EXPERIMENTS_DIR)
-        for name in _listdir(parent):
+        for name in list_names(parent):
             path = os.path.join(parent, name)
             if name.isdigit() and self.store.experiments.get(int(name)) is None:
                 self.act(Fate.REMOVE, path, f"experiment {name} was deleted")
             elif name.startswith(STAGING_PREFIX) and now - _mtime(path) >= TMP_GRACE_S:
                 self.act(Fate.REMOVE, path, "a context snapshot staged by a create that died")
         parent = os.path.dirname(tensorboard_dir(0, self.store.home))
-        for name in _listdir(parent):
+        for name in list_names(parent):
             number = name[len(_TENSORBOARD_PREFIX) :]
             if name.startswith(_TENSORBOARD_PREFIX) and number.isdigit():
                 if self.store.experiments.get(int(number)) is None:
@@ -285,13 +272,6 @@ def delete_cloud_copies(
             storage.delete(c["uuid"])
     except StorageError as e:
         problems.append(str(e))
-
-
-def _listdir(path: str) -> List[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
 
 
 def _mtime(path: str) -> float:

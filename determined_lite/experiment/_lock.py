@@ -1,21 +1,10 @@
 """One runner per experiment: an exclusive ``flock`` on ``<home>/experiments/<id>/runner.lock``.
 
-``experiment create`` and ``experiment activate`` take the lock before they run an experiment
-(``--detach`` hands it to the background runner, which inherits the open file) and hold it
-until the runner exits. The kernel drops a ``flock`` when the last process holding the open
-file goes, SIGKILL included, so there is no stale lock and no pid to be fooled by reuse. The
-runner also hands the file to each trial's first process (the single worker, the torchrun agent
-or the horovodrun wrapper): a runner killed with SIGKILL keeps its experiment locked until the
-trial processes it started have exited too.
-
-The holder writes ``{"pid", "token", "phase"}`` into the file, for contenders' messages only
-(``token``: ``process_token``, which tells a reused pid apart). A contender that finds the lock
-taken
-
-* by a live process in phase ``running`` stops at once (exit 2, naming that process);
-* by a holder that is ``stopping`` (a paused runner exiting) or gone (its trial processes still
-  exiting) waits for the lock, at most ``$DET_LITE_ACTIVATE_WAIT`` seconds (default 60), and
-  then stops naming the processes that still hold it.
+Taken by ``experiment create`` / ``activate`` and held until the runner and the trial processes
+it handed the file to have exited (the kernel drops it, SIGKILL included: no stale lock). The
+holder writes ``{"pid", "token", "phase"}`` into it for contenders' messages: a live holder
+``running`` stops a contender at once (exit 2); one ``stopping`` or gone is waited for, at most
+``$DET_LITE_ACTIVATE_WAIT`` seconds. The contract: docs/design.md, "One runner per experiment".
 """
 
 from __future__ import annotations

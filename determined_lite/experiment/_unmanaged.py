@@ -1,23 +1,12 @@
 """An unmanaged run: Determined's ``core_v2`` in a plain ``python3 script.py`` (no det-lite runner).
 
-Determined creates an "unmanaged" experiment and trial in its master; det-lite records them in
-its store (``ExperimentKind.UNMANAGED``): the config ``core_v2.Config`` describes, validated as
-``experiment create`` validates one (its secrets kept apart), one trial with the script's
-hyperparameters, metrics and checkpoints written by the script's Core API calls through the same
-``launch._script.ScriptTrial`` a managed script uses (TensorBoard files in the trial's directory,
-checkpoints in the config's storage with its retention policy). The script is the experiment's
-driver and only writer: its pid is recorded (``experiment list`` shows it ACTIVE while it runs,
-``ACTIVE (not running)`` when it died without closing), ``pause``/``kill`` are requests that
-``core_v2.preempt.should_preempt()`` answers, and closing records the end: COMPLETED, ERROR
-after an exception (or a non-zero ``sys.exit``), CANCELED or PAUSED after a kill or pause the
-script stopped for. ``experiment activate`` refuses it: running the script again resumes it.
-
-Determined's ``external_experiment_id`` / ``external_trial_id``: a run naming an experiment
-recorded with the same external id adds its trial to that experiment; naming a trial too, it
-resumes that trial from its latest checkpoint (``core_v2.info.latest_checkpoint``), as
-Determined's ``PutExperiment`` / ``PutTrial`` / ``StartTrial(resume=True)`` do.
-
-Several workers (``distributed``): the chief records, the others get the ids by broadcast.
+The script is the experiment's driver and only writer: an experiment of kind ``unmanaged``
+(the config ``core_v2.Config`` describes, validated as ``experiment create`` does) with one
+trial written through the same ``launch._script.ScriptTrial`` a managed script uses; its pid is
+recorded, ``pause``/``kill`` are requests ``should_preempt()`` answers, and closing records the
+end. ``external_experiment_id`` / ``external_trial_id`` add a trial to, or resume a trial of, an
+experiment recorded with the same ids. Other workers get the ids by broadcast. The contract:
+docs/design.md, "An unmanaged run".
 """
 
 from __future__ import annotations

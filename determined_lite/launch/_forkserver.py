@@ -1,43 +1,13 @@
-"""A fork server for 1-slot workers: trials start from a process that imported torch already.
+"""The runner's side of the fork server of 1-slot workers: trials start from a process that
+imported torch already (~3.5 s of a fresh worker's start), each from its own fork of the
+server's untouched image (``launch/_forkserver_serve.py``, which never runs trial code).
 
-A fresh worker spends ~3.5 s of its start-up importing torch, ``torch._dynamo`` (imported by
-the first ``torch.optim`` optimizer) and det-lite's harness, and ~0.05 s on everything else
-(``benchmarks/README.md``, "Trial start-up"). 1-slot workers are therefore ``fork()``-ed from a
-server process (``launch/_forkserver_serve.py``) that imported those modules once and never runs
-trial code. The child is a full fresh worker: its own session and process group (``stop()`` and
-the kill/pause paths signal the group), the trial's environment, working directory and umask,
-stdout/stderr on the trial's output pipe, the runner lock's file descriptor, and nothing else of
-the server's (its other descriptors are closed, its random generators reseeded). Every trial
-gets its own fork of the server's untouched image and no process runs a second trial: what a
-trial changes in its process (a module's globals, numpy's error handling, torch's default dtype,
-an attribute of a class) ends with it.
-
-At most one server runs per user and det-lite installation: its **key** is the installation
-alone (the Python, det-lite's and torch's files: paths, sizes, modification times). The
-environment a child needs is applied per fork; the trial's whole environment must equal the
-server's but for the variables a fork applies and nothing reads at import (:func:`image_env`:
-det-lite's own, the run's, the shell's session, ``OMP_NUM_THREADS``), and a trial whose differs
-starts as a plain process (correct, ~3.5 s slower) instead of starting another server. A runner
-connects to the key's socket (``<runtime dir>/det-lite-<uid>/fs-<key>.sock``, a directory only
-the user can enter) or, when no server answers there, starts one and writes its info file
-(``fs-<key>.json``: pid, installation, idle time, image; ``det-lite server list`` reads them); a
-search's second command, or a second search, finds its server warm. A server ends once it has
-served no runner for ``$DET_LITE_FORKSERVER_IDLE_S`` (default :data:`DEFAULT_IDLE_S`; 0: when
-its last runner is gone; the starting runner's value), or on ``det-lite server stop``.
-
-Transport: one ``AF_UNIX`` ``SOCK_SEQPACKET`` connection per runner, one JSON message per trial
-with the output pipe's and the runner lock's descriptors (``SCM_RIGHTS``); the server answers
-with the child's pid, and with its exit status (``Popen.returncode`` style) when it ends.
-
-``DET_LITE_FORKSERVER=0`` turns it off. When the server cannot start, is not ready within
-:data:`READY_TIMEOUT_S` or dies, a trial starts as a plain process; a trial running when the
-server dies is waited for until its process is gone, and its ``result.json`` says how it ended.
-
-:meth:`ForkServer.spawn` never waits for the server's warm-up: a trial asked for before the
-server is ready gets its :class:`ForkedChild` at once (``pid`` 0, running) and is forked, or
-started plainly, by a thread once the server is ready (or is not within the timeout); a stop
-before then means it never starts. The runner's loop goes on meanwhile (logs, progress, pause,
-kill, the next trials' specs).
+At most one server runs per user and installation (its key: the installation alone); a trial
+whose environment differs from the server's in more than :func:`image_env` allows, or that no
+server takes (none started, not ready within :data:`READY_TIMEOUT_S`, died), starts as a plain
+process. :meth:`ForkServer.spawn` never waits for the warm-up. ``DET_LITE_FORKSERVER=0`` turns
+it off. The contract (transport, socket, info file, idle end): docs/design.md, "Warm worker
+start".
 """
 
 from __future__ import annotations

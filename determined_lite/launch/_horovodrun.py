@@ -48,9 +48,10 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from determined_lite.config._plugins import ENGINES
+from determined_lite.launch._engines import Engine, Rendezvous
 from determined_lite.launch._failures import (
     primary_failure,
     signal_name,
@@ -59,6 +60,7 @@ from determined_lite.launch._failures import (
     write_failure_result,
 )
 from determined_lite.launch._hosts import LOOPBACK, is_local, loopback_interface, parse_hosts
+from determined_lite.launch._slots import Slot
 from determined_lite.runtime._failures import (
     FAILURE_PREFIX_ENV,
     WorkerFailure,
@@ -332,3 +334,89 @@ if __name__ == "__main__":
 
 
 command = horovodrun_command  # the engine record's launcher command (launch/_engines.py)
+
+
+# --- the engine's plug-in (launch/_engines.py) ---------------------------------------------
+
+
+class GlooRendezvous(Rendezvous):
+    """Horovod's Gloo rendezvous server (what horovodrun starts), hosted by rank 0's slot
+    process on its node: it binds ``address`` (only) and a free port itself, and serves the
+    gang's host assignments (host names are the trial's node labels ``node<i>``)."""
+
+    def __init__(self, address: str, slots: Sequence[Slot]) -> None:
+        from horovod.runner.common.util import hosts
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+        self.address = address
+        self._server = RendezvousHTTPServer((address, 0), RendezvousHandler, 0)
+        self._port = int(self._server.server_address[1])
+        counts: Dict[int, int] = {}
+        for s in slots:
+            counts[s.node_index] = counts.get(s.node_index, 0) + 1
+        plan = ",".join(f"node{i}:{n}" for i, n in sorted(counts.items()))
+        self._server.init(hosts.get_host_assignments(hosts.parse_hosts(plan), len(slots)))
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="gloo-rendezvous", daemon=True
+        )
+        self._thread.start()
+
+    def env(self) -> Dict[str, str]:
+        return {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": self.address,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._port),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+        }
+
+    def port(self) -> Optional[int]:
+        return self._port
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def rank_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
+    """horovodrun's per-rank environment (host names are the trial's node labels)."""
+    me = slots[rank]
+    peers = [s for s in slots if s.local_rank == me.local_rank]  # one per node, in node order
+    return {
+        "HOROVOD_HOSTNAME": f"node{me.node_index}",
+        "HOROVOD_RANK": str(rank),
+        "HOROVOD_SIZE": str(len(slots)),
+        "HOROVOD_LOCAL_RANK": str(me.local_rank),
+        "HOROVOD_LOCAL_SIZE": str(me.local_size),
+        "HOROVOD_CROSS_RANK": str(peers.index(me)),
+        "HOROVOD_CROSS_SIZE": str(len(peers)),
+    }
+
+
+class HorovodEngine(Engine):
+    """Horovod: horovodrun locally; elsewhere horovodrun's environment and a Gloo rendezvous
+    server hosted by rank 0's slot."""
+
+    interface_env = ("HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME")
+
+    def problem(self, slots: int) -> Optional[str]:
+        return problem(slots)
+
+    def command(
+        self, spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
+    ) -> Tuple[List[str], Dict[str, str]]:
+        return horovodrun_command(spec, spec_path, hosts)
+
+    def rendezvous(self, address: str, slots: Sequence[Slot]) -> Rendezvous:
+        return GlooRendezvous(address, slots)
+
+    def rank_env(
+        self, spec: WorkerSpec, slots: Sequence[Slot], rank: int, meet: Mapping[str, str]
+    ) -> Dict[str, str]:
+        env = {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(timeout_seconds())}
+        env.update(rank_env(slots, rank))
+        env.update(meet)
+        return env
+
+
+ENGINE = HorovodEngine()

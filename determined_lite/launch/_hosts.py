@@ -20,12 +20,21 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1")
 LOOPBACK = "127.0.0.1"  # the address single-host trials' services listen on
 # Worker environment naming the interface Gloo and NCCL bind to (horovodrun sets its own).
 SOCKET_IFNAME_ENV = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# Environment a worker on another host needs from this one (ssh, a Ray node's actor: neither
+# carries this process's environment).
+FORWARDED_ENV_PREFIXES = ("DET_LITE_", "TORCH_", "NCCL_", "GLOO_", "OMP_", "MKL_", "CUDA_VISIBLE_DEVICES")
+FORWARDED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "LOGLEVEL")
 
 
 def loopback_interface() -> Optional[str]:
     """The interface holding 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS), when it can be found."""
+    return interface_of(LOOPBACK)
+
+
+def interface_of(address: str) -> Optional[str]:
+    """The name of this machine's interface that holds ``address``, when one does."""
     for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == LOOPBACK for a in addrs):
+        if any(a.address == address for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)):
             return name
     return None
 

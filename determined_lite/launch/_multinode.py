@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from determined_lite.launch._failures import (
     stopped_exit_code,
     write_failure_result,
 )
-from determined_lite.launch._torchrun import AGENT_NAME, first_failure, remote_command
+from determined_lite.launch._torchrun import AGENT_NAME, at_port, first_failure, publishing, remote_command
 from determined_lite.runtime._failures import WorkerFailure, read_failures, remove_failures
 from determined_lite.store._paths import restrict_umask
 
@@ -41,12 +42,21 @@ POLL_S = 0.05
 class _Agent:
     """One agent process and the thread forwarding its output."""
 
-    def __init__(self, index: int, host: str, argv: List[str], cwd: str, lock: threading.Lock) -> None:
+    def __init__(
+        self,
+        index: int,
+        host: str,
+        argv: List[str],
+        cwd: str,
+        lock: threading.Lock,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
         self.index = index
         self.host = host
         self.proc = subprocess.Popen(
             argv,
             cwd=cwd,
+            pass_fds=tuple(pass_fds),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -94,6 +104,31 @@ def _stop(agents: Sequence[_Agent]) -> None:
         a.proc.wait()
 
 
+def _start_agents(plan: Dict[str, Any], stop_signal: List[int]) -> List[_Agent]:
+    """Start the agents of ``plan``. With ``publish``, the first agent binds the rendezvous
+    store itself and writes its port on a pipe; the others start once it did, with that port
+    (none starts when the first agent ended first, or a stop signal came)."""
+    lock, env, plans = threading.Lock(), dict(os.environ), plan["agents"]
+
+    def start(i: int, argv: List[str], pass_fds: Sequence[int] = ()) -> _Agent:
+        if not plans[i]["local"]:
+            argv = remote_command(plans[i]["host"], argv, plan["cwd"], env)
+        return _Agent(i, plans[i]["host"], argv, plan["cwd"], lock, pass_fds)
+
+    if not plan.get("publish"):
+        return [start(i, a["argv"]) for i, a in enumerate(plans)]
+    read_fd, write_fd = os.pipe()
+    agents = [start(0, publishing(plans[0]["argv"], write_fd), (write_fd,))]
+    os.close(write_fd)
+    with os.fdopen(read_fd) as published:
+        while not stop_signal and not select.select([published], [], [], POLL_S)[0]:
+            pass
+        port = published.readline().strip() if not stop_signal else ""
+    if port.isdigit():
+        agents += [start(i, at_port(a["argv"], int(port))) for i, a in enumerate(plans) if i]
+    return agents
+
+
 def supervise(plan: Dict[str, Any]) -> int:
     """Run the agents of ``plan``; 0 when all succeed, else 1 (after stopping the others)."""
     remove_failures(plan["failure_files"])
@@ -105,16 +140,7 @@ def supervise(plan: Dict[str, Any]) -> int:
     for name in STOP_SIGNALS:
         signal.signal(signal.Signals[name], on_signal)
 
-    lock = threading.Lock()
-    env = dict(os.environ)
-    agents: List[_Agent] = []
-    for i, agent in enumerate(plan["agents"]):
-        argv = (
-            agent["argv"]
-            if agent["local"]
-            else remote_command(agent["host"], agent["argv"], plan["cwd"], env)
-        )
-        agents.append(_Agent(i, agent["host"], argv, plan["cwd"], lock))
+    agents = _start_agents(plan, stop_signal)
 
     failed: Optional[_Agent] = None
     while not stop_signal:

@@ -3,8 +3,9 @@
 A run is one placement group of ``slots_per_trial`` bundles (``resources.ray.resources_per_slot``
 each; ``pack`` or ``spread``) and one :class:`~determined_lite.launch._ray_slot.SlotWorker`
 actor per bundle, which starts det-lite's unchanged worker process on its node. Ranks go node by
-node; torch.distributed meets at a port chosen on rank 0's node (``MASTER_ADDR`` is that node's
-address), Horovod at a Gloo rendezvous server on the driver (as ``horovod.ray`` does).
+node; the engine's plug-in (``launch/_engines.py``) gives each rank its environment, and rank 0's
+actor hosts the engine's rendezvous on its node (torch's store, Horovod's Gloo server), bound
+there by that actor and published to the ranks: nothing here knows an engine by name.
 
 Only the driver writes the store: the chief's reports come back through its actor
 (``reporting/_sink.py``) and are replayed here, in order, on the driver's ``TrialReporter``
@@ -25,7 +26,6 @@ The placement group and the actors are removed when the run ends, whatever ended
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -34,31 +34,19 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import determined_lite
-from determined_lite.config import check_ddp_options
-from determined_lite.config._resources import DDP_OPTIONS_ENV
-from determined_lite.launch._engines import engine_problem
+from determined_lite.launch._engines import engine, engine_problem
 from determined_lite.launch._executor import EndFn, Executor, Placement, TrialRun
 from determined_lite.launch._failures import (
     STOP_GRACE_S,
     stopped_exit_code,
     write_failure_result,
 )
-from determined_lite.launch._ray_cluster import (
-    HorovodRendezvous,
-    RayOptions,
-    Slot,
-    assign_ranks,
-    cluster_problem,
-    cluster_slots,
-    connect,
-    gpu_env,
-    horovod_env,
-    torch_env,
-)
+from determined_lite.launch._hosts import FORWARDED_ENV, FORWARDED_ENV_PREFIXES
+from determined_lite.launch._ray_cluster import RayOptions, cluster_problem, cluster_slots, connect
 from determined_lite.launch._ray_data import apply_files, is_cloud, pack_context
 from determined_lite.launch._ray_place import PlacementTimeout, free_slots, wait_placed
 from determined_lite.launch._ray_slot import SlotWorker
-from determined_lite.launch._torchrun import FORWARDED_ENV, FORWARDED_ENV_PREFIXES
+from determined_lite.launch._slots import Slot, assign_ranks, gpu_env
 from determined_lite.reporting._reporter import stop_requested, store_reporter
 from determined_lite.reporting._sink import apply_record
 from determined_lite.runtime._failures import FailureKind, NoRestart, record_no_restart
@@ -95,7 +83,6 @@ class RayRun(TrialRun):
         self.slots: List[Slot] = []  # where each rank runs, once placed
         self._actors: List[Any] = []
         self._pg: Any = None
-        self._rendezvous: Optional[HorovodRendezvous] = None
         self._reporter: Any = None
         self._code: Optional[int] = None
         self._done = threading.Event()
@@ -193,27 +180,28 @@ class RayRun(TrialRun):
         return self._actors[self.slots[rank].actor]
 
     def _rank_envs(self) -> List[Dict[str, str]]:
+        """Every rank's environment: the driver's forwarded variables (not the engine's interface
+        variables: each node reads its own, ``SlotWorker.start``), the trial's, and the engine's,
+        with the rendezvous rank 0's slot hosts on its node (``launch/_engines.py``)."""
+        import ray
+
+        plugin = engine(self.spec.backend)
         forwarded = (k for k in os.environ if k in FORWARDED_ENV or k.startswith(FORWARDED_ENV_PREFIXES))
         # Ray gives each actor the GPUs of its bundle: the driver's CUDA_VISIBLE_DEVICES is not theirs.
-        base = {k: os.environ[k] for k in forwarded if k != "CUDA_VISIBLE_DEVICES"}
+        node_own = ("CUDA_VISIBLE_DEVICES", *plugin.interface_env)
+        base = {k: os.environ[k] for k in forwarded if k not in node_own}
         base.update(self._env)
         root = os.path.dirname(os.path.dirname(os.path.abspath(determined_lite.__file__)))
         paths = [p for p in base.get("PYTHONPATH", os.environ.get("PYTHONPATH", "")).split(os.pathsep) if p]
         base["PYTHONPATH"] = os.pathsep.join([root] + [p for p in paths if p != root])
         base.setdefault("PYTHONUNBUFFERED", "1")
         base.setdefault("OMP_NUM_THREADS", str(max(1, int(self.options.resources_per_slot.get("CPU", 1)))))
-        n = self.spec.slots
-        gpus = [gpu_env(self.slots, r) for r in range(n)]
-        if self.spec.backend == "horovod":
-            self._rendezvous = HorovodRendezvous(self.slots)
-            base.update(self._rendezvous.env())
-            return [dict(base, **horovod_env(self.slots, r), **gpus[r]) for r in range(n)]
-        if self.spec.backend == "torch":
-            options = check_ddp_options((self.spec.exp_conf.get("resources") or {}).get("ddp_options"))
-            if options:
-                base[DDP_OPTIONS_ENV] = json.dumps(options, sort_keys=True)
-            return [dict(base, **torch_env(self.slots, r), **gpus[r]) for r in range(n)]
-        return [dict(base, **gpus[0])]
+        places = [dataclasses.asdict(s) for s in self.slots]
+        meet = ray.get(self._actor(0).host_rendezvous.remote(self.spec.backend, places))
+        return [
+            dict(base, **plugin.rank_env(self.spec, self.slots, r, meet), **gpu_env(self.slots, r))
+            for r in range(self.spec.slots)
+        ]
 
     def _pump(self) -> int:
         """Output and reports until every worker exited; the code of the first that failed."""
@@ -306,9 +294,6 @@ class RayRun(TrialRun):
             except Exception:  # noqa: BLE001 -- the cluster may be gone
                 pass
             self._pg = None
-        if self._rendezvous is not None:
-            self._rendezvous.close()
-            self._rendezvous = None
 
 
 class RayExecutor(Executor):

@@ -1,4 +1,4 @@
-"""The driver's side of a Ray cluster: connecting, the storage probe, ranks and rendezvous.
+"""The driver's side of a Ray cluster: connecting and the storage probe.
 
 ``resources.ray`` (``config/_ray.py``) says where the cluster is (``address``, else
 ``$RAY_ADDRESS``, else Ray's ``auto``), how a trial's slots are placed (``pack``: one node when
@@ -16,7 +16,7 @@ import secrets
 import signal
 import socket
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 from determined_lite.launch._ray_slot import probe_storage
 from determined_lite.store._paths import checkpoint_root, make_private_dirs
@@ -159,126 +159,6 @@ def storage_problem(config: Mapping[str, Any]) -> Optional[str]:
             except OSError:
                 pass
     return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Slot:
-    """Where one rank runs: its actor's index, node and local rank there."""
-
-    actor: int
-    node_id: str
-    ip: str
-    host: str
-    port: int
-    node_index: int  # the node's order among the trial's nodes (rank 0's node is 0)
-    local_rank: int
-    local_size: int
-    gpus: Tuple[str, ...] = ()  # the GPU ids Ray gave this slot's actor on its node
-
-
-def assign_ranks(infos: Sequence[Mapping[str, Any]]) -> List[Slot]:
-    """Ranks node by node (in bundle order), so that each node's ranks are contiguous."""
-    order: List[str] = []
-    members: Dict[str, List[int]] = {}
-    for i, info in enumerate(infos):
-        if info["node_id"] not in members:
-            order.append(info["node_id"])
-            members[info["node_id"]] = []
-        members[info["node_id"]].append(i)
-    slots = []
-    for node_index, node_id in enumerate(order):
-        for local_rank, actor in enumerate(members[node_id]):
-            info = infos[actor]
-            slots.append(
-                Slot(
-                    actor,
-                    node_id,
-                    info["ip"],
-                    info["host"],
-                    info["port"],
-                    node_index,
-                    local_rank,
-                    len(members[node_id]),
-                    tuple(str(g) for g in info.get("gpus") or ()),
-                )
-            )
-    return slots
-
-
-def torch_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
-    """torchrun's environment for ``rank``; the rendezvous store is on rank 0's node."""
-    me, nodes = slots[rank], len({s.node_id for s in slots})
-    return {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(len(slots)),
-        "LOCAL_RANK": str(me.local_rank),
-        "LOCAL_WORLD_SIZE": str(me.local_size),
-        "GROUP_RANK": str(me.node_index),
-        "GROUP_WORLD_SIZE": str(nodes),
-        "MASTER_ADDR": slots[0].ip,
-        "MASTER_PORT": str(slots[0].port),
-    }
-
-
-def gpu_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
-    """The GPUs of ``rank``'s node that the trial holds, in local-rank order, as every rank of
-    that node sees them (as Ray Train shares them, so NCCL can use the node's links): local rank
-    r's own GPU is device r. Nothing when the trial holds no GPU (Ray's own view stays)."""
-    me = slots[rank]
-    mine = sorted((s for s in slots if s.node_id == me.node_id), key=lambda s: s.local_rank)
-    gpus = [g for s in mine for g in s.gpus]
-    return {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {}
-
-
-def horovod_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
-    """horovodrun's per-rank environment (host names are the trial's node labels)."""
-    me = slots[rank]
-    peers = [s for s in slots if s.local_rank == me.local_rank]  # one per node, in node order
-    return {
-        "HOROVOD_HOSTNAME": f"node{me.node_index}",
-        "HOROVOD_RANK": str(rank),
-        "HOROVOD_SIZE": str(len(slots)),
-        "HOROVOD_LOCAL_RANK": str(me.local_rank),
-        "HOROVOD_LOCAL_SIZE": str(me.local_size),
-        "HOROVOD_CROSS_RANK": str(peers.index(me)),
-        "HOROVOD_CROSS_SIZE": str(len(peers)),
-    }
-
-
-class HorovodRendezvous:
-    """Horovod's Gloo rendezvous server on the driver (as ``horovod.ray`` runs it), listening on
-    the driver's node address only."""
-
-    def __init__(self, slots: Sequence[Slot]) -> None:
-        import threading
-
-        import ray
-        from horovod.runner.common.util import hosts
-        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
-
-        self.address = ray.util.get_node_ip_address()
-        self._server = RendezvousHTTPServer((self.address, 0), RendezvousHandler, 0)
-        self.port = int(self._server.server_address[1])
-        counts: Dict[int, int] = {}
-        for s in slots:
-            counts[s.node_index] = counts.get(s.node_index, 0) + 1
-        plan = ",".join(f"node{i}:{n}" for i, n in sorted(counts.items()))
-        self._server.init(hosts.get_host_assignments(hosts.parse_hosts(plan), len(slots)))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def env(self) -> Dict[str, str]:
-        return {
-            "HOROVOD_GLOO_RENDEZVOUS_ADDR": self.address,
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.port),
-            "HOROVOD_CONTROLLER": "gloo",
-            "HOROVOD_CPU_OPERATIONS": "gloo",
-        }
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
 
 def _first_line(error: BaseException) -> str:

@@ -22,7 +22,6 @@ import base64
 import hashlib
 import io
 import os
-import shutil
 import tarfile
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -54,23 +53,17 @@ def cache_root() -> str:
 def unpack_context(key: str, data: bytes) -> str:
     """The directory of the archive ``key`` on this node, unpacked on first use (renamed into
     place whole: concurrent slots of one node unpack it once or wait for nothing)."""
+    from determined_lite.storage import publish_dir
+
     if not key.isalnum():
         raise ValueError(f"not a context key: {key!r}")
     root = make_private_dirs(os.path.join(cache_root(), "contexts"))
     target = os.path.join(root, key)
     if os.path.isdir(target):
         return target
-    staging = tempfile.mkdtemp(dir=root, prefix=".tmp-")
-    try:
+    with publish_dir(tempfile.mkdtemp(dir=root, prefix=".tmp-"), target) as staging:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             tar.extractall(staging, filter="data")  # nothing outside it, no devices, no setuid
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not os.path.isdir(target):  # else another slot's unpack got there first
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -34,8 +34,10 @@ import time
 import weakref
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from determined_lite.launch._engines import Rendezvous, engine
 from determined_lite.launch._failures import worker_command
 from determined_lite.launch._ray_data import FileMirror, node_home, node_spec, restore_here, unpack_context
+from determined_lite.launch._slots import Slot
 from determined_lite.reporting._sink import ANSWER_FD_ENV, REPORT_FD_ENV, STOP_FILE_ENV
 from determined_lite.runtime._cluster import SPEC_ENV
 from determined_lite.runtime._spec import WorkerSpec
@@ -99,21 +101,33 @@ class SlotWorker:
         self._answers: Any = None  # the write end of the worker's answer pipe
         self._pids: List[int] = []
         self._mirror: Optional[FileMirror] = None
+        self._rendezvous: Optional[Rendezvous] = None  # rank 0's: where the gang meets
         weakref.finalize(self, _release_slot, self._dir, self._pids)
 
     def node(self) -> Dict[str, Any]:
-        """Where this slot is: node id, IP address, host name, a free port on this node, and the
+        """Where this slot is: node id, IP address, host name, this actor's process id, and the
         GPU ids Ray gave this actor there."""
         import ray
 
-        ip = ray.util.get_node_ip_address()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((ip, 0))
-            port = int(s.getsockname()[1])
         runtime = ray.get_runtime_context()
         gpus = [str(g) for g in runtime.get_accelerator_ids().get("GPU", [])]
-        host = socket.gethostname()
-        return {"node_id": runtime.get_node_id(), "ip": ip, "host": host, "port": port, "gpus": gpus}
+        ip, host = ray.util.get_node_ip_address(), socket.gethostname()
+        return {"node_id": runtime.get_node_id(), "ip": ip, "host": host, "pid": os.getpid(), "gpus": gpus}
+
+    def host_rendezvous(self, backend: str, slots: List[Dict[str, Any]]) -> Dict[str, str]:
+        """Start the gang's rendezvous of engine ``backend`` here (rank 0's slot, on its node's
+        address), held until this actor ends; what it publishes for every rank."""
+        import ray
+
+        if self._rendezvous is not None:
+            self._rendezvous.close()
+        places = [Slot(**dict(s, gpus=tuple(s["gpus"]))) for s in slots]
+        self._rendezvous = engine(backend).rendezvous(ray.util.get_node_ip_address(), places)
+        return self._rendezvous.env()
+
+    def rendezvous_port(self) -> Optional[int]:
+        """The port of the rendezvous this slot hosts (None: none)."""
+        return None if self._rendezvous is None else self._rendezvous.port()
 
     def start(
         self, env: Dict[str, str], fields: Dict[str, Any], context: Tuple[str, bytes], secrets: Dict[str, str]
@@ -121,6 +135,8 @@ class SlotWorker:
         """Start the worker process of the spec ``fields`` with ``env`` on top of this node's
         environment: its context unpacked from ``context`` (key, archive) into this node's cache,
         its files in this slot's directory (``_ray_data.node_spec``)."""
+        import ray
+
         spec = node_spec(fields, self._dir, unpack_context(*context))
         home = node_home(self._dir)
         restore_here(spec, secrets, home)
@@ -128,7 +144,10 @@ class SlotWorker:
         self._mirror = FileMirror(os.path.dirname(spec["result_path"]), spec["tensorboard_path"])
         read_fd, write_fd = os.pipe()
         answer_read, answer_write = os.pipe()
-        full_env = dict(os.environ)
+        # The engine's interface variables as this node has them; the driver's only when it
+        # passed them explicitly (in ``env``).
+        full_env = engine(fields["backend"]).node_env(ray.util.get_node_ip_address(), os.environ)
+        full_env.update(os.environ)
         full_env.update(env)
         full_env.update({"DET_LITE_HOME": home, SPEC_ENV: spec_path})
         full_env[REPORT_FD_ENV] = str(write_fd)

@@ -22,8 +22,10 @@ Requirements for remote hosts:
 - the same Python at the same path (``sys.executable``) with determined_lite and torch
   installed, and the trial's context directory and the experiment's storage
   (``$DET_LITE_HOME``, checkpoint storage) at the same paths, i.e. on a shared filesystem;
-- the rendezvous port (a free local port when the first host is this machine, else
-  ``$DET_LITE_RDZV_PORT``, default 29400) reachable from every host.
+- the rendezvous port reachable from every host: when the first host is this machine, its
+  agent binds a free port itself and publishes it to the supervisor, which then starts the
+  other agents with it (no port is picked, released and bound again); else
+  ``$DET_LITE_RDZV_PORT``, default 29400.
 
 Entries named ``localhost`` or ``127.0.0.1`` start their agent directly (no ssh), so a
 multi-host rendezvous can be tried on one machine with ``["localhost:1", "localhost:1"]``.
@@ -43,13 +45,13 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from determined_lite.config._plugins import ENGINES
+from determined_lite.launch._engines import Engine, Rendezvous
 from determined_lite.launch._exit import exit_now
 from determined_lite.launch._failures import (
     WORKER_MODULE,
@@ -59,6 +61,8 @@ from determined_lite.launch._failures import (
     write_failure_result,
 )
 from determined_lite.launch._hosts import (
+    FORWARDED_ENV,
+    FORWARDED_ENV_PREFIXES,
     LOOPBACK,
     SOCKET_IFNAME_ENV,
     is_local,
@@ -66,6 +70,7 @@ from determined_lite.launch._hosts import (
     loopback_interface,
     parse_hosts,
 )
+from determined_lite.launch._slots import Slot, node_count
 from determined_lite.runtime._failures import WorkerFailure, agent_failure_file, write_failure
 from determined_lite.runtime._spec import WorkerSpec
 from determined_lite.store._paths import restrict_umask
@@ -74,23 +79,13 @@ AGENT_MODULE = "determined_lite.launch._torchrun"
 AGENT_NAME = "torchrun agent"  # names a failure of no worker: "torchrun agent on HOST: ..."
 MULTINODE_MODULE = "determined_lite.launch._multinode"
 DEFAULT_RDZV_PORT = 29400
+ANY_ADDRESS = "0.0.0.0"  # a local first agent of remote hosts: its store listens everywhere
 DEFAULT_STORE_TIMEOUT_S = 600  # torch's static rendezvous timeout when --rdzv-conf has none
 MONITOR_INTERVAL_S = 0.1  # how often the agent checks its workers
 SHUTDOWN_TIMEOUT_S = 5  # SIGTERM → SIGKILL for the surviving workers after a failure
 
-# Environment a remote agent needs from this one (ssh does not carry the environment).
-FORWARDED_ENV_PREFIXES = ("DET_LITE_", "TORCH_", "NCCL_", "GLOO_", "OMP_", "MKL_", "CUDA_VISIBLE_DEVICES")
-FORWARDED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", "LOGLEVEL")
-
 
 # --- launcher side ------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port that is free on this machine right now (tried on the loopback address)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def _engine_env(spec: WorkerSpec, procs_per_host: int, local: bool) -> Dict[str, str]:
@@ -167,21 +162,22 @@ def torchrun_command(
     local = all(is_local(h) for h, _ in parsed)
     env = _engine_env(spec, max(n for _, n in parsed), local=local)
     master = LOOPBACK if local else parsed[0][0]
-    if is_local(master):
-        port = free_port()
-    else:
-        port = int(os.environ.get("DET_LITE_RDZV_PORT", DEFAULT_RDZV_PORT))
+    # Port 0: the first agent, on this machine, binds the store itself and publishes its port
+    # (``--publish-fd``), which the supervisor gives the other agents (``_multinode``).
+    publish = is_local(master)
+    port = 0 if publish else int(os.environ.get("DET_LITE_RDZV_PORT", DEFAULT_RDZV_PORT))
     agents = []
     for i, (host, nproc) in enumerate(parsed):
         local_addr = LOOPBACK if local else None
         args = _static_rendezvous_args(len(parsed), i, master, port, join_timeout, local_addr)
         failure_file = agent_failure_file(spec.result_path, i)
         extra = ["--failure-file", failure_file, "--watch-stdin", "--node-label", host]
-        if local and i == 0:
-            extra += ["--listen-address", LOOPBACK]
+        if publish and i == 0:
+            extra += ["--listen-address", LOOPBACK if local else ANY_ADDRESS]
         argv = agent_command(extra, args + _torchrun_args(nproc), spec_path)
         agents.append({"host": host, "local": is_local(host), "argv": argv})
     plan = {
+        "publish": publish,
         "agents": agents,
         "result": spec.result_path,
         "failure_files": [agent_failure_file(spec.result_path, i) for i in range(len(parsed))],
@@ -189,6 +185,19 @@ def torchrun_command(
     }
     argv = [sys.executable, "-u", "-m", MULTINODE_MODULE, json.dumps(plan)]
     return argv, env
+
+
+def publishing(argv: Sequence[str], fd: int) -> List[str]:
+    """An agent's command line that writes its rendezvous port to ``fd`` once it listens."""
+    cut = list(argv).index("--")
+    return list(argv[:cut]) + ["--publish-fd", str(fd)] + list(argv[cut:])
+
+
+def at_port(argv: Sequence[str], port: int) -> List[str]:
+    """An agent's command line that meets at the rendezvous port ``port``."""
+    out = list(argv)
+    out[out.index("--master-port") + 1] = str(port)
+    return out
 
 
 def remote_command(host: str, argv: Sequence[str], cwd: str, env: Dict[str, str]) -> List[str]:
@@ -267,6 +276,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument(
         "--listen-address", help="host the rendezvous store (node rank 0) on this address only"
     )
+    parser.add_argument("--publish-fd", type=int, help="write the rendezvous port to this fd once listening")
     parser.add_argument("torchrun_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     restrict_umask()  # an agent started over ssh does not inherit the launcher's umask
@@ -293,6 +303,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.listen_address and torchrun_args.node_rank == 0:
             # `store` stays referenced until main returns: torchrun's rendezvous shares its server.
             store, torchrun_args.master_port = _rendezvous_store(args.listen_address, torchrun_args)
+            if args.publish_fd is not None:
+                with os.fdopen(args.publish_fd, "w") as published:
+                    published.write(f"{torchrun_args.master_port}\n")
         torchrun.run(torchrun_args)
     except ChildFailedError as e:
         failure = first_failure(_failures_of(e))
@@ -344,3 +357,78 @@ if __name__ == "__main__":
 
 
 command = torchrun_command  # the engine record's launcher command (launch/_engines.py)
+
+
+# --- the engine's plug-in (launch/_engines.py) ---------------------------------------------
+
+
+class StoreRendezvous(Rendezvous):
+    """torch's rendezvous ``TCPStore``, hosted by rank 0's slot process as torchrun's agent
+    hosts it: bound by that process to a free port of ``address`` only, and kept open while it
+    lives; every worker joins it as a client (``TORCHELASTIC_USE_AGENT_STORE``), so no port is
+    picked, released and bound again."""
+
+    def __init__(self, address: str) -> None:
+        from determined_lite._timeouts import dist_timeout
+
+        self.address = address
+        self._store, self._port = listening_store(address, 0, max(dist_timeout(), 60.0))
+
+    def env(self) -> Dict[str, str]:
+        return {
+            "MASTER_ADDR": self.address,
+            "MASTER_PORT": str(self._port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+        }
+
+    def port(self) -> Optional[int]:
+        return self._port
+
+    def close(self) -> None:
+        self._store = None  # the server stops with its last reference
+
+
+def rank_env(slots: Sequence[Slot], rank: int) -> Dict[str, str]:
+    """torchrun's environment for ``rank`` (but the rendezvous')."""
+    me = slots[rank]
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(len(slots)),
+        "LOCAL_RANK": str(me.local_rank),
+        "LOCAL_WORLD_SIZE": str(me.local_size),
+        "GROUP_RANK": str(me.node_index),
+        "GROUP_WORLD_SIZE": str(node_count(slots)),
+    }
+
+
+class TorchEngine(Engine):
+    """torch.distributed: torchrun locally; elsewhere torchrun's environment and a store hosted
+    by rank 0's slot."""
+
+    interface_env = SOCKET_IFNAME_ENV
+
+    def problem(self, slots: int) -> Optional[str]:
+        return problem(slots)
+
+    def command(
+        self, spec: WorkerSpec, spec_path: str, hosts: Optional[Sequence[str]]
+    ) -> Tuple[List[str], Dict[str, str]]:
+        return torchrun_command(spec, spec_path, hosts)
+
+    def rendezvous(self, address: str, slots: Sequence[Slot]) -> Rendezvous:
+        return StoreRendezvous(address)
+
+    def rank_env(
+        self, spec: WorkerSpec, slots: Sequence[Slot], rank: int, meet: Mapping[str, str]
+    ) -> Dict[str, str]:
+        from determined_lite.config import check_ddp_options
+        from determined_lite.config._resources import DDP_OPTIONS_ENV
+
+        env = dict(rank_env(slots, rank), **meet)
+        options = check_ddp_options((spec.exp_conf.get("resources") or {}).get("ddp_options"))
+        if options:
+            env[DDP_OPTIONS_ENV] = json.dumps(options, sort_keys=True)
+        return env
+
+
+ENGINE = TorchEngine()

@@ -1,29 +1,12 @@
 """The stall watchdog: a worker that makes no progress for ``$DET_LITE_STALL_TIMEOUT`` seconds
 ends the trial, naming the stuck rank and the hook it entered last.
 
-Each worker keeps a :class:`Heartbeat` (the hook it entered last, the batch, when), updated by a
-core callback at every hook of the loop, and in a script trial by every Core API call that shows
-progress (``ScriptTrial.note_call``: reports, checkpoints, ``should_preempt``, the searcher's
-operations; the hook then says which call came last) — attribute writes, nothing per batch
-beyond that. A daemon thread (:class:`StallWatchdog`) writes it every few seconds to
-``<result>.heartbeat.rank<N>.json`` and, when no heartbeat it can read moved for longer than the
-timeout (its own, and its peers': a script may report from the chief alone while the other
-ranks run its loop), names the rank that is furthest behind (the fewest hooks entered, then the
-oldest: the stuck one; the others went on to wait for it in a collective) and calls
-``on_stall`` with the message: at once on the stuck rank, after a grace period on the others,
-so that the launcher reports the stuck rank's failure. The worker then records the failure for
-its launcher (and the stuck rank prints its Python stack, :func:`main_thread_stack`) and exits,
-and the launcher stops the others. A hang in the one process of a 1-slot trial is caught the
-same way.
-
-Set-up (imports, joining the engine, the trial's ``__init__``, its data loaders, a script's
-code before its first Core API call: a heartbeat still at ``setup``) has its own clock,
-``$DET_LITE_SETUP_TIMEOUT`` (default: the larger of 1200 s and the stall timeout), so that a
-short per-hook timeout does not end a slow start.
-
-Horovod has no timeout of its own and torch.distributed's is 30 minutes and names rank 0;
-the default here (20 minutes) is below torch's, so the watchdog speaks first. Standard library
-only: the runner removes stale heartbeat files before a trial starts.
+Each worker keeps a :class:`Heartbeat` (attribute writes at every hook, and at every Core API
+call of a script trial); a daemon thread (:class:`StallWatchdog`) writes it to
+``<result>.heartbeat.rank<N>.json`` and, when no heartbeat moved for longer than the timeout,
+names the rank furthest behind and calls ``on_stall``. Set-up has its own clock
+(``$DET_LITE_SETUP_TIMEOUT``). Standard library only. The contract: docs/design.md, "Stall
+watchdog".
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Static-graph capture of the wrapped models with ``torch.compile`` (``optimizations.compile``).
 
-``wrap_model`` compiles a model's ``forward`` in place (the module, its class, its
-``state_dict`` keys and its forward hooks stay as they are: no ``_orig_mod.`` wrapper), so the
-trial, ``context.models`` and checkpoints see the user's module. AOTAutograd captures the
-backward with the forward; the loss, ``train_batch`` and the optimizer step run eagerly.
-
-The static-graph contract (``shared/reference/static-graphs.txt``), in torch.compile's terms:
-
-- A graph is captured per *graph key*: the model's train/eval mode, grad mode, autocast state
-  and (unless ``dynamic: true``) the batch size, dim 0 of the tensor arguments. The first call
-  with a key traces; so training, validation (eval mode) and an epoch's smaller last batch each
-  capture their graph once. ``dynamic: false`` (default) passes ``dynamic=False`` to
-  torch.compile: shapes are static, never turned symbolic behind the user's back; ``true``
-  traces symbolic shapes once for every batch size.
-- Trace once (default): a later call with a known key runs under torch's
-  ``set_stance("fail_on_recompile")``; any retrace (a Python branch that flips, a loop count that
-  changes, a new shape with ``dynamic`` off) raises :class:`GraphChangedError` naming the model
-  and torch's guard failure (the cause).
-- ``retrace_every_iteration``: the forward is traced again on every call, so Python code in it
-  (counters, logging) runs every iteration; each graph traced must be one of those captured by
-  the key's first call, else :class:`GraphChangedError`. Graphs are compiled by the backend once
-  and reused, so a retrace costs tracing time, not compile time.
+``wrap_model`` compiles a model's ``forward`` in place (module, class, ``state_dict`` keys and
+forward hooks stay: no ``_orig_mod.`` wrapper); AOTAutograd captures the backward with it, the
+loss, ``train_batch`` and the optimizer step run eagerly. A graph is captured once per graph key
+(mode, grad mode, autocast, batch size unless ``dynamic``); a retrace is
+:class:`GraphChangedError`. The contract (trace once, ``retrace_every_iteration``):
+docs/design.md, "Static graphs".
 """
 
 from __future__ import annotations

@@ -57,22 +57,28 @@ class MetricLogger(PyTorchCallback):
 class MetricScalars:
     """A trial's reported scalar metrics as TensorBoard scalars (``training/<name>``,
     ``validation/<name>`` at the batch count), and its hyperparameters for the HParams plugin
-    (one row per trial directory; ``TorchWriter.add_hparams_session``). The one writer of
-    class trials (``TensorBoardMetrics``) and Core API scripts (``core.TrainContext``)."""
+    (one row per trial directory; ``TorchWriter.add_hparams_session``; none for ``hparams``
+    None). The one writer of class trials (``TensorBoardMetrics``), Core API scripts
+    (``core.TrainContext``) and the ready-made callbacks (``callbacks/_scalars.py``)."""
 
     def __init__(self, path: str, hparams: Optional[Dict[str, Any]] = None) -> None:
         self._path = path
-        self._hparams = dict(hparams or {})
+        self._hparams = None if hparams is None else dict(hparams)
         self._writer: Any = None
 
     def write(self, prefix: str, step: int, metrics: Dict[str, Any]) -> None:
+        self.write_tags({f"{prefix}/{name}": value for name, value in _scalars(metrics).items()}, step)
+
+    def write_tags(self, scalars: Dict[str, float], step: int) -> None:
+        """``scalars`` by their full tags, at ``step``."""
         if self._writer is None:
             from determined_lite.tensorboard.metric_writers.pytorch import TorchWriter
 
             self._writer = TorchWriter(self._path)
-            self._writer.add_hparams_session(self._hparams)
-        for name, value in _scalars(metrics).items():
-            self._writer.add_scalar(f"{prefix}/{name}", value, step)
+            if self._hparams is not None:
+                self._writer.add_hparams_session(self._hparams)
+        for tag, value in scalars.items():
+            self._writer.add_scalar(tag, value, step)
         self._writer.flush()
 
     def close(self) -> None:
@@ -89,7 +95,7 @@ class TensorBoardMetrics(PyTorchCallback):
         path: Optional[str],
         is_chief: bool,
         state: TrainingState,
-        hparams: Optional[Dict[str, Any]] = None,
+        hparams: Dict[str, Any],
     ) -> None:
         self._state = state
         self._scalars = MetricScalars(path, hparams) if is_chief and path is not None else None

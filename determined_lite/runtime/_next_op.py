@@ -1,26 +1,13 @@
 """A running trial's next operation: its chief asks the runner at the end of one (issue 27).
 
-Determined's trials ask their searcher for operations until it closes them
-(``core.searcher.operations()``). det-lite's runner starts a run per length the searcher asks
-of a trial; when the spec says ``ask_next_op`` (the run's length is below the searcher's
-``max_length``, so the searcher may ask for more), the chief asks, once its run reached that
-length with its validation there and its checkpoint registered, whether to go on in this process:
-
-- ``<result>.ask.json``: the chief's question, ``{"length", "metric"}`` (written atomically),
-  announced with a byte to the runner's FIFO (``spec.wake_path``) when the chief is on the
-  runner's machine (else the runner polls for it);
-- the runner claims it by renaming it to ``<result>.ask.taken`` (a rename succeeds once), gives
-  the metric to the searcher and writes ``<result>.answer.json``: ``{"length": n, "ask": bool}``
-  (a promotion decided at once: train on to ``n`` searcher units, asking again at ``n`` when
-  ``ask``) or ``{"length": null}`` (end this run as before; the runner resumes the trial from
-  its checkpoint when the searcher asks for more later).
-- The chief waits at most :func:`claim_wait` seconds for the claim; then it withdraws the
-  question (unlink: the unlink and the runner's rename cannot both succeed) and the run ends as
-  before (the runner reads the metric from ``result.json``). A claimed question is answered in
-  the same runner call; the chief waits for that answer at most ``ANSWER_WAIT_S``.
-
-The files sit beside ``result.json`` in the runner's run directory. Under the Ray executor the
-chief asks over its report pipe, and the driver, on the runner's machine, asks with these files.
+When the spec says ``ask_next_op``, the chief that reached its run's length (validated,
+checkpoint registered) writes ``<result>.ask.json`` (``{"length", "metric"}``) and wakes the
+runner; the runner claims it by renaming it to ``<result>.ask.taken`` (a rename succeeds once)
+and writes ``<result>.answer.json``: ``{"length": n, "ask": bool}`` (train on to ``n``) or
+``{"length": null}`` (end the run as before). An unclaimed question is withdrawn (unlinked)
+after :func:`claim_wait` seconds; a claimed one is answered within ``ANSWER_WAIT_S``. Under Ray
+the chief asks over its report pipe and the driver asks with these files. The contract:
+docs/design.md, "Promotions in the process".
 """
 
 from __future__ import annotations
@@ -28,10 +15,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import time
 from typing import Any, Callable, Dict, Optional
 
+from determined_lite._progress import write_json_atomic
 from determined_lite.runtime._spec import WorkerSpec
 
 NEXT_OP_ENV = "DET_LITE_NEXT_OP"  # 0: runs never ask (every promotion starts a new process)
@@ -67,20 +54,6 @@ def claim_wait() -> float:
         return max(0.0, float(value)) if value else DEFAULT_CLAIM_WAIT_S
     except ValueError:
         return DEFAULT_CLAIM_WAIT_S
-
-
-def _write(path: str, data: Dict[str, Any]) -> None:
-    """Atomically (renamed into place), 0600, not fsynced: the file matters only while both
-    processes live."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def remove_next_op_files(result_path: str) -> None:
@@ -121,7 +94,7 @@ def ask_runner(
     answer = answer_path(result_path)
     if os.path.exists(answer):
         os.unlink(answer)
-    _write(question_path(result_path), question)
+    write_json_atomic(question_path(result_path), question)
     wait = claim_wait()
     if wake_path and wait > 0:  # (a chief that waits 0 s withdraws its question at once)
         _announce(wake_path)
@@ -193,4 +166,4 @@ def take_question(result_path: str) -> Optional[Dict[str, Any]]:
 def answer(result_path: str, length: Optional[int], ask: bool = False) -> None:
     """Answer a claimed question: train on to ``length`` (asking again there when ``ask``), or
     end the run (None)."""
-    _write(answer_path(result_path), {"length": length, "ask": bool(ask and length is not None)})
+    write_json_atomic(answer_path(result_path), {"length": length, "ask": bool(ask and length is not None)})

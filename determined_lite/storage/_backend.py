@@ -22,14 +22,13 @@ import copy
 import functools
 import json
 import os
-import shutil
 import time
 import uuid as uuid_module
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from determined_lite.storage._code import copy_checkpoint
 from determined_lite.storage._confine import StorageError, inside, name_problem, stored_names
-from determined_lite.storage._layout import is_checkpoint_id
+from determined_lite.storage._layout import is_checkpoint_id, publish_dir
 from determined_lite.store._paths import (
     checkpoint_root,
     experiment_dir,
@@ -267,7 +266,7 @@ class CheckpointStorage:
         parent = os.path.dirname(os.path.abspath(dest))
         make_private_dirs(parent)
         staging = os.path.join(parent, f".tmp-{checkpoint_uuid}-{uuid_module.uuid4().hex[:8]}")
-        try:
+        with publish_dir(staging, dest):  # another worker's download may get there first
             if self.is_local:  # a directory: links stay links, code linked to is copied
                 copy_checkpoint(key, staging)
             for name, rel in names:
@@ -279,13 +278,6 @@ class CheckpointStorage:
                         functools.partial(self.fs.get_file, name, target),
                     )
             restrict_tree(staging)  # private, as every checkpoint det-lite writes
-            try:
-                os.rename(staging, dest)
-            except OSError:
-                if not os.path.isdir(dest):  # else another worker's download got there first
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         return dest
 
     def local_copy(self, checkpoint_uuid: str, path: Optional[str] = None) -> str:

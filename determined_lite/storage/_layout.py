@@ -13,10 +13,12 @@ leaves alone checkpoints of other stores sharing the root.
 
 A directory to delete at once whatever it holds is renamed aside (``.det-lite-deleted-...``,
 hidden) and its files removed by a process of its own (``move_aside``, ``remove_in_background``).
+A directory written next to its place is renamed into it whole (``publish_dir``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -27,7 +29,7 @@ import shutil
 import socket
 import subprocess
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from determined_lite._errors import CheckpointNotFound, DiskFullError, is_disk_full
 from determined_lite.store._paths import process_alive, process_token
@@ -199,6 +201,21 @@ def make_durable(path: str) -> None:
         raise DiskFullError(
             root, f"checkpoint {os.path.basename(path)} could not be flushed to disk and was removed"
         ) from e
+
+
+@contextlib.contextmanager
+def publish_dir(staging: str, target: str) -> Iterator[str]:
+    """Yield ``staging`` to fill, then rename it to ``target`` whole; a ``target`` another process
+    put there first wins. ``staging`` (on ``target``'s file system) is removed in any case."""
+    try:
+        yield staging
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not os.path.isdir(target):  # else another writer got there first
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def move_aside(path: str) -> str:

@@ -16,7 +16,7 @@ Pause and kill from another terminal are requests (``Action``; ``store.requests.
 Importing this package imports only the standard library.
 """
 
-from determined_lite.store._db import NotFoundError, StoreError, StoreFullError, schema_version
+from determined_lite.store._db import NotFoundError, StoreError, StoreFullError, json_safe, schema_version
 from determined_lite.store._paths import (
     context_snapshot_dir,
     default_checkpoint_root,
@@ -56,6 +56,7 @@ __all__ = [
     "default_checkpoint_root",
     "default_db_path",
     "det_lite_home",
+    "json_safe",
     "process_alive",
     "schema_version",
     "tensorboard_dir",

@@ -24,6 +24,7 @@ non-finite metric values round-trip.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -111,6 +112,18 @@ def _json_default(value: Any) -> Any:
 def loads_json(text: Optional[str]) -> Any:
     """Decode a JSON column (NULL stays None)."""
     return None if text is None else json.loads(text)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats (NaN, ±inf) as ``null``: strict JSON for the CLI's and
+    the dashboard's output (the store itself keeps them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 class Database:

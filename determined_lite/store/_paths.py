@@ -26,6 +26,14 @@ PRIVATE_FILE_MODE = 0o600
 PRIVATE_UMASK = 0o077  # no permission for group and others
 
 
+def list_names(path: str) -> List[str]:
+    """The names in directory ``path``, sorted; none when it cannot be listed."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 def det_lite_home() -> str:
     """The storage root: ``$DET_LITE_HOME``, default ``~/.det-lite`` (absolute, user-expanded)."""
     root = os.environ.get("DET_LITE_HOME") or os.path.join("~", ".det-lite")

@@ -15,7 +15,6 @@ import functools
 import hmac
 import http.server
 import json
-import math
 import mimetypes
 import re
 import secrets
@@ -28,7 +27,7 @@ from http import HTTPStatus
 from importlib import resources
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from determined_lite.store import NotFoundError, Store, StoreError
+from determined_lite.store import NotFoundError, Store, StoreError, json_safe
 from determined_lite.ui._actions import (
     ActionRefused,
     TensorBoards,
@@ -51,17 +50,6 @@ _SECURITY_HEADERS = {
 }
 Params = Dict[str, str]
 Route = Callable[[Queries, Tuple[int, ...], Params], Dict[str, Any]]
-
-
-def _clean(value: Any) -> Any:
-    """``value`` with NaN and infinities as None (strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 def _int(params: Params, key: str, default: Optional[int]) -> Optional[int]:
@@ -185,7 +173,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, value: Any) -> None:
-        body = json.dumps(_clean(value), separators=(",", ":")).encode()
+        body = json.dumps(json_safe(value), separators=(",", ":")).encode()
         self._send(status, body, "application/json")
 
     def _error(self, status: int, message: str) -> None:

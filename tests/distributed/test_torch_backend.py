@@ -28,13 +28,13 @@ from determined_lite.distributed._torch import (
 from determined_lite.launch import WorkerSpec
 from determined_lite.launch._torchrun import (
     first_failure,
-    free_port,
     parse_hosts,
     remote_command,
     torchrun_command,
 )
 from determined_lite.pytorch._harness import unwrap as _unwrap
 from determined_lite.runtime._failures import WorkerFailure
+from tests.cloud_storage import free_port
 from tests.distributed._helpers import describe, global_batches, run, weights
 from tests.fixtures.linear import expected_weights
 from tests.timing import budget

@@ -284,6 +284,19 @@ def test_two_slot_horovod_trial_spans_both_nodes(tmp_path, on_ray):
     assert_closed_form(trial)
 
 
+def test_the_ranks_use_their_nodes_interface_not_the_drivers(tmp_path, on_ray, monkeypatch):
+    """The driver names an interface no node has (its nodes started without it): each rank's
+    Gloo uses its own node's (the one holding the node's address), and the trial trains as
+    anywhere else. Forwarded from the driver, Gloo fails to find the interface."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "det-lite-none0")
+    two_slots = {"resources.slots_per_trial": 2, "resources.distributed_backend": "torch", "max_restarts": 0}
+    proc = cli("experiment", "create", write_config(tmp_path, **two_slots), LINEAR, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 0
+    assert_closed_form(trial)
+
+
 def test_asha_promotions_resume_exactly(tmp_path, on_ray):
     overrides = asha_overrides(
         **{"hyperparameters.lr": {"type": "categorical", "vals": [0.001, 0.003, 0.01, 0.02]}}

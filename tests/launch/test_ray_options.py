@@ -7,8 +7,11 @@ import json
 import os
 import socket
 
-from determined_lite.launch._ray_cluster import RayOptions, assign_ranks, gpu_env, horovod_env, torch_env
+from determined_lite.launch._horovodrun import rank_env as horovod_env
+from determined_lite.launch._ray_cluster import RayOptions
 from determined_lite.launch._ray_place import shape
+from determined_lite.launch._slots import assign_ranks, gpu_env
+from determined_lite.launch._torchrun import rank_env as torch_env
 from tests.cli_helpers import cli, write_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,7 +55,7 @@ def _info(node: str, port: int) -> dict:
     return {"node_id": node, "ip": f"10.0.0.{ord(node[-1]) - 96}", "host": node, "port": port}
 
 
-def test_ranks_go_node_by_node_and_rank_0_hosts_the_torch_store():
+def test_ranks_go_node_by_node_with_torchrun_and_horovodrun_environments():
     # bundles 0..3 landed on nodes a, b, a, b: ranks 0, 1 on a and 2, 3 on b
     infos = [_info("node-a", 1000), _info("node-b", 2000), _info("node-a", 1001), _info("node-b", 2001)]
     slots = assign_ranks(infos)
@@ -70,9 +73,7 @@ def test_ranks_go_node_by_node_and_rank_0_hosts_the_torch_store():
         "LOCAL_WORLD_SIZE": "2",
         "GROUP_RANK": "1",
         "GROUP_WORLD_SIZE": "2",
-        "MASTER_ADDR": "10.0.0.1",
-        "MASTER_PORT": "1000",
-    }
+    }  # MASTER_ADDR/PORT: published by the store rank 0's slot hosts (test_engines_on_ray.py)
     assert horovod_env(slots, 2) == {
         "HOROVOD_HOSTNAME": "node1",
         "HOROVOD_RANK": "2",
