@@ -60,3 +60,24 @@ def _environment(env: Dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+_shared: Optional[TestCluster] = None
+
+
+def shared() -> TestCluster:
+    """The session's 2-node cluster, started by the first test that asks for it: the tests that
+    use it (``shared_ray_cluster``) run one after another, and after the last one
+    ``tests/conftest.py`` stops it (one start instead of one per module)."""
+    global _shared
+    if _shared is None:
+        _shared = TestCluster()
+    return _shared
+
+
+def stop_shared() -> None:
+    """Shut the shared cluster down if it runs (a later :func:`shared` starts a new one)."""
+    global _shared
+    if _shared is not None:
+        cluster, _shared = _shared, None
+        cluster.shutdown()

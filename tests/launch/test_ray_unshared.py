@@ -33,7 +33,8 @@ from tests.ray_blind_node import (
 )
 from tests.timing import budget
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# xdist_group: the Ray modules run on one worker, one cluster at a time (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("ray")]
 
 
 def assert_closed_form(trial: dict, lr: float) -> None:
