@@ -8,6 +8,11 @@ test that declares a time limit of ``SLOW_LIMIT_S`` or more (end-to-end runs of 
 workers: ``pytest.mark.timeout(240)`` says the test is one), and tests marked ``slow`` by hand.
 ``pytest -m "not slow"`` is the fast tier. Time limits (pytest-timeout's) stretch with the
 machine's load (``tests/timing.py``): a loaded machine is slower, not broken.
+
+With pytest-xdist (``-n 2``) the groups of ``tests/schedule.py`` are handed out longest first (the
+Ray modules share the group ``ray``: one worker, one cluster at a time). Each worker is a session
+of its own here (its own fork servers and storage root); the controller's session checks the
+user's store once all workers are done.
 """
 
 import contextlib
@@ -17,16 +22,21 @@ import shutil
 import sys
 import sysconfig
 import tempfile
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import pytest
 
-from tests import home_guard  # first: $DET_LITE_HOME is the session's before anything runs
+from tests import (
+    home_guard,  # first: $DET_LITE_HOME is the session's before anything runs
+    ray_cluster,
+    schedule,
+)
 from tests.timing import budget, load_factor
 
 TESTS = pathlib.Path(__file__).resolve().parent
 SLOW_DIRS = {"distributed", "examples", "benchmarks"}
 SLOW_LIMIT_S = 120
+SHARED_RAY = "shared_ray_cluster"
 DEFAULT_LIMIT_S = 300  # pyproject's pytest-timeout default
 
 _INSTALLED = tuple(
@@ -78,6 +88,27 @@ def _forget_trial_modules():
             del sys.modules[name]
 
 
+@pytest.fixture
+def shared_ray_cluster() -> ray_cluster.TestCluster:
+    """The session's 2-node Ray cluster (``tests/ray_cluster.py``): the tests that use it run one
+    after another (``pytest_collection_modifyitems``) and the last one stops it."""
+    return ray_cluster.shared()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Iterator[None]:
+    """After the last test in a row that uses the shared Ray cluster, stop it."""
+    try:
+        return (yield)
+    finally:
+        if _uses_shared_ray(item) and (nextitem is None or not _uses_shared_ray(nextitem)):
+            ray_cluster.stop_shared()
+
+
+def _uses_shared_ray(item: pytest.Item) -> bool:
+    return SHARED_RAY in getattr(item, "fixturenames", ())
+
+
 def _declared_limit(item: pytest.Item) -> Optional[float]:
     """The time limit the test (or its module) declares with ``pytest.mark.timeout``."""
     marker = item.get_closest_marker("timeout")
@@ -110,8 +141,10 @@ def pytest_ignore_collect(collection_path: pathlib.Path, config: pytest.Config) 
     return True if _top_dir(collection_path) in SLOW_DIRS else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    """Mark the slow tier, and stretch every test's time limit by the machine's load."""
+    """Mark the slow tier, stretch every test's time limit by the machine's load, run the users
+    of the shared Ray cluster in a row, and put the items in xdist's groups, longest first."""
     factor = load_factor()
     default = config.getoption("timeout", None) or config.getini("timeout") or DEFAULT_LIMIT_S
     for item in items:
@@ -121,6 +154,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             limit = _declared_limit(item) or float(default)
             if limit > 0:  # 0: no limit
                 item.add_marker(pytest.mark.timeout(budget(limit)), append=False)
+    schedule.assign_groups(items)
+    users = [item for item in items if _uses_shared_ray(item)]
+    if users:  # in a row, where the first one is
+        first = items.index(users[0])
+        others = [item for item in items if not _uses_shared_ray(item)]
+        items[:] = others[:first] + users + others[first:]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        schedule.longest_first(items, _is_slow)
+
+
+_RECORDER = schedule.Recorder()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _RECORDER.add(report)
 
 
 def _session_fork_servers() -> list:
@@ -139,8 +187,11 @@ def _session_fork_servers() -> list:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """End this session's fork servers; then the user's store is unchanged, or the run fails."""
+    """End the shared Ray cluster (a run stopped early, ``-x``) and this session's fork servers;
+    then the user's store is unchanged, or the run fails."""
+    ray_cluster.stop_shared()
     _stop_fork_servers()
+    _RECORDER.save()
     home_guard.pytest_sessionfinish(session, exitstatus)
 
 

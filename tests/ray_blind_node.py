@@ -24,7 +24,7 @@ from typing import Dict, Optional, Sequence
 
 BLIND_RESOURCE = "blind_node"
 START_TIMEOUT_S = 120.0
-START_ATTEMPTS = 2
+START_ATTEMPTS = 3  # a loaded machine (load 20 on 2 cores): Ray gives a raylet 30 s to register
 
 AUDIT_OPENS = """
 import os

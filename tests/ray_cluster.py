@@ -18,10 +18,13 @@ OBJECT_STORE_BYTES = 80 * 1024 * 1024  # Ray's minimum is 75 MiB
 class TestCluster:
     """The started cluster: its address, and nodes to add or remove during a test."""
 
-    def __init__(self, worker_node: bool = True) -> None:
+    def __init__(self, worker_node: bool = True, client_port: Optional[int] = None) -> None:
+        """``client_port``: the head also serves Ray Client (``ray://127.0.0.1:PORT``) there."""
         from ray.cluster_utils import Cluster
 
         head = {"num_cpus": 1, "include_dashboard": False, "object_store_memory": OBJECT_STORE_BYTES}
+        if client_port is not None:
+            head["ray_client_server_port"] = client_port
         self.cluster = Cluster(initialize_head=True, head_node_args=head)
         self.worker_node = self.add_node() if worker_node else None
         self.cluster.wait_for_nodes()
@@ -57,3 +60,24 @@ def _environment(env: Dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+_shared: Optional[TestCluster] = None
+
+
+def shared() -> TestCluster:
+    """The session's 2-node cluster, started by the first test that asks for it: the tests that
+    use it (``shared_ray_cluster``) run one after another, and after the last one
+    ``tests/conftest.py`` stops it (one start instead of one per module)."""
+    global _shared
+    if _shared is None:
+        _shared = TestCluster()
+    return _shared
+
+
+def stop_shared() -> None:
+    """Shut the shared cluster down if it runs (a later :func:`shared` starts a new one)."""
+    global _shared
+    if _shared is not None:
+        cluster, _shared = _shared, None
+        cluster.shutdown()

@@ -24,6 +24,7 @@ from determined_lite.store._paths import checkpoint_root, make_private_dirs
 PROBE_TIMEOUT_S = 60.0
 REACH_TIMEOUT_S = 5.0
 PLACEMENT_TIMEOUT_S = 600.0  # resources.ray.placement_timeout's default: an autoscaler's new node
+RAY_CLIENT_PORT = 10001  # a ray:// address without a port: Ray Client's default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,11 +82,14 @@ def connect(options: RayOptions) -> None:
 
 
 def _check_reachable(address: str) -> None:
-    """A ``HOST:PORT`` where nothing listens is a ConnectionError within seconds (Ray itself
-    retries for minutes)."""
-    host, _, port = address.rpartition(":")
-    if "://" in address or not host or not port.isdigit():
-        return  # auto, local, ray://...: Ray's own answer
+    """A ``HOST:PORT`` or ``ray://HOST[:PORT]`` (Ray Client, port 10001 by default) where nothing
+    listens is a ConnectionError within seconds (Ray itself retries for half a minute or more)."""
+    scheme, _, rest = address.rpartition("://")
+    if scheme == "ray" and rest and ":" not in rest:
+        rest += f":{RAY_CLIENT_PORT}"
+    host, _, port = rest.rpartition(":")
+    if scheme not in ("", "ray") or not host or not port.isdigit():
+        return  # auto, local, another scheme: Ray's own answer
     try:
         socket.create_connection((host, int(port)), timeout=REACH_TIMEOUT_S).close()
     except OSError as e:

@@ -229,14 +229,9 @@ def test_slot_list_shows_devices_or_cores_and_the_trial_holding_one():
 
 
 @pytest.mark.timeout(300)
-def test_slot_list_of_a_ray_cluster():
-    from tests.ray_cluster import TestCluster
-
-    cluster = TestCluster()
-    try:
-        proc = cli("slot", "list", "--ray", "--address", cluster.address, "--json", check=True)
-    finally:
-        cluster.shutdown()
+@pytest.mark.xdist_group("ray")  # with the Ray executor's modules: one cluster at a time
+def test_slot_list_of_a_ray_cluster(shared_ray_cluster):
+    proc = cli("slot", "list", "--ray", "--address", shared_ray_cluster.address, "--json", check=True)
     slots = json.loads(proc.stdout)
     assert [(s["Slot ID"], s["Type"], s["Trial"]) for s in slots] == [(0, "cpu", ""), (0, "cpu", "")]
     assert len({s["Node"] for s in slots}) == 2  # a head and a worker node of 1 CPU each

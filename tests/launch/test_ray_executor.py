@@ -27,24 +27,15 @@ from tests.timing import budget
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LINEAR = os.path.join(REPO, "tests", "fixtures", "experiments", "linear")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from tests.ray_cluster import TestCluster
-
-    cluster = TestCluster()
-    try:
-        yield cluster
-    finally:
-        cluster.shutdown()
+# xdist_group: the Ray modules run on one worker, one cluster at a time (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture
-def on_ray(ray_cluster, monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
-    return ray_cluster
+def on_ray(shared_ray_cluster, monkeypatch):
+    """The session's 2-node cluster (tests/conftest.py), the address in ``$RAY_ADDRESS``."""
+    monkeypatch.setenv("RAY_ADDRESS", shared_ray_cluster.address)
+    return shared_ray_cluster
 
 
 def write_config(tmp_path, **changes) -> str:
@@ -343,7 +334,7 @@ def test_asha_promotions_in_the_process_through_the_shared_run_directory(tmp_pat
         assert_closed_form(trial, trial["hparams"]["lr"], batches=reached)
 
 
-# --- nodes come and go (these change the module's cluster: they run last) -----------------------
+# --- nodes come and go (these change the shared cluster: they run last) -----------------------
 
 
 def test_losing_a_node_restarts_from_the_latest_checkpoint(tmp_path, on_ray, _det_lite_home):

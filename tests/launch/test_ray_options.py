@@ -7,6 +7,8 @@ import json
 import os
 import socket
 
+import pytest
+
 from determined_lite.launch._horovodrun import rank_env as horovod_env
 from determined_lite.launch._ray_cluster import RayOptions
 from determined_lite.launch._ray_place import shape
@@ -85,16 +87,25 @@ def test_ranks_go_node_by_node_with_torchrun_and_horovodrun_environments():
     }
 
 
-def test_create_refuses_a_cluster_it_cannot_reach(tmp_path):
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_create_refuses_a_cluster_it_cannot_reach(tmp_path, scheme):
+    """A GCS address (``$RAY_ADDRESS``) or a Ray Client address (``resources.ray.address:
+    ray://...``) where nothing listens: one line at once (Ray Client alone retries for 30 s and
+    prints a warning of its own)."""
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    path = write_config(os.path.join(LINEAR, "const.yaml"), tmp_path, **{"resources.executor": "ray"})
-    env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}")
+    address = f"{scheme}127.0.0.1:{port}"
+    changes = {"resources.executor": "ray"}
+    if scheme:
+        changes["resources.ray.address"] = address
+    path = write_config(os.path.join(LINEAR, "const.yaml"), tmp_path, **changes)
+    env = dict(os.environ, RAY_ADDRESS=address)
     proc = cli("experiment", "create", path, LINEAR, env=env, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert "cannot connect to a Ray cluster: nothing answers at 127.0.0.1:" in line
+    assert line.startswith(f"det-lite: error: {path}: resources.executor: ray: cannot connect"), line
+    assert f"cannot connect to a Ray cluster: nothing answers at {address} (" in line
     assert json.loads(cli("experiment", "list", "--json", check=True).stdout) == []
 
 

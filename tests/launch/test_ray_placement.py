@@ -21,7 +21,8 @@ from tests.launch.test_ray_executor import LINEAR, REPO, assert_closed_form, ass
 from tests.ray_cluster import OBJECT_STORE_BYTES
 from tests.timing import budget
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# xdist_group: the Ray modules run on one worker, one cluster at a time (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("ray")]
 
 WAITING = "det-lite: trial 1 waiting for 2 × {CPU: 1} on the Ray cluster"
 

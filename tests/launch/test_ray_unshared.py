@@ -7,18 +7,23 @@ second node whose processes record every path they open under the driver's home)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
+import subprocess
+import sys
+from typing import Any, Dict, List
 
 import pytest
 
 from tests import ray_cluster
-from tests.cli_helpers import cli, describe
+from tests.cli_helpers import cli, describe, pause_foreground, wait_for_batches
 from tests.cloud_storage import linear_config
 from tests.experiment.test_s3_storage import BUCKET, PREFIX, S3Server, s3, storage  # noqa: F401
 from tests.fixtures.experiments.linear.model_def import closed_form, val_loss
 from tests.launch.test_ray_executor import LINEAR, assert_no_traceback
+from tests.launch.test_ray_executor import _assert_uninterrupted as assert_uninterrupted
 from tests.ray_blind_node import (
     BlindNode,
     audit_env,
@@ -26,8 +31,10 @@ from tests.ray_blind_node import (
     read_audit,
     write_audit,
 )
+from tests.timing import budget
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# xdist_group: the Ray modules run on one worker, one cluster at a time (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("ray")]
 
 
 def assert_closed_form(trial: dict, lr: float) -> None:
@@ -43,10 +50,51 @@ def placed_nodes(output: str) -> list:
     return [re.findall(r"rank \d+ on \S+ \(node (\w+)\)", line) for line in lines]
 
 
+@dataclasses.dataclass
+class Split:
+    """The started cluster: a head (the driver's machine) and a second node that must not use
+    the driver's files, which a test may lose and replace."""
+
+    mode: str
+    cluster: ray_cluster.TestCluster
+    log: str  # the audit log of the second node's processes
+    env: Dict[str, str]  # the driver's environment (the audit's site on PYTHONPATH)
+    experiment_dir: str
+    hidden: List[str]  # what the blind node does not see
+    node_env: Dict[str, str]
+    node: Any = None  # the BlindNode, or the cluster's node
+    node_id: str = ""
+
+    def add_node(self) -> None:
+        import ray
+
+        ray.init(address=self.cluster.address, log_to_driver=False)
+        try:
+            if self.mode == "mount-namespace":
+                store = ray_cluster.OBJECT_STORE_BYTES
+                self.node = BlindNode(
+                    self.cluster.address, self.hidden, self.node_env, store, self.log + ".node"
+                )
+                self.node_id = self.node.node_id
+            else:
+                self.node = self.cluster.add_node(env=self.node_env)
+                self.node_id = self.node.node_id
+        finally:
+            ray.shutdown()
+
+    def remove_node(self) -> None:
+        if self.node is None:
+            return
+        if self.mode == "mount-namespace":
+            self.node.stop()
+        else:
+            self.cluster.remove_node(self.node)
+        self.node = None
+
+
 @pytest.fixture(params=["mount-namespace", "audit"])
 def split_cluster(request, tmp_path, tmp_path_factory, _det_lite_home, monkeypatch):
-    """A head (the driver's machine) and a second node that must not use the driver's files:
-    ``(cluster, node id of the second node, audit log, env for the driver)``."""
+    """A head (the driver's machine) and a second node that must not use the driver's files."""
     home = str(_det_lite_home)
     os.makedirs(home, exist_ok=True)
     experiment_dir = tmp_path / "experiment"  # the config and the context: not on the node
@@ -60,25 +108,16 @@ def split_cluster(request, tmp_path, tmp_path_factory, _det_lite_home, monkeypat
             print(f"SKIPPED: no mount namespace for the node: {why}")
             pytest.skip(f"no mount namespace for the node: {why}")
     cluster = ray_cluster.TestCluster(worker_node=False)
-    node = None
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)  # this cluster, never another on the machine
+    driver_env = dict(os.environ, PYTHONPATH=env["PYTHONPATH"])  # the audit's site, not its root
+    hidden = [home, str(experiment_dir)]
+    split = Split(request.param, cluster, log, driver_env, str(experiment_dir), hidden, env)
     try:
-        monkeypatch.setenv("RAY_ADDRESS", cluster.address)
-        import ray
-
-        ray.init(address=cluster.address, log_to_driver=False)
-        if request.param == "mount-namespace":
-            hidden = [home, str(experiment_dir)]
-            node = BlindNode(cluster.address, hidden, env, ray_cluster.OBJECT_STORE_BYTES, log + ".node")
-            node_id = node.node_id
-        else:
-            added = cluster.add_node(env=env)
-            node_id = added.node_id
-        ray.shutdown()
-        driver_env = dict(os.environ, PYTHONPATH=env["PYTHONPATH"])  # the audit's site, not its root
-        yield cluster, node_id, log, driver_env, str(experiment_dir)
+        split.add_node()
+        yield split
     finally:
-        if node is not None:
-            node.stop()
+        if split.mode == "mount-namespace":
+            split.remove_node()
         cluster.shutdown()
 
 
@@ -86,7 +125,12 @@ def test_nothing_shared_but_the_image_and_the_storage(tmp_path, s3, split_cluste
     """A 2-slot torch.distributed trial (one rank on each node) and a 2-trial grid (a trial on
     each node) end with their closed-form weights, every checkpoint in the bucket, and no
     process of the second node opened anything under the driver's home."""
-    cluster, node_id, log, env, experiment_dir = split_cluster
+    node_id, log, env, experiment_dir = (
+        split_cluster.node_id,
+        split_cluster.log,
+        split_cluster.env,
+        split_cluster.experiment_dir,
+    )
     bucket = storage(s3)
     two_slots = {
         "resources.executor": "ray",
@@ -135,3 +179,85 @@ def test_nothing_shared_but_the_image_and_the_storage(tmp_path, s3, split_cluste
     seen = read_audit(log)
     assert seen["opened"] == [], seen["opened"]
     assert len(seen["worker"]) >= 2, seen  # the torch trial's rank and a grid trial ran there
+
+
+def test_pause_then_activate_stays_exact(tmp_path, s3, split_cluster):  # noqa: F811
+    """A slow 2-slot torch trial (one rank on the second node, checkpoints in the bucket) is
+    paused and activated: it ends with the uninterrupted run's weights and metrics, its
+    checkpoints in the bucket and nothing of the driver's home opened on the second node."""
+    changes = {
+        "resources.executor": "ray",
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+        "hyperparameters.sleep_s": 0.2,
+        "searcher.max_length": {"batches": 24},
+        "min_checkpoint_period": {"batches": 4},
+    }
+    config = linear_config(tmp_path, storage(s3), **changes)
+    argv = [sys.executable, "-m", "determined_lite.cli", "experiment"]
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [*argv, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=split_cluster.env
+        )
+
+    proc = start("create", config, split_cluster.experiment_dir)
+    wait_for_batches(1, 6, proc, timeout=300)
+    out = pause_foreground(1, proc)
+    assert split_cluster.node_id[:12] in out, out  # a rank ran on the second node of this cluster
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "PAUSED" and 6 <= trial["total_batches"] < 24, trial
+
+    proc = start("activate", "1")
+    out, _ = proc.communicate(timeout=budget(400))
+    assert proc.returncode == 0, out
+    assert "from checkpoint" in out and split_cluster.node_id[:12] in out, out
+    assert_no_traceback(out)
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 0, trial
+    assert_uninterrupted(trial)
+    registered = {c["uuid"] for c in trial["checkpoints"]}
+    assert registered and registered <= s3.uuids()
+    assert read_audit(split_cluster.log)["opened"] == []
+
+
+def test_losing_the_second_node_resumes_exactly_from_the_bucket(tmp_path, s3, split_cluster):  # noqa: F811
+    """A slow 2-slot torch trial with one rank on the second node loses that node after a
+    checkpoint in the bucket; a node with the audit joins in its place and the trial resumes
+    from the bucket's latest checkpoint: one restart, the uninterrupted run's weights and metrics,
+    nothing of the driver's home opened. (The new node is not a second blind node: one failed to
+    join the same cluster three times at load ~20, Ray's raylet having a fixed 30 s to register.)"""
+    changes = {
+        "resources.executor": "ray",
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+        "hyperparameters.sleep_s": 0.2,
+        "searcher.max_length": {"batches": 24},
+        "min_checkpoint_period": {"batches": 4},
+    }
+    config = linear_config(tmp_path, storage(s3), **changes)
+    argv = [
+        sys.executable,
+        "-m",
+        "determined_lite.cli",
+        "experiment",
+        "create",
+        config,
+        split_cluster.experiment_dir,
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=split_cluster.env
+    )
+    wait_for_batches(1, 8, proc, timeout=300)  # a checkpoint at batch 4 or 8 is in the bucket
+    split_cluster.remove_node()
+    split_cluster.cluster.add_node(env=split_cluster.node_env)
+    out, _ = proc.communicate(timeout=budget(400))
+    assert proc.returncode == 0, out
+    assert "was lost" in out, out
+    assert_no_traceback(out)
+    (trial,) = describe(1)["trials"]
+    assert trial["state"] == "COMPLETED" and trial["restarts"] == 1, trial
+    assert_uninterrupted(trial)
+    registered = {c["uuid"] for c in trial["checkpoints"]}
+    assert registered and registered <= s3.uuids()
+    assert read_audit(split_cluster.log)["opened"] == []
