@@ -96,7 +96,7 @@ def _become_worker(request: Dict[str, Any], fds: List[int]) -> None:
 def _renumber(passed: List[int], numbers: List[int]) -> List[int]:
     """The passed descriptors at the numbers the runner had them at (a Ray slot's worker finds
     its report pipes by the numbers in its environment); as they came when none are given."""
-    if len(numbers) != len(passed) or any(n <= 2 for n in numbers):
+    if not numbers or len(numbers) != len(passed) or any(n <= 2 for n in numbers):
         return passed
     floor = max([*numbers, *passed]) + 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in passed]  # out of the targets' way

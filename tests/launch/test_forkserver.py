@@ -225,3 +225,21 @@ def test_a_trial_asked_for_during_the_warm_up_gets_its_handle_at_once(tmp_path, 
     finally:
         server.close()
         shutil.rmtree(runtime)
+
+
+def test_a_fork_with_no_descriptors_to_pass_keeps_none_and_numbered_ones_move_to_their_numbers():
+    """The server's child renumbers the descriptors a runner passed (a Ray slot's worker finds its
+    report pipes by number); a trial started with none passed (tests/distributed/test_training's
+    workers) has nothing to renumber: it once failed on ``max()`` of nothing."""
+    from determined_lite.launch import _forkserver_serve
+
+    assert _forkserver_serve._renumber([], []) == []
+    read_end, write_end = os.pipe()
+    target = max(read_end, write_end) + 10
+    try:
+        assert _forkserver_serve._renumber([write_end], [target]) == [target]
+        os.write(target, b"x")
+        assert os.read(read_end, 1) == b"x"
+    finally:
+        for fd in (read_end, target):
+            os.close(fd)
