@@ -9,7 +9,7 @@ workers: ``pytest.mark.timeout(240)`` says the test is one), and tests marked ``
 ``pytest -m "not slow"`` is the fast tier. Time limits (pytest-timeout's) stretch with the
 machine's load (``tests/timing.py``): a loaded machine is slower, not broken.
 
-With pytest-xdist (``-n 2``) the groups of ``tests/schedule.py`` are handed out longest first (the
+With pytest-xdist (``-n 3``) the groups of ``tests/schedule.py`` are handed out longest first (the
 Ray modules share the group ``ray``: one worker, one cluster at a time). Each worker is a session
 of its own here (its own fork servers and storage root); the controller's session checks the
 user's store once all workers are done.

@@ -1,4 +1,4 @@
-"""How pytest-xdist shares the suite between its workers (``-n 2``, pyproject's ``--dist
+"""How pytest-xdist shares the suite between its workers (``-n 3``, pyproject's ``--dist
 loadgroup``): every test is in an ``xdist_group`` (its module's unless it names one), a group runs
 whole on one worker, and the groups are handed out longest first, by what each took when last
 recorded (``tests/group_seconds.json``): a long group handed out last would leave the other worker

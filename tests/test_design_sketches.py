@@ -82,7 +82,7 @@ def test_the_ci_steps_design_md_names_are_ci_runs():
     habits = DESIGN.split("## Habits checked in CI\n", 1)[1].split("\n\n", 1)[0]
     named = re.findall(r"`([^`]+)`", habits)
     steps = _ci_steps()
-    assert steps == ["ruff check .", "mypy", "lint-imports", "scripts/check_structure.py", "pytest -n 2"]
+    assert steps == ["ruff check .", "mypy", "lint-imports", "scripts/check_structure.py", "pytest -n 3"]
     assert [n for n in named if n in steps] == steps[:-1]  # the last: "the README's test command"
     assert "the README's\ntest command" in habits or "the README's test command" in habits
     test_command = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]

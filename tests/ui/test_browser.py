@@ -20,7 +20,10 @@ import pytest
 
 from tests.ui.browser import WAIT_S, curve_data, open_route, store_of, wait
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# One xdist group for both browser modules: they share the package-scoped `site` (one
+# dashboard and store, tests/ui/conftest.py), whose ids test_browser.py's tests count on
+# running first, as in one process (tests/schedule.py keeps a group's order).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("browser")]
 
 
 def _experiment_row(driver, experiment_id: int) -> Dict[str, str]:
