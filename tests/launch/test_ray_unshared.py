@@ -181,19 +181,22 @@ def test_nothing_shared_but_the_image_and_the_storage(tmp_path, s3, split_cluste
     assert len(seen["worker"]) >= 2, seen  # the torch trial's rank and a grid trial ran there
 
 
+# A slow 2-slot torch trial on Ray (one rank on the second node) that checkpoints every 4 of its
+# 24 batches: time to pause it or lose a node after a checkpoint in the bucket.
+SLOW_TWO_SLOT_TORCH = {
+    "resources.executor": "ray",
+    "resources.slots_per_trial": 2,
+    "resources.distributed_backend": "torch",
+    "hyperparameters.sleep_s": 0.2,
+    "searcher.max_length": {"batches": 24},
+    "min_checkpoint_period": {"batches": 4},
+}
+
 def test_pause_then_activate_stays_exact(tmp_path, s3, split_cluster):  # noqa: F811
     """A slow 2-slot torch trial (one rank on the second node, checkpoints in the bucket) is
     paused and activated: it ends with the uninterrupted run's weights and metrics, its
     checkpoints in the bucket and nothing of the driver's home opened on the second node."""
-    changes = {
-        "resources.executor": "ray",
-        "resources.slots_per_trial": 2,
-        "resources.distributed_backend": "torch",
-        "hyperparameters.sleep_s": 0.2,
-        "searcher.max_length": {"batches": 24},
-        "min_checkpoint_period": {"batches": 4},
-    }
-    config = linear_config(tmp_path, storage(s3), **changes)
+    config = linear_config(tmp_path, storage(s3), **SLOW_TWO_SLOT_TORCH)
     argv = [sys.executable, "-m", "determined_lite.cli", "experiment"]
 
     def start(*args: str) -> subprocess.Popen:
@@ -227,15 +230,7 @@ def test_losing_the_second_node_resumes_exactly_from_the_bucket(tmp_path, s3, sp
     from the bucket's latest checkpoint: one restart, the uninterrupted run's weights and metrics,
     nothing of the driver's home opened. (The new node is not a second blind node: one failed to
     join the same cluster three times at load ~20, Ray's raylet having a fixed 30 s to register.)"""
-    changes = {
-        "resources.executor": "ray",
-        "resources.slots_per_trial": 2,
-        "resources.distributed_backend": "torch",
-        "hyperparameters.sleep_s": 0.2,
-        "searcher.max_length": {"batches": 24},
-        "min_checkpoint_period": {"batches": 4},
-    }
-    config = linear_config(tmp_path, storage(s3), **changes)
+    config = linear_config(tmp_path, storage(s3), **SLOW_TWO_SLOT_TORCH)
     argv = [
         sys.executable,
         "-m",
