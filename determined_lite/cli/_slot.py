@@ -52,7 +52,7 @@ def _local_rows() -> List[Tuple[Any, ...]]:
 
 
 def _ray_rows(address: Optional[str]) -> List[Tuple[Any, ...]]:
-    from determined_lite.launch._ray_cluster import RayOptions, alive_nodes, connect
+    from determined_lite.launch._ray_cluster import RayOptions, alive_nodes, connect, connect_failure
 
     options = RayOptions(address=address)
     try:
@@ -60,8 +60,7 @@ def _ray_rows(address: Optional[str]) -> List[Tuple[Any, ...]]:
     except ImportError:
         raise Failed("--ray needs Ray: pip install 'determined-lite[ray]'") from None
     except Exception as e:  # noqa: BLE001 -- Ray's own errors vary; one line says it
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise Failed(f"cannot connect to a Ray cluster: {why}") from None
+        raise Failed(f"cannot connect to a Ray cluster: {connect_failure(e)}") from None
     rows: List[Tuple[Any, ...]] = []
     for node in sorted(alive_nodes(), key=lambda n: n.get("NodeManagerAddress", "")):
         have = node.get("Resources") or {}

@@ -111,7 +111,7 @@ def cluster_problem(options: RayOptions, config: Mapping[str, Any]) -> Optional[
     except ImportError:
         return "resources.executor: ray needs Ray: pip install 'determined-lite[ray]'"
     except Exception as e:  # noqa: BLE001 -- Ray's own errors vary; one line says it
-        return f"resources.executor: ray: cannot connect to a Ray cluster: {_first_line(e)}"
+        return f"resources.executor: ray: cannot connect to a Ray cluster: {connect_failure(e)}"
     return storage_problem(config)
 
 
@@ -165,6 +165,12 @@ def storage_problem(config: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def connect_failure(error: BaseException) -> str:
+    """Why :func:`connect` failed, in one line. Ray Client's "Initialization failure from
+    server:" carries the server's traceback after it: its last line (the exception) says why."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[-1]}"
+    return lines[0]

@@ -25,7 +25,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 @pytest.fixture
 def client_address(monkeypatch):
+    """The head's Ray Client server waits 30 s by default for the server process it starts per
+    client, which a loaded CI box can exceed (``Initialization failure from server``)."""
     from tests.ray_cluster import TestCluster
+
+    monkeypatch.setenv("RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S", "300")
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

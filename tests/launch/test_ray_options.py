@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from determined_lite.launch._horovodrun import rank_env as horovod_env
-from determined_lite.launch._ray_cluster import RayOptions
+from determined_lite.launch._ray_cluster import RayOptions, connect_failure
 from determined_lite.launch._ray_place import shape
 from determined_lite.launch._slots import assign_ranks, gpu_env
 from determined_lite.launch._torchrun import rank_env as torch_env
@@ -34,6 +34,16 @@ def test_options_from_config_and_actor_options():
     assert RayOptions.from_config({}).placement_timeout == 600.0
     timeout = RayOptions.from_config({"resources": {"ray": {"placement_timeout": 30}}}).placement_timeout
     assert timeout == 30.0
+
+
+def test_a_connect_failure_is_one_line_that_says_why():
+    server = "Traceback (most recent call last):\n  File \"proxier.py\", line 770\nRuntimeError: Proxy failed"
+    client_error = ConnectionAbortedError(f"Initialization failure from server:\n{server}\n")
+    assert connect_failure(client_error) == "Initialization failure from server: RuntimeError: Proxy failed"
+    assert connect_failure(ConnectionError("nothing answers at 10.0.0.1:6379\nmore")) == (
+        "nothing answers at 10.0.0.1:6379"
+    )
+    assert connect_failure(TimeoutError()) == "TimeoutError"
 
 
 def test_a_gang_is_named_by_its_resource_shape():
