@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # torch: imported when a trial fits, not by `det-lite run`'s 
 
 Hooks = Tuple[List[Tuple[str, Any]], Optional[Callable[[], bool]]]
 
+
 def _experiment_hooks(spec: WorkerSpec, is_chief: bool) -> Hooks:
     """Store-writing callbacks and the pause/kill poll, when the trial belongs to an experiment."""
     if spec.store_path is None:

@@ -169,10 +169,15 @@ class ForkServer:
     """The runner's connection to this installation's server: the one running already, or one
     it starts (see the module's docstring)."""
 
-    def __init__(self, env: Dict[str, str], key: Optional[str] = None) -> None:
+    def __init__(
+        self, env: Dict[str, str], key: Optional[str] = None, idle_s: Optional[float] = None
+    ) -> None:
         """``key``: the socket's name (default :func:`server_key`, the installation's; a Ray
-        node's actor names the installation and the image: ``launch/_ray_node.py``)."""
+        node's actor names the installation and the image: ``launch/_ray_node.py``). ``idle_s``:
+        how long a server this starts stays without runners (default ``$DET_LITE_FORKSERVER_IDLE_S``
+        of ``env``; a node actor's ends with the actors that use it: 0)."""
         self.key = key or server_key()
+        self._idle_s = idle_s
         self.image: Optional[str] = None  # the digest of the environment its trials must have
         self.lost = False
         self.pid = 0  # the server's, once it said it is ready
@@ -189,7 +194,10 @@ class ForkServer:
         (a server ends only under it: it never goes away between the two)."""
         directory, shared = runtime_dir()
         path = os.path.join(directory, f"fs-{self.key}.sock")
-        idle_s = env_seconds(FORKSERVER_IDLE_ENV, DEFAULT_IDLE_S, env) if shared else 0.0
+        idle_s = (
+            env_seconds(FORKSERVER_IDLE_ENV, DEFAULT_IDLE_S, env) if self._idle_s is None else self._idle_s
+        )
+        idle_s = idle_s if shared else 0.0
         with _locked(path + ".lock"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:

@@ -51,6 +51,7 @@ from determined_lite.launch._ray_cluster import (
     connect,
 )
 from determined_lite.launch._ray_data import apply_files, is_cloud, pack_context
+from determined_lite.launch._ray_groups import HeldGroups
 from determined_lite.launch._ray_node import NodePool, NodeSlot, close_node_pool, node_pool
 from determined_lite.launch._ray_place import PlacementTimeout, free_slots, wait_placed
 from determined_lite.launch._ray_slot import SlotWorker
@@ -83,12 +84,14 @@ class RayRun(TrialRun):
         release: Callable[["RayRun"], None],
         on_end: Optional[EndFn] = None,
         nodes: Optional[NodePool] = None,
+        groups: Optional[HeldGroups] = None,
     ) -> None:
         self.spec, self.spec_path, self.options = spec, os.path.abspath(spec_path), options
         self._context = context  # the context archive in Ray's object store (_ray_data.py)
         self.placement = Placement(host="ray cluster (placing)", slots=spec.slots)
         self._release = release
         self._nodes = nodes  # the experiment's node actors: a 1-slot CPU run starts on its node's
+        self._groups = groups  # the experiment's placement groups between runs (_ray_groups.py)
         self._env, self._on_output, self._on_end = env, on_output, on_end
         self.slots: List[Slot] = []  # where each rank runs, once placed
         self._actors: List[Any] = []  # each bundle's slot: its actor, or a NodeSlot
@@ -149,8 +152,10 @@ class RayRun(TrialRun):
         connect(self.options)
         n = self.spec.slots
         self._reporter = store_reporter(self.spec)
-        bundles = [dict(self.options.resources_per_slot) for _ in range(n)]
-        self._pg = placement_group(bundles, strategy=self.options.placement.upper())
+        self._pg = self._groups.take(n) if self._groups is not None else None
+        if self._pg is None:
+            bundles = [dict(self.options.resources_per_slot) for _ in range(n)]
+            self._pg = placement_group(bundles, strategy=self.options.placement.upper())
         why = wait_placed(self._pg, n, self.options, self.spec.trial_id, self._say, self._stop_why)
         if why == "stop":
             return stopped_exit_code(signal.SIGTERM)
@@ -311,14 +316,16 @@ class RayRun(TrialRun):
             except Exception:  # noqa: BLE001 -- already gone with its node
                 pass
         self._actors = []
-        if self._pg is not None:
+        if self._pg is not None and self._groups is not None:
+            self._groups.give(self.spec.slots, self._pg)  # the next run of this shape takes it
+        elif self._pg is not None:
             from ray.util.placement_group import remove_placement_group
 
             try:
                 remove_placement_group(self._pg)
             except Exception:  # noqa: BLE001 -- the cluster may be gone
                 pass
-            self._pg = None
+        self._pg = None
 
 
 class RayExecutor(Executor):
@@ -334,6 +341,7 @@ class RayExecutor(Executor):
         self._total: Optional[int] = None
         self._total_at = 0.0
         self._contexts: Dict[str, Any] = {}  # context directory -> its archive in the object store
+        self._groups = HeldGroups()
 
     @classmethod
     def problem(cls, config: Mapping[str, Any]) -> Optional[str]:
@@ -358,7 +366,7 @@ class RayExecutor(Executor):
         them waits, at least one gang: it waits as a pending placement group, the demand a Ray
         autoscaler adds nodes for (``_ray_place.py``)."""
         connect(self.options)
-        free = free_slots(self.options)
+        free = free_slots(self.options) + self._groups.held_slots()
         with self._lock:
             waiting = sum(run.spec.slots for run in self._runs.values() if not run.placed.is_set())
         if waiting:
@@ -382,7 +390,7 @@ class RayExecutor(Executor):
         context = self._context(spec.context_dir)
         with self._lock:
             args = (spec, spec_path, self.options, context, env, on_output, self._release, on_end)
-            run = RayRun(*args, nodes=node_pool())
+            run = RayRun(*args, nodes=node_pool(), groups=self._groups)
             self._runs[id(run)] = run
         # The runner records where the run is: wait for the placement (the runner starts a run
         # only when capacity() holds its gang); on a cluster busy with others' work the run is
@@ -404,12 +412,8 @@ class RayExecutor(Executor):
             self._runs.pop(id(run), None)
 
     def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
-        """Connect and start the node actors of 1-slot CPU runs (their processes start while the
-        runner sets up); their fork servers start with the first run on each node."""
-        if int((self.config.get("resources") or {}).get("slots_per_trial") or 1) != 1:
-            return
-        if self.options.resources_per_slot.get("GPU"):
-            return
+        """Connect and find or start the node actors (``_ray_node.py``: they probe the storage
+        at create and start 1-slot CPU runs) while the runner sets up."""
         connect(self.options)
         node_pool().prestart([n["NodeID"] for n in alive_nodes()])
 
@@ -417,6 +421,7 @@ class RayExecutor(Executor):
         import ray
 
         if ray.is_initialized():
+            self._groups.close()
             close_node_pool()
             ray.shutdown()
 

@@ -18,7 +18,6 @@ import socket
 import threading
 from typing import Any, Dict, List, Mapping, Optional
 
-from determined_lite.launch._ray_slot import probe_storage
 from determined_lite.store._paths import checkpoint_root, make_private_dirs
 
 PROBE_TIMEOUT_S = 60.0
@@ -127,13 +126,14 @@ def slots_in(have: Mapping[str, float], per_slot: Mapping[str, float]) -> int:
 
 
 def storage_problem(config: Mapping[str, Any]) -> Optional[str]:
-    """Whether every alive node reaches the checkpoint storage as a run needs it: a probe task
-    pinned to each node writes, reads back and deletes a key in a cloud storage, or reads back a
-    file with a random token that the driver wrote into a file system's checkpoint root. Nothing
-    else of the driver's (its home, the experiment's directory) needs to be on a node."""
+    """Whether every alive node reaches the checkpoint storage as a run needs it: each node's
+    det-lite actor (``_ray_node.py``, warm from an earlier experiment or started now) writes,
+    reads back and deletes a key in a cloud storage, or reads back a file with a random token
+    that the driver wrote into a file system's checkpoint root. Nothing else of the driver's (its
+    home, the experiment's directory) needs to be on a node."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from determined_lite.launch._ray_node import node_pool
     from determined_lite.storage import CLOUD_TYPES
 
     files: Dict[str, str] = {}
@@ -144,14 +144,8 @@ def storage_problem(config: Mapping[str, Any]) -> Optional[str]:
             files[path] = secrets.token_hex(16)
             with open(path, "w") as f:
                 f.write(files[path])
-        probe = ray.remote(num_cpus=0)(probe_storage)
-        nodes = alive_nodes()
-        refs = [
-            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-                dict(config), files
-            )
-            for n in nodes
-        ]
+        pool, nodes = node_pool(), alive_nodes()
+        refs = [pool.actor(n["NodeID"]).probe.remote(dict(config), files) for n in nodes]
         for node, seen in zip(nodes, ray.get(refs, timeout=PROBE_TIMEOUT_S)):
             if seen["problem"]:
                 where = f"{node['NodeManagerAddress']} ({seen['host']}, node id {node['NodeID'][:12]})"

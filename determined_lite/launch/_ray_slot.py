@@ -190,7 +190,17 @@ class SlotWorker:
             reader = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
             reader.start()
             self._readers.append(reader)
+        threading.Thread(target=self._notify_exit, args=(proc,), name="det-lite-exit", daemon=True).start()
         return int(proc.pid)
+
+    def _notify_exit(self, proc: Any) -> None:
+        """Wake a waiting :meth:`take` as soon as the worker exited and its output was read
+        (instead of at its next periodic look)."""
+        proc.wait()
+        for reader in self._readers:
+            reader.join()
+        with self._changed:
+            self._changed.notify_all()
 
     def _spawn(self, argv: List[str], env: Dict[str, str], cwd: str, fds: Tuple[int, int]) -> Any:
         """The worker: forked by the node's server when it can be (a CPU worker whose image is

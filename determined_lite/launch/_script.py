@@ -287,7 +287,6 @@ def run_script(
     return reported if reported is not None and not trial.reported() else trial.result()
 
 
-
 def adopt(distributed: Any) -> None:
     """``det.core.init()`` in a process a trial's script started itself (no live trial here,
     ``det.get_cluster_info()`` set): the trial becomes this process's; its chief writes what it
@@ -301,6 +300,7 @@ def adopt(distributed: Any) -> None:
     set_active_trial(trial)
     if trial.distributed.is_chief:
         atexit.register(lambda: trial.result().save(path))
+
 
 @contextlib.contextmanager
 def _process_group_joined(distributed: Any) -> Iterator[None]:

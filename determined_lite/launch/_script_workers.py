@@ -53,4 +53,3 @@ def hosting(spec: WorkerSpec, workers: int) -> Iterator[Callable[[], Optional[Wo
             else:
                 os.environ[name] = value
         del store
-

@@ -18,7 +18,7 @@ STARTUP_HOOK = "startup-hook.sh"
 _SCRIPT = (
     'trap \'status=$?; if [ "$status" -ne 0 ]; then echo "det-lite: '
     + STARTUP_HOOK
-    + ' failed (exit status $status); the trial was not started" >&2; fi\' EXIT\n'
+    + " failed (exit status $status); the trial was not started\" >&2; fi' EXIT\n"
     "set -e\n"
     "source ./" + STARTUP_HOOK + "\n"
     "set +e\n"

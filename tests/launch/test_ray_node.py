@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 
 import pytest
 import yaml
@@ -95,3 +96,29 @@ def test_a_one_slot_trial_is_forked_by_its_nodes_server_and_equals_a_plain_start
     assert {int(m.pop("server")) for m in plain.values()} == {0}
     assert all(b"_forkserver_serve" not in b"".join(p) for p in parents.values())
     assert forked == plain  # bit-exact: every metric of both trials
+
+
+def test_the_node_actors_and_their_servers_outlive_the_experiment_until_idle(tmp_path, node_cluster):
+    """A second experiment's runs are forked by the node server the first one warmed (its node
+    actor outlived it), with the same metrics; once idle, the actors end and their server too."""
+    import psutil
+    import ray
+
+    env = dict(os.environ, DET_LITE_FORKSERVER_IDLE_S="30")
+    first, _ = _grid(tmp_path, "first", env)
+    second, _ = _grid(tmp_path, "second", env)
+    servers = {int(m.pop("server")) for m in first.values()}
+    assert len(servers) == 1 and 0 not in servers, servers
+    assert {int(m.pop("server")) for m in second.values()} == servers  # warm: the same server
+    assert first == second
+    ray.init(logging_level="WARNING")  # $RAY_ADDRESS: the fixture's cluster
+    named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert len([n for n in named if n.startswith("det-lite-node-")]) == 2, named  # one per node
+    (server,) = servers
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        named = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+        if not named and not psutil.pid_exists(server):
+            break
+        time.sleep(1)
+    assert not named and not psutil.pid_exists(server), (named, server)
