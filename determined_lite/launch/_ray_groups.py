@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Dict, List, Tuple
 
-HOLD_S = 2.0
+HOLD_S = 5.0  # the runner starts its next trial within milliseconds; seconds on a loaded box
 
 
 class HeldGroups:
@@ -63,7 +63,9 @@ class HeldGroups:
 
 
 def _remove(groups: List[Any]) -> None:
-    if not groups:
+    import ray
+
+    if not groups or not ray.is_initialized():  # no connection: nothing to remove (and no new Ray)
         return
     from ray.util.placement_group import remove_placement_group
 

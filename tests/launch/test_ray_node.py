@@ -49,7 +49,7 @@ def node_cluster(monkeypatch):
         shutil.rmtree(runtime, ignore_errors=True)
 
 
-def _grid(tmp_path, name: str, env: dict) -> tuple:
+def _grid(tmp_path, name: str, env: dict, **searcher) -> tuple:
     """A 2-trial grid of 1-slot trials on Ray: each trial's last validation metrics, and the
     command line of each trial's parent process."""
     context, probe = tmp_path / "context", tmp_path / f"probe-{name}"
@@ -64,7 +64,7 @@ def _grid(tmp_path, name: str, env: dict) -> tuple:
             "lr": {"type": "categorical", "vals": [0.01, 0.05]},
             "probe": str(probe),
         },
-        "searcher": {"name": "grid", "metric": "val_loss", "max_length": {"batches": 8}},
+        "searcher": {"name": "grid", "metric": "val_loss", "max_length": {"batches": 8}, **searcher},
         "resources": {"executor": "ray"},
         "max_restarts": 0,
         "reproducibility": {"experiment_seed": 5},
@@ -122,3 +122,21 @@ def test_the_node_actors_and_their_servers_outlive_the_experiment_until_idle(tmp
             break
         time.sleep(1)
     assert not named and not psutil.pid_exists(server), (named, server)
+
+
+def test_one_trial_after_another_runs_in_one_placement_group(tmp_path, node_cluster):
+    """The second trial of a grid run one at a time starts in the placement group the first
+    one's run held (launch/_ray_groups.py), with the same metrics as when each run has a group
+    of its own (two at a time)."""
+    import ray
+
+    env = dict(os.environ, DET_LITE_FORKSERVER_IDLE_S="0")
+    serial, _ = _grid(tmp_path, "serial", env, max_concurrent_trials=1)
+    ray.init(logging_level="WARNING")  # $RAY_ADDRESS: the fixture's cluster
+    groups = ray.util.placement_group_table()
+    assert len(groups) == 1, groups  # one group for both runs (none before: a cluster of its own)
+    parallel, _ = _grid(tmp_path, "parallel", env)
+    assert len(ray.util.placement_group_table()) == 3  # two at a time: a group each
+    for metrics in (serial, parallel):
+        assert all(m.pop("server") for m in metrics.values())  # forked (by each experiment's server)
+    assert serial == parallel

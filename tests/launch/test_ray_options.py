@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 
 import pytest
 
@@ -132,3 +133,18 @@ def test_the_ranks_of_a_node_share_the_trials_gpus_there():
     ]
     assert [torch_env(slots, r)["LOCAL_RANK"] for r in range(3)] == ["0", "1", "0"]
     assert gpu_env(assign_ranks([_info("node-a", 1000)]), 0) == {}  # no GPU: Ray's view stays
+
+
+def test_held_placement_groups_go_to_the_next_run_of_their_shape_until_they_expire():
+    from determined_lite.launch._ray_groups import HeldGroups
+
+    held = HeldGroups(hold_s=0.3)
+    one, other, gang = object(), object(), object()
+    held.give(1, one)
+    held.give(1, other)
+    held.give(2, gang)
+    assert held.held_slots() == 4  # 1 + 1 + 2 bundles
+    assert held.take(1) is other and held.take(1) is one and held.take(1) is None
+    held.give(1, one)
+    time.sleep(0.4)
+    assert held.take(2) is None and held.take(1) is None and held.held_slots() == 0  # removed
