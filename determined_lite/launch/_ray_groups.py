@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 HOLD_S = 5.0  # the runner starts its next trial within milliseconds; seconds on a loaded box
 
@@ -21,8 +21,8 @@ HOLD_S = 5.0  # the runner starts its next trial within milliseconds; seconds on
 class HeldGroups:
     """The experiment's placement groups between runs, by their number of bundles."""
 
-    def __init__(self, hold_s: float = HOLD_S) -> None:
-        self.hold_s = hold_s
+    def __init__(self, hold_s: float = HOLD_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.hold_s, self._clock = hold_s, clock
         self._idle: Dict[int, List[Tuple[Any, float]]] = {}
         self._lock = threading.Lock()
 
@@ -36,7 +36,7 @@ class HeldGroups:
     def give(self, bundles: int, group: Any) -> None:
         """``group`` (``bundles`` bundles) is free: held for the next run for :attr:`hold_s`."""
         with self._lock:
-            self._idle.setdefault(bundles, []).append((group, time.monotonic()))
+            self._idle.setdefault(bundles, []).append((group, self._clock()))
         self.expire()
 
     def held_slots(self) -> int:
@@ -47,7 +47,7 @@ class HeldGroups:
 
     def expire(self) -> None:
         """Remove the groups held longer than :attr:`hold_s`."""
-        cutoff = time.monotonic() - self.hold_s
+        cutoff = self._clock() - self.hold_s
         with self._lock:
             stale = [g for groups in self._idle.values() for g, since in groups if since < cutoff]
             for n, groups in self._idle.items():

@@ -57,6 +57,14 @@ def server_key(env: Dict[str, str]) -> str:
     return hashlib.sha256(f"{installation_key()}-{image_digest(env)}".encode()).hexdigest()[:24]
 
 
+def actor_name(node_id: str, runtime_env: str) -> str:
+    """The name of the node actor of ``node_id`` for drivers of this installation whose Ray job
+    has ``runtime_env`` (a detached actor keeps the runtime environment of the job that started
+    it: a job with other packages or variables gets an actor, and a fork server, of its own)."""
+    digest = hashlib.sha256(f"{installation_key()}-{runtime_env}".encode()).hexdigest()[:24]
+    return f"det-lite-node-{node_id}-{digest}"
+
+
 class NodeEnding(RuntimeError):
     """The node actor is ending (idle): the driver starts a new one."""
 
@@ -244,7 +252,7 @@ class NodePool:
         }
         if self.idle_s <= 0:  # this experiment's own
             return ray.remote(NodeWorker).options(**options).remote(0.0)
-        name = f"det-lite-node-{node_id}-{installation_key()}"
+        name = actor_name(node_id, ray.get_runtime_context().get_runtime_env_string())
         options.update(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True)
         for attempt in range(ATTACH_TRIES):
             actor: Any = ray.remote(NodeWorker).options(**options).remote(self.idle_s)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 
 import pytest
 
@@ -138,7 +137,8 @@ def test_the_ranks_of_a_node_share_the_trials_gpus_there():
 def test_held_placement_groups_go_to_the_next_run_of_their_shape_until_they_expire():
     from determined_lite.launch._ray_groups import HeldGroups
 
-    held = HeldGroups(hold_s=0.3)
+    now = [0.0]
+    held = HeldGroups(hold_s=5.0, clock=lambda: now[0])
     one, other, gang = object(), object(), object()
     held.give(1, one)
     held.give(1, other)
@@ -146,5 +146,16 @@ def test_held_placement_groups_go_to_the_next_run_of_their_shape_until_they_expi
     assert held.held_slots() == 4  # 1 + 1 + 2 bundles
     assert held.take(1) is other and held.take(1) is one and held.take(1) is None
     held.give(1, one)
-    time.sleep(0.4)
+    now[0] = 4.9
+    assert held.held_slots() == 3  # still held
+    now[0] = 5.1
     assert held.take(2) is None and held.take(1) is None and held.held_slots() == 0  # removed
+
+
+def test_a_node_actor_is_named_by_its_node_and_the_jobs_runtime_environment():
+    from determined_lite.launch._ray_node import actor_name
+
+    plain = actor_name("n1", "{}")
+    assert plain == actor_name("n1", "{}") and plain.startswith("det-lite-node-n1-")
+    assert actor_name("n2", "{}") != plain
+    assert actor_name("n1", '{"env_vars": {"A": "1"}}') != plain  # a job with other variables: another actor
