@@ -144,8 +144,13 @@ def storage_problem(config: Mapping[str, Any]) -> Optional[str]:
             files[path] = secrets.token_hex(16)
             with open(path, "w") as f:
                 f.write(files[path])
-        pool, nodes = node_pool(), alive_nodes()
-        refs = [pool.actor(n["NodeID"]).probe.remote(dict(config), files) for n in nodes]
+        pool, nodes, refs = node_pool(), alive_nodes(), []
+        for node in nodes:
+            try:
+                refs.append(pool.actor(node["NodeID"]).probe.remote(dict(config), files))
+            except Exception as e:  # noqa: BLE001 -- Ray's errors vary: one line names the node
+                where = f"{node['NodeManagerAddress']} (node id {node['NodeID'][:12]})"
+                return f"Ray node {where} did not start det-lite's node actor: {connect_failure(e)}"
         for node, seen in zip(nodes, ray.get(refs, timeout=PROBE_TIMEOUT_S)):
             if seen["problem"]:
                 where = f"{node['NodeManagerAddress']} ({seen['host']}, node id {node['NodeID'][:12]})"

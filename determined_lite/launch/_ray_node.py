@@ -47,6 +47,7 @@ CLOSE_WAIT_S = 10.0
 NAMESPACE = "det-lite"  # the node actors' Ray namespace (a driver's own is anonymous)
 ATTACH_TRIES = 3  # an actor found just as it ends idle: a new one is started
 IDLE_CHECK_S = 5.0
+ATTACH_TIMEOUT_S = 300.0  # a node actor's process start, however loaded the node (then an error)
 # SlotWorker's methods the driver calls on a slot, here with the run's key first.
 SLOT_METHODS = tuple("node host_rendezvous rendezvous_port start take answer request_stop stop".split())
 
@@ -257,7 +258,7 @@ class NodePool:
         for attempt in range(ATTACH_TRIES):
             actor: Any = ray.remote(NodeWorker).options(**options).remote(self.idle_s)
             try:
-                ray.get(actor.attach.remote())
+                ray.get(actor.attach.remote(), timeout=ATTACH_TIMEOUT_S)
                 return actor
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
                 if attempt == ATTACH_TRIES - 1:
