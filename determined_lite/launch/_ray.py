@@ -85,9 +85,11 @@ class RayRun(TrialRun):
         on_end: Optional[EndFn] = None,
         nodes: Optional[NodePool] = None,
         groups: Optional[HeldGroups] = None,
+        warm: Any = None,
     ) -> None:
         self.spec, self.spec_path, self.options = spec, os.path.abspath(spec_path), options
         self._context = context  # the context archive in Ray's object store (_ray_data.py)
+        self._warm = warm  # the warm-start checkpoint's archive there (None: none)
         self.placement = Placement(host="ray cluster (placing)", slots=spec.slots)
         self._release = release
         self._nodes = nodes  # the experiment's node actors: a 1-slot CPU run starts on its node's
@@ -174,7 +176,8 @@ class RayRun(TrialRun):
             return stopped_exit_code(signal.SIGTERM)
         envs, fields = self._rank_envs(), dataclasses.asdict(self.spec)
         secrets = load_secrets(self.spec.experiment_id) if is_cloud(self.spec.exp_conf) else {}
-        ray.get([self._actor(r).start.remote(envs[r], fields, self._context, secrets) for r in range(n)])
+        data = (self._context, secrets, self._warm)
+        ray.get([self._actor(r).start.remote(envs[r], fields, *data) for r in range(n)])
         return self._pump()
 
     def _open_slots(self, n: int) -> None:
@@ -340,7 +343,7 @@ class RayExecutor(Executor):
         self._runs: Dict[int, RayRun] = {}  # id(run) -> the run, until it ended
         self._total: Optional[int] = None
         self._total_at = 0.0
-        self._contexts: Dict[str, Any] = {}  # context directory -> its archive in the object store
+        self._contexts: Dict[str, Any] = {}  # a directory the nodes get -> its archive in the object store
         self._groups = HeldGroups()
 
     @classmethod
@@ -387,10 +390,11 @@ class RayExecutor(Executor):
         runner lock itself: processes on other nodes cannot). The spec is kept on the driver
         too; the slots get it through Ray."""
         spec.save(spec_path)
-        context = self._context(spec.context_dir)
+        context = self._archive(spec.context_dir)
+        warm = self._archive(spec.warm_start) if spec.warm_start else None
         with self._lock:
             args = (spec, spec_path, self.options, context, env, on_output, self._release, on_end)
-            run = RayRun(*args, nodes=node_pool(), groups=self._groups)
+            run = RayRun(*args, nodes=node_pool(), groups=self._groups, warm=warm)
             self._runs[id(run)] = run
         # The runner records where the run is: wait for the placement (the runner starts a run
         # only when capacity() holds its gang); on a cluster busy with others' work the run is
@@ -398,14 +402,15 @@ class RayExecutor(Executor):
         run.placed.wait(PLACE_WAIT_S)
         return run
 
-    def _context(self, context_dir: str) -> Any:
-        """The context snapshot's archive in Ray's object store, put once per experiment."""
+    def _archive(self, directory: str) -> Any:
+        """The archive of ``directory`` (the context snapshot, a warm-start checkpoint the driver
+        holds) in Ray's object store, put once per experiment: a node unpacks it once."""
         import ray
 
-        if context_dir not in self._contexts:
+        if directory not in self._contexts:
             connect(self.options)
-            self._contexts[context_dir] = ray.put(pack_context(context_dir))
-        return self._contexts[context_dir]
+            self._contexts[directory] = ray.put(pack_context(directory))
+        return self._contexts[directory]
 
     def _release(self, run: RayRun) -> None:
         with self._lock:

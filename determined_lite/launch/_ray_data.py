@@ -2,8 +2,9 @@
 
 A Ray node shares nothing with the driver but the image and the checkpoint storage. So:
 
-- the context snapshot travels as one tar archive in Ray's object store (:func:`pack_context`,
-  once per experiment) and is unpacked once per node and archive into a node-local cache
+- the context snapshot (and a warm start's checkpoint, which the driver fetched) travels as one
+  tar archive in Ray's object store (:func:`pack_context`, once per experiment) and is unpacked
+  once per node and archive into a node-local cache
   (:func:`unpack_context`: ``$DET_LITE_RAY_CACHE``, else ``<tmp>/det-lite-ray-<uid>``);
 - the worker runs from a node-local copy of its spec (:func:`node_spec`): its run directory
   (result, progress, failure records), TensorBoard directory and ``$DET_LITE_HOME`` are the

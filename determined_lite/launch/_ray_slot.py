@@ -153,14 +153,22 @@ class SlotWorker:
         return None if self._rendezvous is None else self._rendezvous.port()
 
     def start(
-        self, env: Dict[str, str], fields: Dict[str, Any], context: Tuple[str, bytes], secrets: Dict[str, str]
+        self,
+        env: Dict[str, str],
+        fields: Dict[str, Any],
+        context: Tuple[str, bytes],
+        secrets: Dict[str, str],
+        warm: Optional[Tuple[str, bytes]] = None,
     ) -> int:
         """Start the worker process of the spec ``fields`` with ``env`` on top of this node's
         environment: its context unpacked from ``context`` (key, archive) into this node's cache,
-        its files in this slot's directory (``_ray_data.node_spec``)."""
+        and so the warm-start checkpoint from ``warm``; its files in this slot's directory
+        (``_ray_data.node_spec``)."""
         import ray
 
         spec = node_spec(fields, self._dir, unpack_context(*context))
+        if warm is not None:
+            spec["warm_start"] = unpack_context(*warm)
         home = node_home(self._dir)
         restore_here(spec, secrets, home)
         spec_path = WorkerSpec(**spec).save(os.path.join(self._dir, "spec.json"))

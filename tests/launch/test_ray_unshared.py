@@ -37,10 +37,10 @@ from tests.timing import budget
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("ray")]
 
 
-def assert_closed_form(trial: dict, lr: float) -> None:
+def assert_closed_form(trial: dict, lr: float, w0: float = 0.0) -> None:
     assert [v["total_batches"] for v in trial["validation_metrics"]] == [4, 8, 12]
     for v in trial["validation_metrics"]:
-        w = closed_form(lr, v["total_batches"], batch_size=2, n=8)[-1]
+        w = closed_form(lr, v["total_batches"], batch_size=2, n=8, w0=w0)[-1]
         assert v["metrics"]["weight"] == pytest.approx(w, rel=1e-12, abs=1e-12)
         assert v["metrics"]["val_loss"] == pytest.approx(val_loss(w, 4), rel=1e-9, abs=1e-15)
 
@@ -255,4 +255,33 @@ def test_losing_the_second_node_resumes_exactly_from_the_bucket(tmp_path, s3, sp
     assert_uninterrupted(trial)
     registered = {c["uuid"] for c in trial["checkpoints"]}
     assert registered and registered <= s3.uuids()
+    assert read_audit(split_cluster.log)["opened"] == []
+
+
+def test_a_warm_start_from_the_bucket_on_the_second_node(tmp_path, s3, split_cluster):  # noqa: F811
+    """``searcher.source_trial_id``: a 2-slot trial (one rank on the node that does not see the
+    driver's home) starts from another experiment's checkpoint in the bucket, which the driver
+    fetched: the nodes get it through Ray, and both ranks train on from its weight."""
+    env, experiment_dir, bucket = split_cluster.env, split_cluster.experiment_dir, storage(s3)
+    config = linear_config(tmp_path, bucket, **{"resources.executor": "ray"})
+    cli("experiment", "create", config, experiment_dir, env=env, check=True, timeout=500)
+    (source,) = describe(1)["trials"]
+    w12 = closed_form(0.01, 12, batch_size=2, n=8)[-1]
+    assert source["validation_metrics"][-1]["metrics"]["weight"] == pytest.approx(w12, rel=1e-12)
+    warm = {
+        "resources.executor": "ray",
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+        "searcher.source_trial_id": source["id"],
+    }
+    config = linear_config(tmp_path, bucket, **warm)
+    proc = cli("experiment", "create", config, experiment_dir, env=env, timeout=500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert_no_traceback(out)
+    (nodes,) = placed_nodes(out)
+    assert split_cluster.node_id[:12] in nodes and len(set(nodes)) == 2, nodes
+    (trial,) = describe(2)["trials"]
+    assert trial["state"] == "COMPLETED"
+    assert_closed_form(trial, 0.01, w0=w12)  # from the source's weight, not from 0
     assert read_audit(split_cluster.log)["opened"] == []
