@@ -110,8 +110,10 @@ class Runs:
         if latest is not None and self._at_target(request, latest["total_batches"]):
             return
         path = latest["path"] if latest else None
-        if latest is not None and self.search.retention.storage is not None:  # a cloud store's, fetched
-            path = self.search.retention.storage.local_copy(latest["uuid"], path)
+        storage = self.search.retention.storage  # a cloud store's
+        here = not self.launcher.executor.workers_fetch_checkpoints()
+        if latest is not None and storage is not None and here:
+            path = storage.local_copy(latest["uuid"], path)  # fetched here for the workers
         process = self.launcher.start(
             trial_id,
             request.hparams,

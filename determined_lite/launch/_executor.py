@@ -129,6 +129,12 @@ class Executor(abc.ABC):
         runner polls for what the chief writes. False by default."""
         return False
 
+    def workers_fetch_checkpoints(self) -> bool:
+        """Whether a run's workers download the cloud checkpoint they resume from themselves, on
+        their own nodes (the runner then passes its registered path and downloads nothing);
+        else the runner puts a local copy where the spec says. False by default."""
+        return False
+
     def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
         """Start, in the background, what the first trial run would otherwise wait for (the
         local executor's fork server); the runner calls it once, first. Nothing by default."""

@@ -416,6 +416,10 @@ class RayExecutor(Executor):
         with self._lock:
             self._runs.pop(id(run), None)
 
+    def workers_fetch_checkpoints(self) -> bool:
+        """Each node downloads the checkpoint its run resumes from (``_ray_data.restore_here``)."""
+        return True
+
     def prestart(self, context_dir: str, env: Dict[str, str]) -> None:
         """Connect and find or start the node actors (``_ray_node.py``: they probe the storage
         at create and start 1-slot CPU runs) while the runner sets up."""

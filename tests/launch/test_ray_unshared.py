@@ -196,7 +196,8 @@ def test_pause_then_activate_stays_exact(tmp_path, s3, split_cluster):  # noqa: 
     """A slow 2-slot torch trial (one rank on the second node, checkpoints in the bucket) is
     paused and activated: it ends with the uninterrupted run's weights and metrics, its
     checkpoints in the bucket and nothing of the driver's home opened on the second node."""
-    config = linear_config(tmp_path, storage(s3), **SLOW_TWO_SLOT_TORCH)
+    keep = dict(storage(s3), save_trial_latest=10)  # the one it resumes from stays registered
+    config = linear_config(tmp_path, keep, **SLOW_TWO_SLOT_TORCH)
     argv = [sys.executable, "-m", "determined_lite.cli", "experiment"]
 
     def start(*args: str) -> subprocess.Popen:
@@ -220,7 +221,9 @@ def test_pause_then_activate_stays_exact(tmp_path, s3, split_cluster):  # noqa: 
     assert trial["state"] == "COMPLETED" and trial["restarts"] == 0, trial
     assert_uninterrupted(trial)
     registered = {c["uuid"] for c in trial["checkpoints"]}
-    assert registered and registered <= s3.uuids()
+    assert len(registered) >= 2 and registered <= s3.uuids()
+    # The nodes fetched the checkpoint they resumed from: the driver downloaded none of them.
+    assert not [c["path"] for c in trial["checkpoints"] if os.path.exists(c["path"])]
     assert read_audit(split_cluster.log)["opened"] == []
 
 
