@@ -45,7 +45,7 @@ from determined_lite.launch._server_registry import server_key as installation_k
 NODE_CONCURRENCY = 64  # a thread per waiting call: each run's take(), stop() and answer()
 CLOSE_WAIT_S = 10.0
 NAMESPACE = "det-lite"  # the node actors' Ray namespace (a driver's own is anonymous)
-ATTACH_TRIES = 3  # an actor found just as it ends idle: a new one is started
+ATTACH_TRIES = 10  # an actor found just as it ends idle: a new one once its name is free
 IDLE_CHECK_S = 5.0
 ATTACH_TIMEOUT_S = 300.0  # a node actor's process start, however loaded the node (then an error)
 # SlotWorker's methods the driver calls on a slot, here with the run's key first.
@@ -260,10 +260,10 @@ class NodePool:
             try:
                 ray.get(actor.attach.remote(), timeout=ATTACH_TIMEOUT_S)
                 return actor
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+            except (ray.exceptions.RayActorError, NodeEnding):  # it ended idle, or is ending
                 if attempt == ATTACH_TRIES - 1:
                     raise
-                time.sleep(0.2 * (attempt + 1))  # the ending one's name is freed
+                time.sleep(min(1.0, 0.2 * (attempt + 1)))  # until the ending one's name is free
         raise AssertionError("unreachable")
 
     def prestart(self, node_ids: List[str]) -> None:
