@@ -92,6 +92,26 @@ class Split:
         self.node = None
 
 
+def create_across_both(tmp_path, bucket: dict, split: Split, **changes: Any) -> str:
+    """``experiment create`` of the linear trial on 2 slots with torch.distributed (and
+    ``changes``) on ``split``'s cluster: its output, once it succeeded with no traceback and one
+    rank on each node."""
+    two_slots = {
+        "resources.executor": "ray",
+        "resources.slots_per_trial": 2,
+        "resources.distributed_backend": "torch",
+        **changes,
+    }
+    config = linear_config(tmp_path, bucket, **two_slots)
+    proc = cli("experiment", "create", config, split.experiment_dir, env=split.env, timeout=500)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert_no_traceback(out)
+    (nodes,) = placed_nodes(out)
+    assert split.node_id[:12] in nodes and len(set(nodes)) == 2, (split.node_id, nodes)
+    return out
+
+
 @pytest.fixture(params=["mount-namespace", "audit"])
 def split_cluster(request, tmp_path, tmp_path_factory, _det_lite_home, monkeypatch):
     """A head (the driver's machine) and a second node that must not use the driver's files."""
@@ -132,18 +152,7 @@ def test_nothing_shared_but_the_image_and_the_storage(tmp_path, s3, split_cluste
         split_cluster.experiment_dir,
     )
     bucket = storage(s3)
-    two_slots = {
-        "resources.executor": "ray",
-        "resources.slots_per_trial": 2,
-        "resources.distributed_backend": "torch",
-    }
-    config = linear_config(tmp_path, bucket, **two_slots)
-    proc = cli("experiment", "create", config, experiment_dir, env=env, timeout=500)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert_no_traceback(out)
-    (nodes,) = placed_nodes(out)
-    assert node_id[:12] in nodes and len(set(nodes)) == 2, (node_id, nodes)
+    create_across_both(tmp_path, bucket, split_cluster)
     (trial,) = describe(1)["trials"]
     assert trial["state"] == "COMPLETED"
     assert_closed_form(trial, 0.01)
@@ -271,19 +280,7 @@ def test_a_warm_start_from_the_bucket_on_the_second_node(tmp_path, s3, split_clu
     (source,) = describe(1)["trials"]
     w12 = closed_form(0.01, 12, batch_size=2, n=8)[-1]
     assert source["validation_metrics"][-1]["metrics"]["weight"] == pytest.approx(w12, rel=1e-12)
-    warm = {
-        "resources.executor": "ray",
-        "resources.slots_per_trial": 2,
-        "resources.distributed_backend": "torch",
-        "searcher.source_trial_id": source["id"],
-    }
-    config = linear_config(tmp_path, bucket, **warm)
-    proc = cli("experiment", "create", config, experiment_dir, env=env, timeout=500)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert_no_traceback(out)
-    (nodes,) = placed_nodes(out)
-    assert split_cluster.node_id[:12] in nodes and len(set(nodes)) == 2, nodes
+    create_across_both(tmp_path, bucket, split_cluster, **{"searcher.source_trial_id": source["id"]})
     (trial,) = describe(2)["trials"]
     assert trial["state"] == "COMPLETED"
     assert_closed_form(trial, 0.01, w0=w12)  # from the source's weight, not from 0
