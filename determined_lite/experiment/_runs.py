@@ -103,6 +103,11 @@ class Runs:
         checkpoints = self.store.checkpoints.list(trial_id=trial_id)
         return max(checkpoints, key=lambda c: c["total_batches"]) if checkpoints else None
 
+    def _fetch_here(self) -> bool:
+        """Whether the runner fetches a cloud checkpoint for the run's workers (not when they
+        fetch it on their own nodes)."""
+        return not self.launcher.executor.workers_fetch_checkpoints()
+
     def _start(self, request: TrialRequest) -> None:
         assert request.pending is not None
         trial_id = request.trial_id
@@ -111,8 +116,7 @@ class Runs:
             return
         path = latest["path"] if latest else None
         storage = self.search.retention.storage  # a cloud store's
-        here = not self.launcher.executor.workers_fetch_checkpoints()
-        if latest is not None and storage is not None and here:
+        if latest is not None and storage is not None and self._fetch_here():
             path = storage.local_copy(latest["uuid"], path)  # fetched here for the workers
         process = self.launcher.start(
             trial_id,
