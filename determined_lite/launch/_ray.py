@@ -319,7 +319,7 @@ class RayRun(TrialRun):
             except Exception:  # noqa: BLE001 -- already gone with its node
                 pass
         self._actors = []
-        if self._pg is not None and self._groups is not None:
+        if self._pg is not None and self._groups is not None and self.slots:  # placed: no longer waiting
             self._groups.give(self.spec.slots, self._pg)  # the next run of this shape takes it
         elif self._pg is not None:
             from ray.util.placement_group import remove_placement_group

@@ -19,7 +19,8 @@ soon as no actor is connected to it (an actor ended idle, or killed with its nod
 and its forked workers have exited.
 
 A node actor outlives the experiment that started it, as a local runner's server does: it is a
-detached actor named by its node and the driver's installation (namespace ``det-lite``), which
+detached actor named by its node, the driver's installation and the driver's Ray job runtime
+environment (:func:`actor_name`; namespace ``det-lite``), which
 the next experiment's driver finds (``get_if_exists``) with its fork server warm, and it ends
 itself after ``$DET_LITE_FORKSERVER_IDLE_S`` (600 s) without a call and without a run. Each
 driver releases only its own runs; two experiments may share a node's actor. With an idle time
@@ -174,8 +175,8 @@ class NodeWorker:
                 slot.close()
 
     def close(self) -> None:
-        """This actor ends: every slot closed, the servers left (each ends once idle, as a local
-        runner's does)."""
+        """This actor ends: every slot closed, its servers' connections closed (a server ends once
+        no actor is connected to it and its workers have exited)."""
         self.release(*list(self._slots))
         for server in self._servers.values():
             if server is not None:
